@@ -1,0 +1,44 @@
+"""The device layer: one API over CUDA (pycuda) and OpenCL (pyopencl).
+
+Operations use only this module; they never import pycuda or pyopencl themselves.
+
+>>> from autotune import accel
+>>> ctx = accel.create_some_context()             # or AUTOTUNE_DEVICE=opencl:0:0
+>>> queue = ctx.create_command_queue()
+>>> program = ctx.build("scale.mako", {"wgs": 64, "ctype": "float"})
+>>> kernel = program.get_kernel("scale")
+"""
+
+from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program
+from .errors import (
+    AccelError,
+    BackendUnavailableError,
+    CompileError,
+    DeviceNotFoundError,
+    LaunchError,
+)
+from .identity import DeviceIdentity
+from .render import RenderedSource, render
+from .selection import ENV_DEVICE, DeviceSpec, create_some_context, list_devices, select_devices
+
+__all__ = [
+    "AccelError",
+    "BackendUnavailableError",
+    "CommandQueue",
+    "CompileError",
+    "Context",
+    "DeviceArray",
+    "DeviceIdentity",
+    "DeviceNotFoundError",
+    "DeviceSpec",
+    "ENV_DEVICE",
+    "Kernel",
+    "KernelLimits",
+    "LaunchError",
+    "Program",
+    "RenderedSource",
+    "create_some_context",
+    "list_devices",
+    "render",
+    "select_devices",
+]

@@ -1,0 +1,346 @@
+"""Backend-neutral device layer: contexts, programs, kernels, queues and device arrays.
+
+The CUDA and OpenCL backends subclass these and fill in the ``_``-prefixed hooks; everything a
+user or an operation touches (argument checks, caching, timing rules) lives here once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import AccelError, LaunchError
+from .identity import DeviceIdentity
+from .render import RenderedSource, render
+
+logger = logging.getLogger("autotune.accel")
+
+Shape = tuple[int, ...]
+
+
+def _as_shape(shape: int | Sequence[int]) -> Shape:
+    if isinstance(shape, (int, np.integer)):
+        shape = (int(shape),)
+    try:
+        out = tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"shape must be an int or a sequence of ints, not {shape!r}") from None
+    if any(s < 0 for s in out):
+        raise ValueError(f"shape {out} has a negative extent")
+    return out
+
+
+def _as_sizes(sizes: int | Sequence[int], what: str) -> tuple[int, ...]:
+    if isinstance(sizes, (int, np.integer)):
+        sizes = (int(sizes),)
+    sizes = tuple(int(s) for s in sizes)
+    if not 1 <= len(sizes) <= 3 or any(s <= 0 for s in sizes):
+        raise LaunchError(f"{what} must be 1 to 3 positive integers, got {sizes}")
+    return sizes
+
+
+@dataclass(frozen=True)
+class KernelLimits:
+    """Per-kernel limits known after compilation."""
+
+    max_work_group_size: int  #: given this kernel's registers and local memory
+    registers: int | None  #: per work-item, CUDA only
+    local_memory: int  #: static local/shared memory per work-group, bytes
+    private_memory: int  #: per work-item spill/private memory, bytes
+    preferred_multiple: int  #: warp size / preferred work-group size multiple
+
+
+class Kernel(ABC):
+    """One kernel function of a :class:`Program`."""
+
+    def __init__(self, program: Program, name: str):
+        self.program = program
+        self.name = name
+
+    @property
+    @abstractmethod
+    def limits(self) -> KernelLimits: ...
+
+    def check_launch(self, global_size: Sequence[int], local_size: Sequence[int]) -> None:
+        """Raise :class:`LaunchError` if this launch configuration cannot run on the device."""
+        g = _as_sizes(global_size, "global_size")
+        loc = _as_sizes(local_size, "local_size")
+        if len(g) != len(loc):
+            raise LaunchError(f"global_size {g} and local_size {loc} have different dimensions")
+        for gs, ls in zip(g, loc):
+            if gs % ls:
+                raise LaunchError(
+                    f"global_size {g} is not a multiple of local_size {loc}; round the global "
+                    "size up and guard the tail in the kernel"
+                )
+        wgs = math.prod(loc)
+        limit = self.limits.max_work_group_size
+        if wgs > limit:
+            raise LaunchError(
+                f"kernel {self.name}: work-group of {wgs} items exceeds its limit of {limit} "
+                f"(registers {self.limits.registers}, local memory {self.limits.local_memory} B)"
+            )
+
+
+class Program(ABC):
+    """A compiled kernel source. ``compile_seconds`` is how long the compiler took."""
+
+    def __init__(self, context: Context, source: RenderedSource, compile_seconds: float,
+                 log: str, compiler: str):
+        self.context = context
+        self.source = source
+        self.compile_seconds = compile_seconds
+        self.log = log
+        self.compiler = compiler
+        self._kernels: dict[str, Kernel] = {}
+        self._lock = threading.Lock()
+
+    def get_kernel(self, name: str) -> Kernel:
+        with self._lock:
+            kernel = self._kernels.get(name)
+            if kernel is None:
+                kernel = self._kernels[name] = self._get_kernel(name)
+            return kernel
+
+    @abstractmethod
+    def _get_kernel(self, name: str) -> Kernel: ...
+
+
+class DeviceArray(ABC):
+    """A contiguous array in device memory."""
+
+    def __init__(self, context: Context, shape: int | Sequence[int], dtype: Any):
+        self.context = context
+        self.shape = _as_shape(shape)
+        self.dtype = np.dtype(dtype)
+        if self.dtype.hasobject:
+            raise TypeError(f"dtype {self.dtype} holds Python objects and cannot live on a device")
+        self.size = math.prod(self.shape)
+        self.nbytes = self.size * self.dtype.itemsize
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} shape={self.shape} dtype={self.dtype}>"
+
+    def _check_host(self, host: np.ndarray, what: str) -> np.ndarray:
+        if not isinstance(host, np.ndarray):
+            raise TypeError(f"{what} must be a numpy array, not {type(host).__name__}")
+        if host.shape != self.shape:
+            raise ValueError(f"{what} has shape {host.shape}, the device array {self.shape}")
+        if host.dtype != self.dtype:
+            raise TypeError(
+                f"{what} has dtype {host.dtype}, the device array {self.dtype}; "
+                f"convert with .astype({self.dtype.name!r}) first"
+            )
+        return host
+
+    def _check_peer(self, other: DeviceArray) -> None:
+        if not isinstance(other, DeviceArray):
+            raise TypeError(f"expected a DeviceArray, not {type(other).__name__}")
+        if other.context is not self.context:
+            raise AccelError("the two device arrays belong to different contexts")
+        if other.shape != self.shape or other.dtype != self.dtype:
+            raise ValueError(
+                f"shape/dtype mismatch: {other.shape} {other.dtype} vs {self.shape} {self.dtype}"
+            )
+
+    def set(self, queue: CommandQueue, host: np.ndarray) -> None:
+        """Copy a numpy array of the same shape and dtype to the device (waits for it)."""
+        host = np.ascontiguousarray(self._check_host(host, "host array"))
+        if self.nbytes:
+            queue._record(self._upload(queue, host))
+            queue.finish()
+
+    def get(self, queue: CommandQueue, out: np.ndarray | None = None) -> np.ndarray:
+        """Copy the device contents to a new (or the given) numpy array."""
+        if out is None:
+            out = np.empty(self.shape, self.dtype)
+        else:
+            self._check_host(out, "out")
+            if not out.flags.c_contiguous:
+                raise ValueError("out must be C-contiguous")
+        if self.nbytes:
+            queue._record(self._download(queue, out))
+            queue.finish()
+        return out
+
+    def zero(self, queue: CommandQueue) -> None:
+        """Set every byte to zero (asynchronously, on ``queue``)."""
+        if self.nbytes:
+            queue._record(self._fill_zero(queue))
+
+    def copy_from(self, queue: CommandQueue, other: DeviceArray) -> None:
+        """Device-to-device copy of ``other`` into this array (asynchronously, on ``queue``)."""
+        self._check_peer(other)
+        if self.nbytes:
+            queue._record(self._copy_from(queue, other))
+
+    @classmethod
+    def from_host(cls, context: Context, queue: CommandQueue, host: np.ndarray) -> DeviceArray:
+        arr = context.allocate(host.shape, host.dtype)
+        arr.set(queue, np.ascontiguousarray(host))
+        return arr
+
+    @property
+    @abstractmethod
+    def kernel_arg(self) -> Any:
+        """What the backend passes to a kernel for this array."""
+
+    @abstractmethod
+    def _upload(self, queue: CommandQueue, host: np.ndarray) -> Any: ...
+
+    @abstractmethod
+    def _download(self, queue: CommandQueue, host: np.ndarray) -> Any: ...
+
+    @abstractmethod
+    def _fill_zero(self, queue: CommandQueue) -> Any: ...
+
+    @abstractmethod
+    def _copy_from(self, queue: CommandQueue, other: DeviceArray) -> Any: ...
+
+
+class CommandQueue(ABC):
+    """An in-order queue of device work.
+
+    A *tuning* queue times everything enqueued between :meth:`start_tuning` and
+    :meth:`stop_tuning` with device-side timestamps, copies included.
+    """
+
+    def __init__(self, context: Context, tuning: bool):
+        self.context = context
+        self.tuning = tuning
+        self._timing = False
+
+    def enqueue_kernel(self, kernel: Kernel, args: Sequence[Any],
+                       global_size: int | Sequence[int], local_size: int | Sequence[int]) -> None:
+        """Launch ``kernel`` over ``global_size`` work-items in groups of ``local_size``.
+
+        ``args`` are :class:`DeviceArray` objects and numpy scalars (``np.int32(n)``): a bare
+        Python number is rejected because its C type would be a guess.
+        """
+        kernel.check_launch(global_size, local_size)
+        g = _as_sizes(global_size, "global_size")
+        loc = _as_sizes(local_size, "local_size")
+        for i, a in enumerate(args):
+            if isinstance(a, DeviceArray):
+                if a.context is not self.context:
+                    raise AccelError(f"argument {i} belongs to another context")
+            elif not isinstance(a, np.generic):
+                raise TypeError(
+                    f"kernel {kernel.name} argument {i} is {type(a).__name__}; pass a DeviceArray "
+                    "or a numpy scalar such as np.int32(n) or np.float32(x)"
+                )
+        self._record(self._launch(kernel, list(args), g, loc))
+
+    @abstractmethod
+    def _launch(self, kernel: Kernel, args: list[Any], global_size: tuple[int, ...],
+                local_size: tuple[int, ...]) -> Any: ...
+
+    @abstractmethod
+    def finish(self) -> None:
+        """Wait until everything enqueued so far has completed."""
+
+    def start_tuning(self) -> None:
+        if not self.tuning:
+            raise AccelError("start_tuning needs a queue from context.create_tuning_command_queue()")
+        if self._timing:
+            raise AccelError("start_tuning called twice without stop_tuning")
+        self._timing = True
+        self._start_timing()
+
+    def stop_tuning(self) -> float:
+        """Seconds of device time from :meth:`start_tuning` to the end of the last command."""
+        if not self._timing:
+            raise AccelError("stop_tuning called without start_tuning")
+        self._timing = False
+        return self._stop_timing()
+
+    def _record(self, event: Any) -> None:
+        """Called with whatever the backend returns for each enqueued command."""
+
+    @abstractmethod
+    def _start_timing(self) -> None: ...
+
+    @abstractmethod
+    def _stop_timing(self) -> float: ...
+
+
+class Context(ABC):
+    """A device plus everything created on it: programs, arrays and queues."""
+
+    backend: str
+
+    def __init__(self, device: DeviceIdentity):
+        self.device = device
+        self._programs: dict[tuple[str, tuple[str, ...]], Program] = {}
+        self._programs_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.device.describe()}>"
+
+    # Programs ------------------------------------------------------------------------------
+    def build(self, template: str | Path, render_kws: dict[str, Any] | None = None, *,
+              extra_dirs: tuple[str | Path, ...] = (), options: Sequence[str] = ()) -> Program:
+        """Render a ``.mako`` kernel template for this device and compile it (cached)."""
+        source = render(template, self.backend, render_kws, extra_dirs=extra_dirs,
+                        header_kws={"backend": self.backend})
+        return self.compile(source, options)
+
+    def compile(self, source: RenderedSource, options: Sequence[str] = ()) -> Program:
+        """Compile rendered source; identical (source, options) pairs are compiled once."""
+        key = (source.text, tuple(options))
+        with self._programs_lock:
+            program = self._programs.get(key)
+        if program is not None:
+            return program
+        start = time.perf_counter()
+        program = self._compile(source, tuple(options), start)
+        with self._programs_lock:
+            return self._programs.setdefault(key, program)
+
+    @abstractmethod
+    def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
+        ...
+
+    # Memory and queues -----------------------------------------------------------------------
+    @abstractmethod
+    def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
+        """A new uninitialised device array."""
+
+    def zeros(self, queue: CommandQueue, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
+        arr = self.allocate(shape, dtype)
+        arr.zero(queue)
+        return arr
+
+    def to_device(self, queue: CommandQueue, host: np.ndarray) -> DeviceArray:
+        return type(self)._array_type.from_host(self, queue, np.asarray(host))
+
+    def wrap(self, obj: Any) -> DeviceArray:
+        """View a foreign device array (``__cuda_array_interface__``) without copying; CUDA only."""
+        raise TypeError(
+            f"{type(obj).__name__} cannot be wrapped on the {self.backend} backend: only CUDA "
+            "contexts can view __cuda_array_interface__ memory; copy it to a numpy array first"
+        )
+
+    @abstractmethod
+    def create_command_queue(self) -> CommandQueue: ...
+
+    @abstractmethod
+    def create_tuning_command_queue(self) -> CommandQueue: ...
+
+    @contextlib.contextmanager
+    def thread_scope(self) -> Iterator[None]:
+        """Make this context usable from the calling thread for the duration of the block.
+
+        Worker threads (the tuner compiles in a pool) wrap their work in this.
+        """
+        yield

@@ -1,0 +1,280 @@
+"""CUDA backend over pycuda, compiling with NVRTC in-process (nvcc as the fallback)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import nvrtc
+from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program
+from .errors import BackendUnavailableError, CompileError
+from .identity import DeviceIdentity
+from .render import RenderedSource
+
+logger = logging.getLogger("autotune.accel")
+
+try:
+    import pycuda.driver as drv
+except ImportError:  # pragma: no cover - depends on the installation
+    drv = None
+
+_init_lock = threading.Lock()
+_initialised: bool | None = None
+
+
+def available() -> bool:
+    """True if pycuda imports and the driver initialises."""
+    global _initialised
+    if drv is None:
+        return False
+    with _init_lock:
+        if _initialised is None:
+            try:
+                drv.init()
+                _initialised = drv.Device.count() > 0
+            except Exception:  # no driver, no GPU
+                _initialised = False
+        return _initialised
+
+
+def _identity(dev: Any) -> DeviceIdentity:
+    attr = drv.device_attribute
+    driver = drv.get_driver_version()
+    built = ".".join(str(v) for v in drv.get_version())
+    return DeviceIdentity(
+        backend="cuda",
+        name=dev.name(),
+        platform="CUDA",
+        driver_version=f"{driver // 1000}.{driver % 1000 // 10} (pycuda CUDA {built})",
+        compute_capability=tuple(dev.compute_capability()),
+        multiprocessors=dev.get_attribute(attr.MULTIPROCESSOR_COUNT),
+        global_memory=dev.total_memory(),
+        max_work_group_size=dev.get_attribute(attr.MAX_THREADS_PER_BLOCK),
+        local_memory=dev.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK),
+        is_gpu=True,
+        warp_size=dev.get_attribute(attr.WARP_SIZE),
+        double_precision=True,
+    )
+
+
+def list_devices() -> list[tuple[int, DeviceIdentity]]:
+    if not available():
+        return []
+    return [(i, _identity(drv.Device(i))) for i in range(drv.Device.count())]
+
+
+class CudaKernel(Kernel):
+    def __init__(self, program: CudaProgram, name: str, handle: Any):
+        super().__init__(program, name)
+        self.handle = handle
+        self._format: str | None = None
+        fa = drv.function_attribute
+        self._limits = KernelLimits(
+            max_work_group_size=handle.get_attribute(fa.MAX_THREADS_PER_BLOCK),
+            registers=handle.get_attribute(fa.NUM_REGS),
+            local_memory=handle.get_attribute(fa.SHARED_SIZE_BYTES),
+            private_memory=handle.get_attribute(fa.LOCAL_SIZE_BYTES),
+            preferred_multiple=program.context.device.warp_size,
+        )
+
+    @property
+    def limits(self) -> KernelLimits:
+        return self._limits
+
+
+class CudaProgram(Program):
+    def __init__(self, context: CudaContext, source: RenderedSource, seconds: float, log: str,
+                 compiler: str, binary: bytes):
+        super().__init__(context, source, seconds, log, compiler)
+        self.binary = binary
+        self._module = None
+
+    def _get_kernel(self, name: str) -> Kernel:
+        with self.context.thread_scope():
+            if self._module is None:
+                self._module = drv.module_from_buffer(self.binary)
+            try:
+                return CudaKernel(self, name, self._module.get_function(name))
+            except drv.LogicError as exc:
+                raise CompileError(
+                    f"kernel {name!r} not found in {self.source.template}; kernels need the "
+                    f"KERNEL qualifier (extern \"C\"): {exc}"
+                ) from exc
+
+
+class CudaArray(DeviceArray):
+    def __init__(self, context: CudaContext, shape: int | Sequence[int], dtype: Any,
+                 *, wrap: Any = None, pointer: int | None = None):
+        super().__init__(context, shape, dtype)
+        if pointer is None:
+            with context.thread_scope():
+                self.allocation = drv.mem_alloc(max(self.nbytes, 1))
+            self.pointer = int(self.allocation)
+        else:
+            self.allocation = None
+            self.pointer = pointer
+        self._owner = wrap  # keeps a wrapped foreign array alive
+
+    @classmethod
+    def wrap(cls, context: CudaContext, obj: Any) -> CudaArray:
+        """View an object with ``__cuda_array_interface__`` (CuPy, PyTorch, pycuda) without copying."""
+        cai = getattr(obj, "__cuda_array_interface__", None)
+        if cai is None:
+            raise TypeError(f"{type(obj).__name__} has no __cuda_array_interface__")
+        shape = tuple(cai["shape"])
+        dtype = np.dtype(cai["typestr"])
+        strides = cai.get("strides")
+        if strides is not None:
+            expected, step = [], dtype.itemsize
+            for extent in reversed(shape):
+                expected.append(step)
+                step *= extent
+            if tuple(s for s, n in zip(strides, shape) if n > 1) != tuple(
+                e for e, n in zip(reversed(expected), shape) if n > 1
+            ):
+                raise ValueError(
+                    "only C-contiguous arrays can be wrapped; call .copy() or "
+                    "ascontiguousarray on the array first"
+                )
+        pointer, readonly = cai["data"]
+        if readonly:
+            raise ValueError("the array is read-only; kernels may write to device arrays")
+        return cls(context, shape, dtype, wrap=obj, pointer=int(pointer or 0))
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {
+            "shape": self.shape,
+            "typestr": self.dtype.str,
+            "data": (self.pointer, False),
+            "strides": None,
+            "version": 3,
+        }
+
+    @property
+    def kernel_arg(self) -> Any:
+        return self.pointer
+
+    def _upload(self, queue: CudaQueue, host: np.ndarray) -> Any:
+        drv.memcpy_htod_async(self.pointer, host, queue.stream)
+
+    def _download(self, queue: CudaQueue, host: np.ndarray) -> Any:
+        drv.memcpy_dtoh_async(host, self.pointer, queue.stream)
+
+    def _fill_zero(self, queue: CudaQueue) -> Any:
+        drv.memset_d8_async(self.pointer, 0, self.nbytes, queue.stream)
+
+    def _copy_from(self, queue: CudaQueue, other: CudaArray) -> Any:
+        drv.memcpy_dtod_async(self.pointer, other.pointer, self.nbytes, queue.stream)
+
+
+class CudaQueue(CommandQueue):
+    def __init__(self, context: CudaContext, tuning: bool):
+        super().__init__(context, tuning)
+        with context.thread_scope():
+            self.stream = drv.Stream()
+            self._start = drv.Event() if tuning else None
+            self._stop = drv.Event() if tuning else None
+
+    def _launch(self, kernel: CudaKernel, args: list[Any], global_size: tuple[int, ...],
+                local_size: tuple[int, ...]) -> Any:
+        fmt = "".join("P" if isinstance(a, DeviceArray) else a.dtype.char for a in args)
+        if fmt != kernel._format:
+            kernel.handle.prepare(fmt)
+            kernel._format = fmt
+        block = tuple(local_size) + (1,) * (3 - len(local_size))
+        grid = tuple(g // b for g, b in zip(global_size, local_size)) + (1,) * (3 - len(global_size))
+        values = [a.pointer if isinstance(a, DeviceArray) else a for a in args]
+        kernel.handle.prepared_async_call(grid, block, self.stream, *values)
+
+    def finish(self) -> None:
+        self.stream.synchronize()
+
+    def _start_timing(self) -> None:
+        self._start.record(self.stream)
+
+    def _stop_timing(self) -> float:
+        # Events on the stream bracket every command in between, copies included.
+        self._stop.record(self.stream)
+        self._stop.synchronize()
+        return self._start.time_till(self._stop) * 1e-3
+
+
+class CudaContext(Context):
+    backend = "cuda"
+    _array_type = CudaArray
+
+    def __init__(self, device_index: int = 0):
+        if not available():
+            raise BackendUnavailableError(
+                "CUDA is not usable here: pycuda is missing or no NVIDIA GPU/driver was found "
+                "(pip install 'autotune[cuda]')"
+            )
+        dev = drv.Device(device_index)
+        super().__init__(_identity(dev))
+        self.device_index = device_index
+        # The primary context is the one CuPy and PyTorch use, so their arrays work here.
+        self.cu_context = dev.retain_primary_context()
+        self.cu_context.push()
+        self.compiler = "nvrtc" if nvrtc.available() else "nvcc"
+
+    @contextlib.contextmanager
+    def thread_scope(self) -> Iterator[None]:
+        current = drv.Context.get_current()
+        if current == self.cu_context:
+            yield
+            return
+        self.cu_context.push()
+        try:
+            yield
+        finally:
+            drv.Context.pop()
+
+    def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
+        cc = self.device.compute_capability
+        name = source.template.rsplit("/", 1)[-1].replace(".mako", ".cu")
+        if self.compiler == "nvrtc":
+            try:
+                out = nvrtc.compile_source(source.text, name, cc, options)
+            except nvrtc.NvrtcError as exc:
+                log = source.map_log(exc.log)
+                raise CompileError(
+                    f"NVRTC build of {source.template} failed:\n{log}", log, source.text
+                ) from None
+            binary, log = out.binary, out.log
+        else:
+            from pycuda.compiler import compile as nvcc_compile
+
+            try:
+                binary = nvcc_compile(source.text, options=list(options), no_extern_c=True,
+                                      arch=f"sm_{cc[0]}{cc[1]}")
+            except drv.CompileError as exc:
+                log = source.map_log(getattr(exc, "stderr", "") or str(exc))
+                raise CompileError(
+                    f"nvcc build of {source.template} failed:\n{log}", log, source.text
+                ) from None
+            log = ""
+        seconds = time.perf_counter() - start
+        log = source.map_log(log) if log else ""
+        if "warning" in log:
+            logger.warning("CUDA build of %s: %s", source.template, log)
+        return CudaProgram(self, source, seconds, log, self.compiler, binary)
+
+    def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
+        return CudaArray(self, shape, dtype)
+
+    def wrap(self, obj: Any) -> DeviceArray:
+        """A device array viewing ``obj``'s memory (anything with ``__cuda_array_interface__``)."""
+        return CudaArray.wrap(self, obj)
+
+    def create_command_queue(self) -> CommandQueue:
+        return CudaQueue(self, tuning=False)
+
+    def create_tuning_command_queue(self) -> CommandQueue:
+        return CudaQueue(self, tuning=True)

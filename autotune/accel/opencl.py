@@ -1,0 +1,214 @@
+"""OpenCL backend over pyopencl (GPUs, and CPUs through PoCL)."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program
+from .errors import BackendUnavailableError, CompileError
+from .identity import DeviceIdentity
+from .render import RenderedSource
+
+logger = logging.getLogger("autotune.accel")
+
+try:
+    import pyopencl as cl
+except ImportError:  # pragma: no cover - depends on the installation
+    cl = None
+
+
+def available() -> bool:
+    return cl is not None
+
+
+def _platforms() -> list[Any]:
+    if cl is None:
+        return []
+    try:
+        return cl.get_platforms()
+    except cl.Error:  # no ICD loader, or no platforms
+        return []
+
+
+def _platform_devices(platform: Any) -> list[Any]:
+    try:
+        return platform.get_devices()
+    except cl.Error:
+        return []
+
+
+def _identity(platform: Any, device: Any) -> DeviceIdentity:
+    is_gpu = bool(device.type & cl.device_type.GPU)
+    try:
+        warp = int(device.get_info(cl.device_info.WARP_SIZE_NV))
+    except (cl.Error, AttributeError):
+        warp = 32 if is_gpu and "NVIDIA" in platform.name else (64 if is_gpu else 1)
+    return DeviceIdentity(
+        backend="opencl",
+        name=device.name.strip(),
+        platform=platform.name.strip(),
+        driver_version=device.driver_version.strip(),
+        compute_capability=None,
+        multiprocessors=int(device.max_compute_units),
+        global_memory=int(device.global_mem_size),
+        max_work_group_size=int(device.max_work_group_size),
+        local_memory=int(device.local_mem_size),
+        is_gpu=is_gpu,
+        warp_size=warp,
+        double_precision="cl_khr_fp64" in device.extensions or device.double_fp_config != 0,
+    )
+
+
+def list_devices() -> list[tuple[int, int, DeviceIdentity]]:
+    """(platform index, device index, identity) for every OpenCL device."""
+    out = []
+    for p_index, platform in enumerate(_platforms()):
+        for d_index, device in enumerate(_platform_devices(platform)):
+            out.append((p_index, d_index, _identity(platform, device)))
+    return out
+
+
+class OpenCLKernel(Kernel):
+    def __init__(self, program: OpenCLProgram, name: str, handle: Any):
+        super().__init__(program, name)
+        self.handle = handle
+        dev = program.context.cl_device
+        info = cl.kernel_work_group_info
+        self._limits = KernelLimits(
+            max_work_group_size=int(handle.get_work_group_info(info.WORK_GROUP_SIZE, dev)),
+            registers=None,
+            local_memory=int(handle.get_work_group_info(info.LOCAL_MEM_SIZE, dev)),
+            private_memory=int(handle.get_work_group_info(info.PRIVATE_MEM_SIZE, dev)),
+            preferred_multiple=int(
+                handle.get_work_group_info(info.PREFERRED_WORK_GROUP_SIZE_MULTIPLE, dev)
+            ),
+        )
+
+    @property
+    def limits(self) -> KernelLimits:
+        return self._limits
+
+
+class OpenCLProgram(Program):
+    def __init__(self, context: OpenCLContext, source: RenderedSource, seconds: float,
+                 log: str, handle: Any):
+        super().__init__(context, source, seconds, log, "opencl")
+        self.handle = handle
+
+    def _get_kernel(self, name: str) -> Kernel:
+        try:
+            return OpenCLKernel(self, name, cl.Kernel(self.handle, name))
+        except cl.Error as exc:
+            raise CompileError(f"kernel {name!r} not found in {self.source.template}: {exc}") from exc
+
+
+class OpenCLArray(DeviceArray):
+    def __init__(self, context: OpenCLContext, shape: int | Sequence[int], dtype: Any):
+        super().__init__(context, shape, dtype)
+        # OpenCL refuses zero-byte buffers; an empty array still gets a valid handle.
+        self.buffer = cl.Buffer(context.cl_context, cl.mem_flags.READ_WRITE, max(self.nbytes, 1))
+
+    @property
+    def kernel_arg(self) -> Any:
+        return self.buffer
+
+    def _upload(self, queue: OpenCLQueue, host: np.ndarray) -> Any:
+        return cl.enqueue_copy(queue.handle, self.buffer, host, is_blocking=False)
+
+    def _download(self, queue: OpenCLQueue, host: np.ndarray) -> Any:
+        return cl.enqueue_copy(queue.handle, host, self.buffer, is_blocking=False)
+
+    def _fill_zero(self, queue: OpenCLQueue) -> Any:
+        return cl.enqueue_fill_buffer(queue.handle, self.buffer, np.uint8(0), 0, self.nbytes)
+
+    def _copy_from(self, queue: OpenCLQueue, other: OpenCLArray) -> Any:
+        return cl.enqueue_copy(queue.handle, self.buffer, other.buffer, byte_count=self.nbytes)
+
+
+class OpenCLQueue(CommandQueue):
+    def __init__(self, context: OpenCLContext, tuning: bool):
+        super().__init__(context, tuning)
+        props = cl.command_queue_properties.PROFILING_ENABLE if tuning else 0
+        self.handle = cl.CommandQueue(context.cl_context, context.cl_device, properties=props)
+        self._events: list[Any] = []
+
+    def _launch(self, kernel: OpenCLKernel, args: list[Any], global_size: tuple[int, ...],
+                local_size: tuple[int, ...]) -> Any:
+        cl_args = [a.kernel_arg if isinstance(a, DeviceArray) else a for a in args]
+        kernel.handle.set_args(*cl_args)
+        return cl.enqueue_nd_range_kernel(self.handle, kernel.handle, global_size, local_size)
+
+    def finish(self) -> None:
+        self.handle.finish()
+
+    def _record(self, event: Any) -> None:
+        if self._timing and event is not None:
+            self._events.append(event)
+
+    def _start_timing(self) -> None:
+        self._events = []
+
+    def _stop_timing(self) -> float:
+        # Profiling every command (not markers, whose timestamps some drivers leave at zero)
+        # so that work made only of copies is timed too.
+        self.handle.finish()
+        events, self._events = self._events, []
+        if not events:
+            return 0.0
+        start = min(e.profile.start for e in events)
+        end = max(e.profile.end for e in events)
+        return max(end - start, 0) * 1e-9
+
+
+class OpenCLContext(Context):
+    backend = "opencl"
+    _array_type = OpenCLArray
+
+    def __init__(self, platform: Any, device: Any):
+        if cl is None:
+            raise BackendUnavailableError("pyopencl is not installed: pip install 'autotune[opencl]'")
+        super().__init__(_identity(platform, device))
+        self.cl_device = device
+        self.cl_context = cl.Context([device])
+
+    def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
+        program = cl.Program(self.cl_context, source.text)
+        with warnings.catch_warnings():
+            # pyopencl repeats a non-empty build log as a warning; we log it mapped instead.
+            warnings.simplefilter("ignore")
+            try:
+                program.build(options=list(options))
+            except cl.RuntimeError as exc:
+                log = source.map_log(str(exc))
+                raise CompileError(
+                    f"OpenCL build of {source.template} failed:\n{log}", log, source.text
+                ) from None
+        seconds = time.perf_counter() - start
+        try:
+            raw = program.get_build_info(self.cl_device, cl.program_build_info.LOG) or ""
+        except cl.Error:
+            raw = ""
+        log = source.map_log(raw.strip()) if raw.strip() else ""
+        if "warning" in log:
+            logger.warning("OpenCL build of %s: %s", source.template, log)
+        return OpenCLProgram(self, source, seconds, log, program)
+
+    def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
+        return OpenCLArray(self, shape, dtype)
+
+    def create_command_queue(self) -> CommandQueue:
+        return OpenCLQueue(self, tuning=False)
+
+    def create_tuning_command_queue(self) -> CommandQueue:
+        return OpenCLQueue(self, tuning=True)
+
+
+def create_context(platform_index: int, device_index: int) -> OpenCLContext:
+    platform = _platforms()[platform_index]
+    return OpenCLContext(platform, _platform_devices(platform)[device_index])

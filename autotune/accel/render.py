@@ -1,0 +1,174 @@
+"""Render kernel sources from Mako templates, remembering where each generated line came from.
+
+Every output line is mapped back to the ``.mako`` file and line that wrote it, so that compiler
+errors and warnings can be reported against the template a person edits rather than the
+generated text.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import re
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mako.exceptions import MakoException
+from mako.lookup import TemplateLookup
+from mako.runtime import Context
+
+from .errors import CompileError
+
+#: The directory of this package, which holds ``portability.mako``.
+ACCEL_DIR = Path(__file__).resolve().parent
+PORTABILITY_HEADER = "portability.mako"
+
+_lookups: dict[tuple[str, ...], TemplateLookup] = {}
+_lookups_lock = threading.Lock()
+_line_maps: dict[str, tuple[str, list[int], list[int]]] = {}
+
+
+def _lookup(directories: tuple[str, ...]) -> TemplateLookup:
+    with _lookups_lock:
+        lookup = _lookups.get(directories)
+        if lookup is None:
+            lookup = TemplateLookup(directories=list(directories), strict_undefined=True)
+            _lookups[directories] = lookup
+        return lookup
+
+
+def _module_line_map(frame) -> tuple[str, list[int], list[int]] | None:
+    """(template filename, module lines, template lines) for a frame of generated Mako code."""
+    globs = frame.f_globals
+    filename = globs.get("_template_filename")
+    if filename is None:
+        return None
+    name = globs.get("__name__", "")
+    cached = _line_maps.get(name)
+    if cached is None or cached[0] != filename:
+        from mako.template import ModuleInfo
+
+        info = ModuleInfo._modules.get(name)
+        if info is None:
+            return None
+        meta = re.search(r"__M_BEGIN_METADATA(.+?)__M_END_METADATA", info.code, re.S)
+        if meta is None:
+            return None
+        pairs = sorted((int(k), int(v)) for k, v in json.loads(meta.group(1))["line_map"].items())
+        cached = (filename, [p[0] for p in pairs], [p[1] for p in pairs])
+        _line_maps[name] = cached
+    return cached
+
+
+@dataclass
+class _MappingBuffer:
+    """A Mako output buffer that records the template location of every output line."""
+
+    parts: list[str] = field(default_factory=list)
+    origins: list[tuple[str, int]] = field(default_factory=list)  # one per *started* line
+    at_line_start: bool = True
+
+    def write(self, text: str) -> None:
+        if not text:
+            return
+        origin = ("<unknown>", 0)
+        frame = sys._getframe(1)
+        info = _module_line_map(frame)
+        if info is not None:
+            filename, mod_lines, tmpl_lines = info
+            i = bisect.bisect_right(mod_lines, frame.f_lineno) - 1
+            if i >= 0:
+                origin = (filename, tmpl_lines[i])
+        self.parts.append(text)
+        lines = text.split("\n")
+        for k, piece in enumerate(lines):
+            if k > 0:
+                self.at_line_start = True
+            if self.at_line_start and (piece or k < len(lines) - 1):
+                self.origins.append((origin[0], origin[1] + k))
+                self.at_line_start = False
+
+    def getvalue(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass(frozen=True)
+class RenderedSource:
+    """Kernel source text plus, for each of its lines, the template file and line it came from."""
+
+    text: str
+    origins: tuple[tuple[str, int], ...]
+    template: str
+
+    def origin(self, line: int) -> tuple[str, int] | None:
+        """Template (file, line) for a 1-based line of the generated source."""
+        if 1 <= line <= len(self.origins):
+            return self.origins[line - 1]
+        return None
+
+    def describe_line(self, line: int) -> str:
+        where = self.origin(line)
+        if where is None:
+            return f"generated line {line}"
+        return f"{where[0]}:{where[1]} (generated line {line})"
+
+    def map_log(self, log: str) -> str:
+        """Rewrite compiler messages that cite generated lines so that they cite template lines.
+
+        Understands NVRTC/nvcc (``name(LINE): error``) and clang/OpenCL (``<src>:LINE:COL:``).
+        """
+
+        def nv(m: re.Match) -> str:
+            return self.describe_line(int(m.group(2))) + ":"
+
+        def clang(m: re.Match) -> str:
+            return f"{self.describe_line(int(m.group(2)))}, column {m.group(3)}:"
+
+        log = re.sub(r"^([^\s:()]*)\((\d+)\):", nv, log, flags=re.M)
+        log = re.sub(r"(<[^>\s]*>|[^\s:]+\.cl|<source>|input):(\d+):(\d+):", clang, log)
+        return log
+
+
+def render(
+    template: str | Path,
+    backend: str,
+    render_kws: dict[str, Any] | None = None,
+    *,
+    extra_dirs: tuple[str | Path, ...] = (),
+    header_kws: dict[str, Any] | None = None,
+) -> RenderedSource:
+    """Render ``template`` (a ``.mako`` path) for ``backend``, after the portability header.
+
+    ``render_kws`` become template variables; ``backend`` is always available too. Undefined
+    variables are errors. Raises :class:`CompileError` for template syntax or render errors.
+    """
+    path = Path(template).resolve()
+    if not path.is_file():
+        raise FileNotFoundError(f"kernel template {path} does not exist")
+    dirs = tuple(str(d) for d in (path.parent, *map(Path, extra_dirs), ACCEL_DIR))
+    lookup = _lookup(dirs)
+    kws = dict(render_kws or {})
+    kws.setdefault("backend", backend)
+    buf = _MappingBuffer()
+    header = dict(header_kws or {})
+    header.setdefault("backend", backend)
+    try:
+        lookup.get_template(PORTABILITY_HEADER).render_context(Context(buf, **header))
+        tmpl = lookup.get_template(path.name) if path.parent == Path(dirs[0]) else None
+        tmpl = tmpl or lookup.get_template(str(path))
+        tmpl.render_context(Context(buf, **kws))
+    except NameError as exc:
+        raise CompileError(
+            f"{path.name}: {exc}; pass it in render_kws (templates render with strict "
+            "undefined variables)"
+        ) from exc
+    except MakoException as exc:
+        raise CompileError(f"{path.name}: template error: {exc}") from exc
+    text = buf.getvalue()
+    origins = list(buf.origins)
+    n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
+    origins += [("<unknown>", 0)] * max(0, n_lines - len(origins))
+    return RenderedSource(text=text, origins=tuple(origins), template=str(path))

@@ -1,0 +1,118 @@
+"""pytest plugin (entry point ``pytest11``): device fixtures and tuning marks.
+
+- ``context`` and ``command_queue`` fixtures, parametrized over the devices chosen with
+  ``--devices=first|all|cuda|opencl`` (default ``first``: the first device of each backend).
+- Inside tests ``@autotuner`` returns its ``test=`` parameters without touching a database;
+  ``@pytest.mark.force_autotune`` really tunes, into a temporary database.
+- ``@pytest.mark.cuda_only`` / ``@pytest.mark.opencl_only`` skip on the other backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from autotune import accel
+from autotune.tune import decorator as _decorator
+
+_DEVICE_CHOICES = ("first", "all", "cuda", "opencl")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("autotune")
+    group.addoption(
+        "--devices", default="first", choices=_DEVICE_CHOICES,
+        help="devices for the context fixture: first (first of each backend, default), all, "
+             "cuda or opencl",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for line in (
+        "force_autotune: really tune (into a temporary database) instead of using test=",
+        "cuda_only: run only with a CUDA context",
+        "opencl_only: run only with an OpenCL context",
+    ):
+        config.addinivalue_line("markers", line)
+    _decorator.test_mode.active = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _decorator.test_mode.active = False
+
+
+def _selected(config: pytest.Config) -> list[accel.DeviceSpec]:
+    cached = getattr(config, "_autotune_devices", None)
+    if cached is not None:
+        return cached
+    choice = config.getoption("--devices")
+    specs = accel.list_devices()
+    if choice in ("cuda", "opencl"):
+        specs = [s for s in specs if s.backend == choice]
+    elif choice == "first":
+        seen: set[str] = set()
+        firsts = []
+        for s in specs:
+            if s.backend not in seen:
+                seen.add(s.backend)
+                firsts.append(s)
+        specs = firsts
+    config._autotune_devices = specs  # type: ignore[attr-defined]
+    return specs
+
+
+def _device_id(spec: accel.DeviceSpec) -> str:
+    name = "".join(c if c.isalnum() else "_" for c in spec.identity.name).strip("_")
+    return f"{spec.selector}-{name[:24]}"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "context" not in metafunc.fixturenames:
+        return
+    specs = _selected(metafunc.config)
+    if not specs:
+        params: list[Any] = [pytest.param(None, marks=pytest.mark.skip(reason="no device found"))]
+        metafunc.parametrize("context", params, indirect=True, ids=["no-device"])
+        return
+    metafunc.parametrize("context", specs, indirect=True, ids=[_device_id(s) for s in specs])
+
+
+_contexts: dict[str, accel.Context] = {}
+
+
+@pytest.fixture
+def context(request: pytest.FixtureRequest) -> accel.Context:
+    """A context on one of the selected devices (the test runs once per device)."""
+    spec: accel.DeviceSpec = request.param
+    marks = {m.name for m in request.node.iter_markers()}
+    if "cuda_only" in marks and spec.backend != "cuda":
+        pytest.skip("cuda_only test on a non-CUDA device")
+    if "opencl_only" in marks and spec.backend != "opencl":
+        pytest.skip("opencl_only test on a non-OpenCL device")
+    ctx = _contexts.get(spec.selector)
+    if ctx is None:
+        ctx = _contexts[spec.selector] = spec.create_context()
+    return ctx
+
+
+@pytest.fixture
+def command_queue(context: accel.Context) -> accel.CommandQueue:
+    """A command queue on ``context``."""
+    return context.create_command_queue()
+
+
+@pytest.fixture(autouse=True)
+def _autotune_mode(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                   monkeypatch: pytest.MonkeyPatch):
+    """Test mode by default; ``force_autotune`` tunes into a fresh temporary database."""
+    if request.node.get_closest_marker("force_autotune") is None:
+        yield
+        return
+    db = tmp_path_factory.mktemp("autotune-db") / "tuning.db"
+    monkeypatch.setenv("AUTOTUNE_DB", str(db))
+    _decorator.test_mode.force = True
+    try:
+        yield db
+    finally:
+        _decorator.test_mode.force = False

@@ -1,0 +1,1 @@
+"""Tuned operation templates built on :mod:`autotune` (public API only)."""

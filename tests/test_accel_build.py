@@ -1,0 +1,146 @@
+"""Building kernels from one Mako template for CUDA and OpenCL."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune import accel
+from operations.scale import ScaleTemplate
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("wgs", [32, 128])
+def test_scale_matches_numpy_for_awkward_sizes(context, command_queue, dtype, wgs):
+    template = ScaleTemplate(context, dtype, {"wgs": wgs})
+    rng = np.random.default_rng(wgs)
+    for n in (1, 7, wgs - 1, wgs + 1, 10**6 + 3):
+        fn = template.instantiate(command_queue, n, alpha=-1.75)
+        x = rng.standard_normal(n).astype(dtype)
+        fn.x.set(command_queue, x)
+        fn.y.set(command_queue, np.full(n, np.nan, dtype))  # poison: every element must be written
+        fn()
+        np.testing.assert_array_equal(fn.y.get(command_queue), dtype(-1.75) * x, err_msg=f"n={n}")
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_compile_error_names_template_file_and_line(context, tmp_path):
+    path = _write(tmp_path, "broken.mako", (
+        "## a comment line that renders nothing\n"
+        "KERNEL void broken(GLOBAL float *y)\n"
+        "{\n"
+        "% for i in range(2):\n"
+        "    y[${i}] = 1.0f;\n"
+        "% endfor\n"
+        "    y[0] = no_such_identifier;\n"
+        "}\n"
+    ))
+    with pytest.raises(accel.CompileError) as info:
+        context.build(path, {})
+    assert "broken.mako:7" in str(info.value)
+    assert "no_such_identifier" in str(info.value)
+
+
+def test_included_template_errors_point_into_the_included_file(context, tmp_path):
+    _write(tmp_path, "helper.mako", "DEVICE_FN float helper(float x)\n{\n    return x * missing_name;\n}\n")
+    path = _write(tmp_path, "main.mako", (
+        "<%include file=\"helper.mako\"/>\n"
+        "KERNEL void k(GLOBAL float *y) { y[0] = helper(y[0]); }\n"
+    ))
+    with pytest.raises(accel.CompileError) as info:
+        context.build(path, {})
+    assert "helper.mako:3" in str(info.value)
+
+
+def test_undefined_template_variable_is_an_error(context, tmp_path):
+    path = _write(tmp_path, "undef.mako", "KERNEL void k(GLOBAL ${ctype} *y) { y[0] = 0; }\n")
+    with pytest.raises(accel.CompileError, match="ctype"):
+        context.build(path, {})
+
+
+def test_programs_are_cached_by_source_and_options(context, tmp_path):
+    path = _write(tmp_path, "cached.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${value}; }\n")
+    first = context.build(path, {"value": "1.0f"})
+    assert context.build(path, {"value": "1.0f"}) is first
+    assert context.build(path, {"value": "2.0f"}) is not first
+    assert first.compile_seconds > 0
+    assert first.source.text.count("y[0] = 1.0f") == 1
+
+
+def test_kernel_limits_and_launch_checks(context, command_queue):
+    template = ScaleTemplate(context, np.float32, {"wgs": 64})
+    kernel = template.program.get_kernel("scale")
+    limits = kernel.limits
+    assert 0 < limits.max_work_group_size <= context.device.max_work_group_size
+    assert limits.preferred_multiple >= 1
+    with pytest.raises(accel.LaunchError, match="exceeds its limit"):
+        kernel.check_launch(limits.max_work_group_size * 2, limits.max_work_group_size * 2)
+    with pytest.raises(accel.LaunchError, match="not a multiple"):
+        kernel.check_launch(100, 64)
+    fn = template.instantiate(command_queue, 10)
+    with pytest.raises(TypeError, match="numpy scalar"):
+        command_queue.enqueue_kernel(kernel, [fn.y, fn.x, 2.0, np.uint32(10)], 64, 64)
+
+
+def test_missing_kernel_name_is_a_clear_error(context):
+    template = ScaleTemplate(context, np.float32, {"wgs": 64})
+    with pytest.raises(accel.CompileError, match="not_there"):
+        template.program.get_kernel("not_there")
+
+
+COMPLEX_KERNEL = """
+KERNEL void cplx(GLOBAL ${c} *out, GLOBAL const ${c} *a, GLOBAL const ${c} *b, unsigned int n)
+{
+    const size_t i = get_global_id(0);
+    if (i >= n) return;
+    out[4 * i + 0] = ${c}_mul(a[i], b[i]);
+    out[4 * i + 1] = ${c}_conj_mul(a[i], b[i]);
+    out[4 * i + 2] = ${c}_add(${c}_scale(a[i], 3), ${c}_conj(b[i]));
+    out[4 * i + 3] = ${c}_new(${c}_abs2(a[i]), ${c}_imag(b[i]) - ${c}_real(b[i]));
+}
+"""
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_portability_header_complex_helpers(context, command_queue, tmp_path, dtype):
+    c = "cfloat" if dtype == np.complex64 else "cdouble"
+    program = context.build(_write(tmp_path, "cplx.mako", COMPLEX_KERNEL), {"c": c})
+    kernel = program.get_kernel("cplx")
+    rng = np.random.default_rng(1)
+    n = 1000
+    a = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
+    b = (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
+    d_a, d_b = context.to_device(command_queue, a), context.to_device(command_queue, b)
+    out = context.allocate(4 * n, dtype)
+    command_queue.enqueue_kernel(kernel, [out, d_a, d_b, np.uint32(n)], 1024, 64)
+    got = out.get(command_queue).reshape(n, 4)
+    expected = np.stack([a * b, np.conj(a) * b, 3 * a + np.conj(b),
+                         np.abs(a) ** 2 + 1j * (b.imag - b.real)], axis=1)
+    rtol = 1e-5 if dtype == np.complex64 else 1e-13
+    np.testing.assert_allclose(got, expected, rtol=rtol, atol=rtol)
+
+
+def test_rendered_lines_map_back_to_the_template(tmp_path):
+    path = _write(tmp_path, "lines.mako", "// line 1\n% for i in range(3):\nint v${i};\n% endfor\n")
+    for backend in ("cuda", "opencl"):
+        source = accel.render(path, backend, {})
+        lines = source.text.splitlines()
+        for number, text in enumerate(lines, start=1):
+            if text.startswith("int v"):
+                assert source.origin(number) == (str(path), 3)
+            if text == "// line 1":
+                assert source.origin(number) == (str(path), 1)
+        assert any(origin[0].endswith("portability.mako") for origin in source.origins)
+
+
+@pytest.mark.cuda_only
+def test_cuda_compiles_in_process_with_nvrtc(context, tmp_path):
+    path = _write(tmp_path, "fast.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${v}; }\n")
+    program = context.build(path, {"v": "3.0f"})
+    assert program.compiler == "nvrtc"
+    assert program.compile_seconds < 0.5, "NVRTC should build a small kernel in tens of ms"

@@ -1,0 +1,64 @@
+"""Device discovery, identity and AUTOTUNE_DEVICE selection."""
+
+from __future__ import annotations
+
+import pytest
+
+from autotune import accel
+
+
+def test_at_least_one_device_is_found():
+    assert accel.list_devices(), "PoCL (autotune[opencl]) should give a CPU device anywhere"
+
+
+def test_identity_fields_are_filled_and_stable(context):
+    ident = context.device
+    for field in ("name", "platform", "driver_version"):
+        assert getattr(ident, field).strip(), field
+    assert ident.multiprocessors > 0
+    assert ident.global_memory > 0
+    assert ident.max_work_group_size > 0
+    assert ident.local_memory > 0
+    if ident.backend == "cuda":
+        assert ident.platform == "CUDA"
+        assert ident.compute_capability and ident.compute_capability[0] >= 3
+        assert "pycuda CUDA" in ident.driver_version
+    spec = next(s for s in accel.list_devices() if s.identity == ident)
+    assert spec.create_context().device == ident
+
+
+def test_environment_selects_the_backend(monkeypatch):
+    for spec in accel.list_devices():
+        monkeypatch.setenv(accel.ENV_DEVICE, spec.selector)
+        assert accel.create_some_context().device == spec.identity
+    monkeypatch.setenv(accel.ENV_DEVICE, "opencl")
+    if any(s.backend == "opencl" for s in accel.list_devices()):
+        assert accel.create_some_context().backend == "opencl"
+
+
+def test_cpu_selector_picks_a_cpu_device(monkeypatch):
+    if not any(not s.identity.is_gpu for s in accel.list_devices()):
+        pytest.skip("no CPU OpenCL device here")
+    monkeypatch.setenv(accel.ENV_DEVICE, "cpu")
+    assert not accel.create_some_context().device.is_gpu
+
+
+def test_default_prefers_cuda_then_gpus(monkeypatch):
+    monkeypatch.delenv(accel.ENV_DEVICE, raising=False)
+    specs = accel.list_devices()
+    ctx = accel.create_some_context()
+    if any(s.backend == "cuda" for s in specs):
+        assert ctx.backend == "cuda"
+    elif any(s.identity.is_gpu for s in specs):
+        assert ctx.device.is_gpu
+
+
+@pytest.mark.parametrize("value", ["bogus", "cuda:99", "opencl:7:0", "metal"])
+def test_bad_selector_lists_the_devices_that_exist(monkeypatch, value):
+    monkeypatch.setenv(accel.ENV_DEVICE, value)
+    with pytest.raises(accel.DeviceNotFoundError) as info:
+        accel.create_some_context()
+    message = str(info.value)
+    assert f"AUTOTUNE_DEVICE={value}" in message
+    for spec in accel.list_devices():
+        assert spec.selector in message

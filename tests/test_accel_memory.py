@@ -1,0 +1,112 @@
+"""Device arrays and the tuning queue."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from autotune import accel
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.int32, np.uint8])
+def test_array_round_trip_zero_and_copy(context, command_queue, dtype):
+    rng = np.random.default_rng(0)
+    host = (rng.standard_normal((3, 5, 7)) * 100).astype(dtype)
+    a = context.to_device(command_queue, host)
+    assert a.shape == (3, 5, 7) and a.dtype == np.dtype(dtype) and a.nbytes == host.nbytes
+    np.testing.assert_array_equal(a.get(command_queue), host)
+    b = context.allocate(host.shape, dtype)
+    b.copy_from(command_queue, a)
+    np.testing.assert_array_equal(b.get(command_queue), host)
+    a.zero(command_queue)
+    np.testing.assert_array_equal(a.get(command_queue), np.zeros_like(host))
+    np.testing.assert_array_equal(b.get(command_queue), host)
+    out = np.empty_like(host)
+    assert b.get(command_queue, out=out) is out
+
+
+def test_empty_arrays_work(context, command_queue):
+    a = context.allocate(0, np.float32)
+    a.set(command_queue, np.empty(0, np.float32))
+    assert a.get(command_queue).shape == (0,)
+
+
+def test_shape_and_dtype_mismatches_are_clear_errors(context, command_queue):
+    a = context.allocate((4, 4), np.float32)
+    with pytest.raises(ValueError, match="shape"):
+        a.set(command_queue, np.zeros((4, 5), np.float32))
+    with pytest.raises(TypeError, match="astype"):
+        a.set(command_queue, np.zeros((4, 4), np.float64))
+    with pytest.raises(TypeError, match="numpy array"):
+        a.set(command_queue, [[0.0] * 4] * 4)
+    with pytest.raises(ValueError, match="mismatch"):
+        a.copy_from(command_queue, context.allocate(16, np.float32))
+    with pytest.raises(ValueError, match="negative"):
+        context.allocate(-1, np.float32)
+    with pytest.raises(TypeError, match="objects"):
+        context.allocate(3, object)
+
+
+def _copy_seconds(context, queue, nbytes, repeats=5):
+    src = context.to_device(queue, np.ones(nbytes // 4, np.float32))
+    dst = context.allocate(nbytes // 4, np.float32)
+    times = []
+    for _ in range(repeats):
+        queue.start_tuning()
+        dst.copy_from(queue, src)
+        dst.copy_from(queue, src)
+        times.append(queue.stop_tuning())
+    np.testing.assert_array_equal(dst.get(queue)[:10], 1)
+    return statistics.median(times)
+
+
+def test_tuning_queue_times_copies_and_grows_with_size(context):
+    queue = context.create_tuning_command_queue()
+    small = _copy_seconds(context, queue, 1 << 20)
+    large = _copy_seconds(context, queue, 1 << 26)
+    assert small > 0
+    assert large > 4 * small, (small, large)
+
+
+def test_tuning_needs_a_tuning_queue(context, command_queue):
+    with pytest.raises(accel.AccelError, match="create_tuning_command_queue"):
+        command_queue.start_tuning()
+    queue = context.create_tuning_command_queue()
+    with pytest.raises(accel.AccelError, match="without start_tuning"):
+        queue.stop_tuning()
+
+
+@pytest.mark.opencl_only
+def test_wrapping_foreign_arrays_is_refused_on_opencl(context):
+    with pytest.raises(TypeError, match="CUDA"):
+        context.wrap(np.zeros(3))
+
+
+@pytest.mark.cuda_only
+def test_cuda_array_interface_both_ways(context, command_queue):
+    cupy = pytest.importorskip("cupy")
+    host = np.arange(1000, dtype=np.float32)
+    theirs = cupy.asarray(host)
+    ours = context.wrap(theirs)
+    np.testing.assert_array_equal(ours.get(command_queue), host)
+    ours.zero(command_queue)
+    command_queue.finish()
+    assert float(theirs.sum()) == 0.0
+    mine = context.to_device(command_queue, host)
+    view = cupy.asarray(mine)  # through our __cuda_array_interface__
+    assert float(view.sum()) == float(host.sum())
+    with pytest.raises(ValueError, match="C-contiguous"):
+        context.wrap(cupy.zeros((4, 4), cupy.float32)[:, ::2])
+
+
+@pytest.mark.cuda_only
+def test_torch_tensors_wrap_without_copy(context, command_queue):
+    torch = pytest.importorskip("torch")
+    t = torch.arange(64, dtype=torch.float64, device="cuda")
+    arr = context.wrap(t)
+    assert arr.shape == (64,) and arr.dtype == np.float64
+    arr.zero(command_queue)
+    command_queue.finish()
+    assert float(t.sum()) == 0.0

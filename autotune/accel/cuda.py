@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import threading
@@ -26,6 +27,18 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 _init_lock = threading.Lock()
 _initialised: bool | None = None
+_pushed: list[Any] = []  # primary contexts made current on the main thread, popped at exit
+
+
+@atexit.register
+def _pop_pushed_contexts() -> None:
+    # pycuda aborts the interpreter if a context is still on the stack when it unloads.
+    while _pushed:
+        _pushed.pop()
+        try:
+            drv.Context.pop()
+        except Exception:  # already gone: nothing left to clean up
+            break
 
 
 def available() -> bool:
@@ -221,7 +234,10 @@ class CudaContext(Context):
         self.device_index = device_index
         # The primary context is the one CuPy and PyTorch use, so their arrays work here.
         self.cu_context = dev.retain_primary_context()
-        self.cu_context.push()
+        if drv.Context.get_current() != self.cu_context:
+            self.cu_context.push()
+            if threading.current_thread() is threading.main_thread():
+                _pushed.append(self.cu_context)
         self.compiler = "nvrtc" if nvrtc.available() else "nvcc"
 
     @contextlib.contextmanager

@@ -1,5 +1,6 @@
 ## Portability header: prepended to every kernel so that one template compiles as CUDA C++
 ## and as OpenCL C. Variables: backend ("cuda" or "opencl").
+## Kernels are declared as  KERNEL [REQD_WORK_GROUP_SIZE(x, y, z)] void name(GLOBAL float *p, ...).
 /* ---- autotune portability header (${backend}) ---- */
 % if backend == "cuda":
 #define KERNEL extern "C" __global__

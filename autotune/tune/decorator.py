@@ -171,31 +171,45 @@ def autotuner(test: dict[str, Any]) -> Callable[[Callable], Callable]:
         if len(names) < (2 if has_cls else 1):
             raise TypeError(f"{_function_name(fn)} must take (cls, context, ...) or (context, ...)")
 
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
-            if test_mode.active and not test_mode.force:
-                return dict(test)
+        def resolve(args: tuple, kwargs: dict, force: bool) -> dict[str, Any]:
             call = _Bound(sig, has_cls, fn, args, kwargs)
             url = database_url()
             mode = match_mode()
             memo_key = (url, mode, call.key)
-            with _memo_lock:
-                hit = _memo.get(memo_key)
-            if hit is not None:
-                return dict(hit)
+            if not force:
+                with _memo_lock:
+                    hit = _memo.get(memo_key)
+                if hit is not None:
+                    return dict(hit)
             store = get_store(url)
             with _memo_lock:
                 key_lock = _key_locks.setdefault((url, call.key), threading.Lock())
             with key_lock:  # two threads asking for one key tune it once
-                params = _lookup(store, call.key, mode, test)
+                params = None if force else _lookup(store, call.key, mode, test)
                 if params is None:
                     params = _tune(fn, args, kwargs, call, store, test)
             with _memo_lock:
                 _memo[memo_key] = params
             return dict(params)
 
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            if test_mode.active and not test_mode.force:
+                return dict(test)
+            return resolve(args, kwargs, force=False)
+
+        def key(*args: Any, **kwargs: Any) -> TuningKey:
+            """The tuning key a call with these arguments uses (nothing is tuned)."""
+            return _Bound(sig, has_cls, fn, args, kwargs).key
+
+        def retune(*args: Any, **kwargs: Any) -> dict[str, Any]:
+            """Tune now, whatever the database holds, and store the result."""
+            return resolve(args, kwargs, force=True)
+
         wrapper.autotune_test = dict(test)  # type: ignore[attr-defined]
         wrapper.autotune_function = _function_name(fn)  # type: ignore[attr-defined]
+        wrapper.key = key  # type: ignore[attr-defined]
+        wrapper.retune = retune  # type: ignore[attr-defined]
         return wrapper
 
     return decorator

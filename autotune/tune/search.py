@@ -92,6 +92,16 @@ class Session:
 
 _session: ContextVar[Session | None] = ContextVar("autotune_session", default=None)
 
+#: Callables ``observer(event, data)`` told of progress: ``("start", {"configurations": n})``
+#: when a search begins and ``("trial", {"trial": Trial, "done": k, "total": n})`` after each
+#: configuration (skipped ones included). The command line's progress bar is one.
+observers: list[Callable[[str, dict[str, Any]], None]] = []
+
+
+def _notify(event: str, **data: Any) -> None:
+    for observer in list(observers):
+        observer(event, data)
+
 
 @contextlib.contextmanager
 def session(s: Session) -> Iterator[Session]:
@@ -205,7 +215,10 @@ def search(generate: Callable[..., Measure | None], space: dict[str, Sequence[An
         if sess.on_trial is not None:
             sess.on_trial(trial)
         logger.debug("trial %s", trial)
+        _notify("trial", trial=trial, done=done, total=len(configs))
 
+    _notify("start", configurations=len(configs))
+    done = 0
     pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
     pending: deque[tuple[dict[str, Any], Any]] = deque()
     todo = iter(configs)
@@ -224,7 +237,9 @@ def search(generate: Callable[..., Measure | None], space: dict[str, Sequence[An
                 break
             params, future = pending.popleft()
             outcome = future.result() if future is not None else _generate(generate, params, None)
+            done += 1
             if outcome is None:
+                _notify("trial", trial=None, done=done, total=len(configs))
                 continue  # skipped by generate
             if isinstance(outcome, Exception):
                 record(Trial(params, classify(outcome), f"{type(outcome).__name__}: {outcome}"))

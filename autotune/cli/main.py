@@ -1,0 +1,156 @@
+"""Argument parsing and error reporting for ``python -m autotune``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from .. import accel
+from ..registry import RegistryError
+from ..tune import ConfigurationError
+from ..tune.store import DEFAULT_DB_ENV, StoreError, database_url
+
+EPILOG_DB = (
+    "The database is AUTOTUNE_DB (a file path or an SQLAlchemy URL), or --db, default "
+    "<user cache dir>/autotune/tuning.db. Example: AUTOTUNE_DB=tune.db python -m autotune {cmd}"
+)
+
+
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", metavar="PATH_OR_URL",
+                        help="tuning database (overrides AUTOTUNE_DB), e.g. ./tune.db or "
+                             "postgresql+psycopg://host/tuning")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log tuning details")
+
+
+def _sub(subparsers, name: str, help: str, example: str) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        name, help=help, description=help,
+        epilog=f"Example: {example}\n\n" + EPILOG_DB.format(cmd=name),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    _add_db(parser)
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m autotune",
+        description="Pre-tune GPU kernels, inspect and share tuning results.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    warm = _sub(sub, "warm", "pre-tune the registered templates' warm configurations",
+                "python -m autotune warm scale --device cuda:0")
+    warm.add_argument("operations", nargs="*", metavar="OPERATION",
+                      help="registered template names (default: all)")
+    warm.add_argument("--device", help="device selector as for AUTOTUNE_DEVICE (cuda, cuda:1, "
+                                        "opencl:0:0, cpu, gpu); default AUTOTUNE_DEVICE or best")
+    warm.add_argument("--all-devices", action="store_true", help="warm every device found")
+    warm.add_argument("--force", action="store_true", help="re-tune keys already stored")
+    warm.add_argument("--dry-run", action="store_true", help="list what would be tuned")
+    warm.add_argument("--jobs", type=int, default=1, metavar="N",
+                      help="tune on N devices at once (with --all-devices)")
+    warm.add_argument("--template", action="append", default=[], metavar="MODULE:CLASS",
+                      help="also warm a template that is not registered (repeatable)")
+    warm.add_argument("--quiet", action="store_true", help="no progress output")
+
+    _sub(sub, "devices", "list the devices found and the identity used in tuning keys",
+         "python -m autotune devices")
+
+    show = _sub(sub, "show", "show stored results as a table",
+                "python -m autotune show --function %Reduce% --device H100")
+    show.add_argument("--function", help="qualified function name, or a pattern with %%")
+    show.add_argument("--device", help="part of a device name (case-insensitive)")
+
+    export = _sub(sub, "export", "write stored results as CSV or JSON",
+                  "python -m autotune export --format json --out results.json")
+    export.add_argument("--format", choices=("csv", "json"), default="csv")
+    export.add_argument("--out", metavar="FILE", help="output file (default: standard output)")
+    export.add_argument("--function", help="qualified function name, or a pattern with %%")
+    export.add_argument("--device", help="part of a device name")
+
+    imp = _sub(sub, "import", "merge results from another database or an export; on a "
+                              "conflict the better (lower) score wins",
+               "python -m autotune import tune.db.example")
+    imp.add_argument("file", metavar="FILE", help="an autotune SQLite database, .csv or .json")
+
+    clear = _sub(sub, "clear", "delete stored results (and their trials)",
+                 "python -m autotune clear --device 'EPYC' --yes")
+    clear.add_argument("--function", help="qualified function name, or a pattern with %%")
+    clear.add_argument("--device", help="part of a device name")
+    clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    plot = _sub(sub, "plot", "plot time per configuration for one function, per parameter",
+                "python -m autotune plot ScaleTemplate --out scale.png")
+    plot.add_argument("function", help="qualified function name or part of it")
+    plot.add_argument("--out", required=True, metavar="FILE.png")
+    return parser
+
+
+def _devices() -> int:
+    specs = accel.list_devices()
+    if not specs:
+        print("no devices found: pip install 'autotune[opencl]' gives a CPU device (PoCL)")
+        return 1
+    for spec in specs:
+        d = spec.identity
+        print(f"{spec.selector}: {d.name}")
+        print(f"    platform {d.platform!r}, driver {d.driver_version!r}")
+        cc = f", compute capability {d.compute_capability[0]}.{d.compute_capability[1]}" \
+            if d.compute_capability else ""
+        print(f"    {d.multiprocessors} compute units{cc}, {d.global_memory / 2**30:.1f} GiB, "
+              f"work-group <= {d.max_work_group_size}, local memory {d.local_memory // 1024} KiB")
+    return 0
+
+
+def _require_existing(url: str) -> None:
+    """Reading commands never create a database: a missing SQLite file is an error."""
+    if url.startswith("sqlite:///") and not url.endswith(":memory:"):
+        path = url[len("sqlite:///"):]
+        if not os.path.exists(path):
+            raise FileNotFoundError(
+                f"no tuning database at {path}; run `python -m autotune warm` first, or point "
+                "AUTOTUNE_DB/--db at an existing one"
+            )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.db:
+            os.environ[DEFAULT_DB_ENV] = args.db
+        if args.command == "devices":
+            return _devices()
+        if args.command == "warm":
+            from .warm import run_warm
+
+            return run_warm(args)
+        url = database_url()
+        if args.command in ("show", "export", "plot", "clear"):
+            _require_existing(url)
+        from . import results
+        from .plot import run_plot
+
+        handlers = {"show": results.run_show, "export": results.run_export,
+                    "import": results.run_import, "clear": results.run_clear, "plot": run_plot}
+        return handlers[args.command](args, url)
+    except (StoreError, ConfigurationError, RegistryError, accel.DeviceNotFoundError,
+            FileNotFoundError, ValueError) as exc:
+        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"autotune {args.command}: interrupted; finished keys are stored, rerun to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

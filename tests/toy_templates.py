@@ -1,0 +1,104 @@
+"""Small tuned templates used by the tuner tests (real kernels, counted generate calls)."""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from autotune import accel, tune
+
+KERNEL = Path(__file__).with_name("kernels") / "toy.mako"
+calls: Counter = Counter()
+
+
+class Flavour(enum.Enum):
+    PLAIN = "plain"
+    FANCY = "fancy"
+
+
+class ToyTemplate:
+    """y = 2 x; the space mixes good, failing and skipped configurations."""
+
+    autotune_version = 1
+
+    def __init__(self, context, dtype=np.float32, flavour=Flavour.PLAIN, shape=(4, 4),
+                 tuning=None):
+        if tuning is None:
+            tuning = self.autotune(context, dtype, flavour, shape=shape)
+        self.tuning = tuning
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 64, "mode": "good"})
+    def autotune(cls, context, dtype, flavour, shape=(4, 4), extra=None):
+        queue = context.create_tuning_command_queue()
+        n = 4096
+
+        def generate(wgs, mode):
+            calls[cls.__name__] += 1
+            if mode == "skip":
+                return None
+            if mode == "invalid":
+                raise tune.InvalidConfiguration("this mode is never valid")
+            if mode == "broken":
+                program = context.build(KERNEL, {"wrong": False, "factor": "2.0f +"})
+            else:
+                program = context.build(KERNEL, {"wrong": mode == "wrong", "factor": "2.0f"})
+            kernel = program.get_kernel("toy")
+            size = wgs * 1024 if mode == "huge" else -(-n // wgs) * wgs
+            x = context.to_device(queue, np.arange(n, dtype=np.float32))
+            y = context.allocate(n, np.float32)
+
+            def run():
+                queue.enqueue_kernel(kernel, [y, x, np.uint32(n)], size, wgs * (1024 if mode == "huge" else 1))
+
+            def check():
+                return np.array_equal(y.get(queue), 2 * np.arange(n, dtype=np.float32))
+
+            if mode == "crash":
+                raise RuntimeError("something unexpected")
+            return tune.make_measure(queue, run, check)
+
+        return tune.autotune(generate, wgs=[32, 64], mode=["good", "skip", "invalid", "broken",
+                                                            "wrong", "huge", "crash"])
+
+
+class VersionedToy(ToyTemplate):
+    autotune_version = 2
+
+
+class FailingTemplate:
+    """Nothing in this space works."""
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 64})
+    def autotune(cls, context, kinds):
+        def generate(wgs):
+            kind = kinds[wgs % len(kinds)]
+            if kind == "invalid":
+                raise tune.InvalidConfiguration(f"wgs {wgs} invalid")
+            if kind == "compile":
+                context.build(KERNEL, {"wrong": False, "factor": "}"})
+            raise ValueError(f"plain failure for {wgs}")
+
+        return tune.autotune(generate, wgs=list(range(6)))
+
+
+class FakeTimedTemplate:
+    """A template with its own measure (no device work): fast, for many-process tests."""
+
+    @classmethod
+    @tune.autotuner(test={"block": 1})
+    def autotune(cls, context, size):
+        def generate(block):
+            calls["fake"] += 1
+            cost = abs(block - 3) + 1.0
+
+            def measure(iterations):
+                return cost * 1e-6
+
+            return measure
+
+        return tune.autotune(generate, block=[1, 2, 3, 4, 5])

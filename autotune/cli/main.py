@@ -124,9 +124,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    previous_db = os.environ.get(DEFAULT_DB_ENV)
     try:
         if args.db:
-            os.environ[DEFAULT_DB_ENV] = args.db
+            os.environ[DEFAULT_DB_ENV] = args.db  # read by the tuner at call time
         if args.command == "devices":
             return _devices()
         if args.command == "warm":
@@ -150,6 +151,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autotune {args.command}: interrupted; finished keys are stored, rerun to resume",
               file=sys.stderr)
         return 130
+    finally:
+        if previous_db is None:
+            os.environ.pop(DEFAULT_DB_ENV, None)
+        else:
+            os.environ[DEFAULT_DB_ENV] = previous_db
 
 
 if __name__ == "__main__":  # pragma: no cover

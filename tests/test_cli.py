@@ -1,0 +1,223 @@
+"""``python -m autotune`` on temporary databases, on the devices found (PoCL in CI)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.cli import main
+from autotune.registry import registered_templates
+from autotune.tune.store import ResultStore
+
+TESTS = Path(__file__).parent
+FAKE = "toy_templates:FakeTimedTemplate"
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    path = tmp_path / "tune.db"
+    monkeypatch.setenv("AUTOTUNE_DB", str(path))
+    return path
+
+
+def test_registry_holds_the_shipped_templates():
+    names = {t.name for t in registered_templates()}
+    assert "scale" in names
+
+
+def test_devices_lists_identities(capsys):
+    code, out, _ = run(capsys, "devices")
+    assert code == 0
+    assert "platform" in out and "driver" in out
+
+
+def test_warm_then_show_then_skip(capsys, db):
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", FAKE, "--quiet", "FakeTimedTemplate")
+    assert code == 0 and out.count("would tune") == 3
+    assert not db.exists() or ResultStore(f"sqlite:///{db}").records() == []
+    code, out, _ = run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
+    assert code == 0, out
+    assert out.count("tuned") == 3 and "block=3" in out
+    assert "3.00x" in out  # test= block=1 costs 3 us, the best (block=3) 1 us
+    code, out, _ = run(capsys, "show")
+    assert code == 0 and out.count("FakeTimedTemplate") == 3 and "block=3" in out
+    code, out, _ = run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
+    assert code == 0 and out.count("stored") == 3
+    before = ResultStore(f"sqlite:///{db}").records()
+    code, out, _ = run(capsys, "warm", "--template", FAKE, "--quiet", "--force", "FakeTimedTemplate")
+    after = ResultStore(f"sqlite:///{db}").records()
+    assert out.count("tuned") == 3
+    assert all(a.created_at > b.created_at for a, b in zip(after, before))
+
+
+def test_warm_real_template_on_a_device(capsys, db, context):
+    code, out, _ = run(capsys, "warm", "scale", "--device", _selector(context), "--quiet")
+    assert code == 0, out
+    assert out.count("tuned") == 2
+    rows = ResultStore(f"sqlite:///{db}").records(function="operations.scale.ScaleTemplate.autotune")
+    assert {r.key.device_name for r in rows} == {context.device.name}
+
+
+def _selector(context):
+    from autotune import accel
+
+    return next(s.selector for s in accel.list_devices() if s.identity == context.device)
+
+
+def test_failed_keys_give_a_nonzero_exit_with_why(capsys, db):
+    code, out, err = run(capsys, "warm", "--template", "toy_templates:FailingTemplate", "--quiet",
+                         "FailingTemplate")
+    assert code == 1
+    assert "failed" in out
+    assert "FAILED FailingTemplate" in err and "plain failure" in err
+
+
+def test_unknown_operation_and_bad_device_are_one_line_errors(capsys, db):
+    code, _, err = run(capsys, "warm", "no_such_operation")
+    assert code == 2 and "unknown operation" in err and "scale" in err
+    code, _, err = run(capsys, "warm", "--device", "cuda:77")
+    assert code == 2 and err.count("\n") >= 1 and "Traceback" not in err
+    with pytest.raises(SystemExit) as info:
+        main(["frobnicate"])
+    assert info.value.code == 2
+
+
+def test_unreadable_database_is_one_clear_line(capsys, tmp_path):
+    bad = tmp_path / "bad.db"
+    bad.write_bytes(b"garbage" * 1000)
+    code, _, err = run(capsys, "show", "--db", bad)
+    assert code == 2 and "cannot open tuning database" in err and "Traceback" not in err
+    code, _, err = run(capsys, "show", "--db", tmp_path / "missing.db")
+    assert code == 2 and "no tuning database" in err
+    assert not (tmp_path / "missing.db").exists()
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_export_import_round_trip(capsys, db, tmp_path, fmt):
+    run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
+    out_file = tmp_path / f"results.{fmt}"
+    code, _, _ = run(capsys, "export", "--format", fmt, "--out", out_file)
+    assert code == 0 and out_file.stat().st_size > 0
+    other = tmp_path / "other.db"
+    code, out, _ = run(capsys, "import", out_file, "--db", other)
+    assert code == 0 and "3 added" in out
+    mine = ResultStore(f"sqlite:///{db}").records()
+    theirs = ResultStore(f"sqlite:///{other}").records()
+    assert [(r.key, r.parameters, r.score) for r in mine] == \
+        [(r.key, r.parameters, r.score) for r in theirs]
+    assert [r.created_at for r in mine] == [r.created_at for r in theirs]
+
+
+def test_import_keeps_the_better_score(capsys, db, tmp_path):
+    run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
+    exported = json.loads(_export_json(capsys))
+    assert len(exported) == 3
+    exported[0]["score"] /= 2           # better than ours: replaces
+    exported[0]["parameters"] = '{"block": 2}'
+    exported[1]["score"] *= 2           # worse: ours kept
+    exported[2]["arguments"] = '{"size": 99}'  # new key: added
+    path = tmp_path / "theirs.json"
+    path.write_text(json.dumps(exported))
+    code, out, _ = run(capsys, "import", path)
+    assert code == 0
+    assert "1 added" in out and "1 replaced" in out and "1 kept" in out
+    rows = {r.key.arguments: r for r in ResultStore(f"sqlite:///{db}").records()}
+    assert json.loads(rows[exported[0]["arguments"]].parameters) == {"block": 2}
+    assert json.loads(rows[exported[1]["arguments"]].parameters) == {"block": 3}
+    assert len(rows) == 4
+
+
+def _export_json(capsys) -> str:
+    code, out, _ = run(capsys, "export", "--format", "json")
+    assert code == 0
+    return out
+
+
+def test_import_from_another_database_and_bad_files(capsys, db, tmp_path):
+    other = tmp_path / "other.db"
+    run(capsys, "warm", "--template", FAKE, "--quiet", "--db", other, "FakeTimedTemplate")
+    code, out, _ = run(capsys, "import", other)
+    assert code == 0 and "3 added" in out
+    code, out, _ = run(capsys, "import", other)
+    assert "3 kept" in out
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"function": "f"}]')
+    code, _, err = run(capsys, "import", bad)
+    assert code == 2 and "missing field" in err
+    code, _, err = run(capsys, "import", tmp_path / "nope.csv")
+    assert code == 2 and "does not exist" in err
+
+
+def test_clear_asks_and_deletes(capsys, db, monkeypatch):
+    run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))
+    code, _, err = run(capsys, "clear")
+    assert code == 2 and "--yes" in err
+    assert len(ResultStore(f"sqlite:///{db}").records()) == 3
+    code, out, _ = run(capsys, "clear", "--yes", "--function", "%FakeTimed%")
+    assert code == 0 and "deleted 3" in out
+    store = ResultStore(f"sqlite:///{db}")
+    assert store.records() == [] and store.trials() == []
+
+
+def test_plot_writes_a_png(capsys, db, tmp_path):
+    run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
+    png = tmp_path / "plot.png"
+    code, _, _ = run(capsys, "plot", "FakeTimedTemplate", "--out", png)
+    assert code == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = run(capsys, "plot", "NoSuchThing", "--out", png)
+    assert code == 2 and "no successful trials" in err
+
+
+def test_help_explains_the_database_with_an_example(capsys):
+    for command in ("warm", "show", "export", "import", "clear", "plot", "devices"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "AUTOTUNE_DB" in out and "Example:" in out, command
+
+
+def test_interrupted_warm_resumes_without_retuning(tmp_path):
+    db = tmp_path / "resume.db"
+    log = tmp_path / "generate.log"
+    env = dict(os.environ, AUTOTUNE_DB=str(db), SLOW_TEMPLATE_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    argv = [sys.executable, "-m", "autotune", "warm", "--quiet", "--template",
+            "toy_templates:SlowTemplate", "SlowTemplate"]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    done_first: list = []
+    while time.monotonic() < deadline and len(done_first) < 2:
+        time.sleep(0.1)
+        if db.exists():
+            done_first = ResultStore(f"sqlite:///{db}").records()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert 2 <= len(done_first) < 6, "the run should be killed part-way"
+    first = {r.key.arguments: r.created_at for r in ResultStore(f"sqlite:///{db}").records()}
+    lines_before = log.read_text().splitlines()
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    rows = ResultStore(f"sqlite:///{db}").records()
+    assert len(rows) == 6 and len({r.key for r in rows}) == 6
+    for r in rows:
+        if r.key.arguments in first:
+            assert r.created_at == first[r.key.arguments], "a finished key was tuned again"
+    retuned = {int(line.split()[0]) for line in log.read_text().splitlines()[len(lines_before):]}
+    finished = {json.loads(a)["index"] for a in first}
+    assert not retuned & finished
+    assert retuned | finished == set(range(6))

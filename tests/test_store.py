@@ -74,8 +74,11 @@ def test_default_database_path_is_in_the_user_cache_dir():
 
 def test_file_path_becomes_absolute_sqlite_url_and_parent_is_created(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert database_url("sub/dir/x.db") == f"sqlite:///{tmp_path.resolve()}/sub/dir/x.db"
-    assert (tmp_path / "sub" / "dir").is_dir()
+    url = database_url("sub/dir/x.db")
+    assert url == f"sqlite:///{tmp_path.resolve()}/sub/dir/x.db"
+    assert not (tmp_path / "sub").exists(), "naming a database must not create anything"
+    ResultStore(url).dispose()
+    assert (tmp_path / "sub" / "dir" / "x.db").is_file()
 
     monkeypatch.setenv("HOME", str(tmp_path))
     assert database_url("~/home.db") == f"sqlite:///{tmp_path.resolve()}/home.db"
@@ -86,6 +89,7 @@ def test_url_is_used_as_is(tmp_path, monkeypatch):
     postgres = "postgresql+psycopg://user:secret@host:5432/tuning"
     assert database_url(postgres) == postgres
     assert database_url("sqlite:///rel/x.db") == "sqlite:///rel/x.db"
+    ResultStore("sqlite:///rel/x.db").dispose()
     assert (tmp_path / "rel").is_dir()
     assert database_url("sqlite://") == "sqlite://"
 
@@ -110,7 +114,8 @@ def test_unset_or_empty_environment_means_default_path(tmp_path, monkeypatch, va
     expected = tmp_path / "cache" / "autotune" / "tuning.db"
     assert default_database_path() == expected
     assert database_url() == f"sqlite:///{expected}"
-    assert expected.parent.is_dir()
+    ResultStore.open().dispose()
+    assert expected.is_file()
 
 
 # -- schema -------------------------------------------------------------------------------------

@@ -102,3 +102,30 @@ class FakeTimedTemplate:
             return measure
 
         return tune.autotune(generate, block=[1, 2, 3, 4, 5])
+
+
+FakeTimedTemplate.warm_configurations = [{"size": s} for s in (1, 2, 3)]
+FailingTemplate.warm_configurations = [{"kinds": ("plain",)}]
+
+
+class SlowTemplate:
+    """Each key takes a while to tune, and every generate call is logged to a file."""
+
+    warm_configurations = [{"index": i} for i in range(6)]
+
+    @classmethod
+    @tune.autotuner(test={"block": 1})
+    def autotune(cls, context, index):
+        import os
+        import time
+
+        log = os.environ.get("SLOW_TEMPLATE_LOG")
+
+        def generate(block):
+            if log:
+                with open(log, "a") as f:
+                    f.write(f"{index} {block}\n")
+            time.sleep(0.15)
+            return lambda iterations: (block + index) * 1e-6
+
+        return tune.autotune(generate, block=[1, 2, 3])

@@ -13,6 +13,7 @@ upgrades from reading to writing fails at once with "database is locked" instead
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import sqlite3
@@ -98,19 +99,28 @@ def database_url(value: str | None = None) -> str:
 
     ``value`` None reads :data:`DEFAULT_DB_ENV` now; unset or empty means
     :func:`default_database_path`. A value containing ``://`` is an SQLAlchemy URL used as is;
-    anything else is a file path, made absolute and turned into a ``sqlite:///`` URL. The parent
-    directory of a SQLite database file is created if missing.
+    anything else is a file path, made absolute and turned into a ``sqlite:///`` URL. (The
+    parent directory of a SQLite file is created when a :class:`ResultStore` opens it.)
     """
     if value is None:
         value = os.environ.get(DEFAULT_DB_ENV, "")
-    if not value:
-        url = _sqlite_url(default_database_path())
-    elif "://" in value:
-        url = value
+    # Called on every tuned construction: resolving a path costs more than the memo hit itself.
+    if not value:  # the default follows platformdirs, which reads these
+        context = tuple(os.environ.get(v, "") for v in ("XDG_CACHE_HOME", "HOME", "LOCALAPPDATA"))
+    elif "://" not in value:
+        context = (os.getcwd(), os.environ.get("HOME", ""))  # "~" expands against HOME
     else:
-        url = _sqlite_url(pathlib.Path(value).expanduser().resolve())
-    _create_sqlite_parent(url)
-    return url
+        context = ()
+    return _resolve_url(value, context)
+
+
+@functools.lru_cache(maxsize=64)
+def _resolve_url(value: str, context: tuple[str, ...]) -> str:
+    if not value:
+        return _sqlite_url(default_database_path())
+    if "://" in value:
+        return value
+    return _sqlite_url((pathlib.Path(context[0]) / pathlib.Path(value).expanduser()).resolve())
 
 
 def _sqlite_url(path: pathlib.Path) -> str:
@@ -392,6 +402,7 @@ class ResultStore:
         version of autotune.
         """
         self._url = url
+        _create_sqlite_parent(url)
         self._engine = _create_engine(url)
         try:
             self._initialise()

@@ -221,3 +221,17 @@ def test_interrupted_warm_resumes_without_retuning(tmp_path):
     finished = {json.loads(a)["index"] for a in first}
     assert not retuned & finished
     assert retuned | finished == set(range(6))
+
+
+def test_warm_all_devices_with_jobs(capsys, db):
+    from autotune import accel
+
+    devices = accel.list_devices()
+    if len(devices) < 2:
+        pytest.skip("needs two devices (the GPU machine has CUDA and PoCL)")
+    code, out, _ = run(capsys, "warm", "--all-devices", "--jobs", "2", "--template", FAKE,
+                       "FakeTimedTemplate")
+    assert code == 0, out
+    rows = ResultStore(f"sqlite:///{db}").records()
+    assert {r.key.device_name for r in rows} == {d.identity.name for d in devices}
+    assert len(rows) == 3 * len(devices)

@@ -292,3 +292,30 @@ def test_eight_processes_tune_into_one_sqlite_file(tmp_path):
     assert len(keys) == len(set(keys)) == len(set().union(*map(set, sizes)))
     assert all(json.loads(r.parameters) == {"block": 3} for r in rows)
     store.dispose()
+
+
+def test_candidates_are_generated_ahead_in_a_pool_but_not_all_held_at_once():
+    import threading
+    import weakref
+
+    alive: set[int] = set()
+    peak = [0]
+    lock = threading.Lock()
+
+    class Candidate:
+        def __init__(self, n):
+            time.sleep(0.2)  # stands in for compilation
+            with lock:
+                alive.add(n)
+                peak[0] = max(peak[0], len(alive))
+            weakref.finalize(self, alive.discard, n)
+
+        def __call__(self, iterations):
+            return 1e-6
+
+    start = time.perf_counter()
+    result = tune.search(Candidate, {"n": list(range(12))}, workers=4)
+    elapsed = time.perf_counter() - start
+    assert len(result.trials) == 12
+    assert elapsed < 12 * 0.2 / 2, f"generation should overlap: {elapsed:.2f} s"
+    assert peak[0] <= 4 + 1 + 1, f"{peak[0]} candidates were alive at once"

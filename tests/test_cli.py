@@ -47,7 +47,7 @@ def test_devices_lists_identities(capsys):
 def test_warm_then_show_then_skip(capsys, db):
     code, out, _ = run(capsys, "warm", "--dry-run", "--template", FAKE, "--quiet", "FakeTimedTemplate")
     assert code == 0 and out.count("would tune") == 3
-    assert not db.exists() or ResultStore(f"sqlite:///{db}").records() == []
+    assert not db.exists(), "a dry run must not create the database"
     code, out, _ = run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
     assert code == 0, out
     assert out.count("tuned") == 3 and "block=3" in out
@@ -235,3 +235,21 @@ def test_warm_all_devices_with_jobs(capsys, db):
     rows = ResultStore(f"sqlite:///{db}").records()
     assert {r.key.device_name for r in rows} == {d.identity.name for d in devices}
     assert len(rows) == 3 * len(devices)
+
+
+def test_warm_rejects_a_bad_match_mode_once(capsys, db, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_MATCH", "closest")
+    code, out, err = run(capsys, "warm", "--template", FAKE, "FakeTimedTemplate", "--quiet")
+    assert code == 2 and "AUTOTUNE_MATCH" in err and out == ""
+
+
+def test_import_refuses_a_foreign_sqlite_database(capsys, db, tmp_path):
+    import sqlite3
+
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("create table something (a int)")
+    before = foreign.read_bytes()
+    code, _, err = run(capsys, "import", foreign)
+    assert code == 2 and "not an autotune" in err
+    assert foreign.read_bytes() == before

@@ -319,3 +319,47 @@ def test_candidates_are_generated_ahead_in_a_pool_but_not_all_held_at_once():
     assert len(result.trials) == 12
     assert elapsed < 12 * 0.2 / 2, f"generation should overlap: {elapsed:.2f} s"
     assert peak[0] <= 4 + 1 + 1, f"{peak[0]} candidates were alive at once"
+
+
+def test_failure_kinds_come_from_exception_types_not_messages():
+    from autotune.tune.search import classify
+
+    assert classify(ValueError("could not launch the rocket")) == "error"
+    assert classify(accel.LaunchError("too big")) == "launch_error"
+    assert classify(accel.CompileError("x")) == "compile_error"
+    assert classify(tune.WrongResult("x")) == "wrong_result"
+    assert classify(tune.InvalidConfiguration("x")) == "invalid"
+
+
+def test_bad_test_values_are_rejected_when_decorating():
+    for bad in ({"wgs": None}, {"wgs": "64; evil()"}, {"wgs": float("nan")}, {}):
+        with pytest.raises(TypeError, match="test="):
+            tune.autotuner(test=bad)
+
+
+class HandPicked:
+    @classmethod
+    @tune.autotuner(test={"block": 1})
+    def autotune(cls, context):
+        return {"block": 7}  # chosen without a search
+
+
+class InheritsToy(ToyTemplate):
+    pass
+
+
+@pytest.mark.force_autotune
+def test_untimed_parameters_store_an_infinite_score(context):
+    assert HandPicked.autotune(context) == {"block": 7}
+    (row,) = _store().records(function="%HandPicked%")
+    assert row.score == float("inf")
+
+
+@pytest.mark.force_autotune
+def test_a_subclass_gets_keys_of_its_own(context):
+    calls.clear()
+    ToyTemplate(context)
+    InheritsToy(context)
+    assert calls["InheritsToy"] == 14, "the subclass must not reuse its parent's result"
+    functions = {r.key.function for r in _store().records()}
+    assert functions == {TOY_FUNCTION, "test_tune.InheritsToy.autotune"}

@@ -90,19 +90,21 @@ def compile_source(text: str, name: str, compute_capability: tuple[int, int],
     try:
         result = _nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         (size,) = _ok(_nvrtc.nvrtcGetProgramLogSize(prog), "log size")
-        buf = b" " * size
+        # NVRTC writes into these buffers: they must be fresh and mutable (a one-byte bytes
+        # object is a CPython singleton shared by the whole interpreter).
+        buf = bytearray(size)
         _nvrtc.nvrtcGetProgramLog(prog, buf)
-        log = buf.rstrip(b"\0 ").decode(errors="replace").strip()
+        log = bytes(buf).rstrip(b"\0 ").decode(errors="replace").strip()
         if int(result[0]) != 0:
             raise NvrtcError("NVRTC compilation failed", log)
         if kind == "cubin":
             (size,) = _ok(_nvrtc.nvrtcGetCUBINSize(prog), "cubin size")
-            binary = b" " * size
-            _ok(_nvrtc.nvrtcGetCUBIN(prog, binary), "cubin")
+            out = bytearray(size)
+            _ok(_nvrtc.nvrtcGetCUBIN(prog, out), "cubin")
         else:
             (size,) = _ok(_nvrtc.nvrtcGetPTXSize(prog), "ptx size")
-            binary = b" " * size
-            _ok(_nvrtc.nvrtcGetPTX(prog, binary), "ptx")
-        return NvrtcOutput(binary=binary, kind=kind, log=log, arch=arch)
+            out = bytearray(size)
+            _ok(_nvrtc.nvrtcGetPTX(prog, out), "ptx")
+        return NvrtcOutput(binary=bytes(out), kind=kind, log=log, arch=arch)
     finally:
         _nvrtc.nvrtcDestroyProgram(prog)

@@ -19,6 +19,12 @@ DEVICE_FN unsigned int get_num_groups(int d) { return d == 0 ? gridDim.x : d == 
 DEVICE_FN size_t get_global_id(int d) { return (size_t) get_group_id(d) * get_local_size(d) + get_local_id(d); }
 DEVICE_FN size_t get_global_size(int d) { return (size_t) get_num_groups(d) * get_local_size(d); }
 DEVICE_FN float fma_f(float a, float b, float c) { return fmaf(a, b, c); }
+#ifndef INFINITY
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+#ifndef NAN
+#define NAN __int_as_float(0x7fffffff)
+#endif
 % else:
 #ifdef cl_khr_fp64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable

@@ -78,7 +78,7 @@ def select_devices(selector: str | None = None) -> list[DeviceSpec]:
     else:
         raise DeviceNotFoundError(
             f"device selector {selector!r} is not understood; use cuda, cuda:N, opencl, "
-            f"opencl:P:D, cpu or gpu. {_describe_all(specs)}"
+            f"opencl:P, opencl:P:D, cpu or gpu. {_describe_all(specs)}"
         )
     if not chosen:
         raise DeviceNotFoundError(f"no device matches {selector!r}; {_describe_all(specs)}")

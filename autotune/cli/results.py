@@ -45,7 +45,8 @@ def record_from_dict(row: dict[str, Any], where: str) -> TuningRecord:
         parameters = str(row["parameters"])
         if not isinstance(json.loads(parameters), dict) or not isinstance(json.loads(key.arguments), dict):
             raise ValueError("parameters and arguments must be JSON objects")
-        score = float(row["score"]) if row["score"] not in ("", None) else float("nan")
+        # No score means never timed: infinitely slow, so any measured result replaces it.
+        score = float(row["score"]) if row["score"] not in ("", None) else float("inf")
         created = row.get("created_at") or None
         created_at = datetime.fromisoformat(str(created)) if created else datetime.now(timezone.utc)
         if created_at.tzinfo is None:
@@ -105,6 +106,7 @@ def _read_import(path: Path) -> list[TuningRecord]:
         raise FileNotFoundError(f"{path} does not exist")
     head = path.read_bytes()[:16]
     if head.startswith(b"SQLite format 3"):
+        _require_autotune_tables(path)
         source = ResultStore(f"sqlite:///{path.resolve()}")
         try:
             return source.records()
@@ -124,6 +126,20 @@ def _read_import(path: Path) -> list[TuningRecord]:
         rows = list(csv.DictReader(text.splitlines()))
     return [record_from_dict(row if isinstance(row, dict) else {}, f"{path} row {i + 1}")
             for i, row in enumerate(rows)]
+
+
+def _require_autotune_tables(path: Path) -> None:
+    """Opening a store creates missing tables: never do that to someone else's database."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(f"sqlite:///{path.resolve()}?mode=ro", connect_args={"uri": True})
+    try:
+        tables = set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+    if "tuning_results" not in tables:
+        raise ValueError(f"{path} is an SQLite database but not an autotune one "
+                         "(no tuning_results table); nothing imported")
 
 
 def run_import(args: Any, url: str) -> int:

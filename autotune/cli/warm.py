@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from typing import Any
 
 from .. import accel
 from ..registry import RegisteredTemplate, load_template, registered_templates
-from ..tune import encode_arguments
+from ..tune import encode_arguments, match_mode
 from ..tune.search import observers
 from ..tune.decorator import get_store
 from ..tune.encoding import encode_parameters
@@ -105,14 +106,15 @@ def warm_device(selector: str, templates: list[RegisteredTemplate], *, force: bo
     """Warm every template's configurations on one device (by selector)."""
     context = accel.select_devices(selector)[0].create_context()
     device = context.device.name
-    store = get_store(database_url())
+    url = database_url()
+    store = None if dry_run and _missing_sqlite_file(url) else get_store(url)
     progress = _Progress(sys.stderr, quiet)
     outcomes = []
     for template in templates:
         for config in template.configurations(context):
             key = template.key(context, config)
             args = arguments_text(encode_arguments(config))
-            stored = store.get(key)
+            stored = store.get(key) if store is not None else None
             if stored is not None and not force:
                 outcomes.append(WarmOutcome(
                     template.name, device, args, "stored", parameters_text(stored.parameters),
@@ -135,6 +137,11 @@ def warm_device(selector: str, templates: list[RegisteredTemplate], *, force: bo
     return outcomes
 
 
+def _missing_sqlite_file(url: str) -> bool:
+    """A dry run must not create the database it reports on."""
+    return url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):])
+
+
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
     selector, specs, names, force, dry_run = job
     templates = _select_templates(names, specs)
@@ -155,12 +162,11 @@ def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemp
 
 
 def run_warm(args: Any) -> int:
+    match_mode()  # a bad AUTOTUNE_MATCH is one clear error, not a failure per key
     templates = _select_templates(args.operations, args.template)
     if args.all_devices:
         selectors = [s.selector for s in accel.select_devices(None)]
     else:
-        import os
-
         selector = args.device or os.environ.get(accel.ENV_DEVICE)
         selectors = [accel.select_devices(selector)[0].selector]
     jobs = max(1, min(args.jobs, len(selectors)))

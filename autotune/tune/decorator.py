@@ -145,8 +145,12 @@ class _Bound:
                 rest.update(rest.pop(name))
         version = getattr(owner, "autotune_version", getattr(fn, "autotune_version", 0))
         device = self.context.device
+        # The owner class, not where the method is defined: a subclass that inherits
+        # ``autotune`` may build different kernels, so it gets keys of its own.
+        function = (f"{owner.__module__}.{owner.__qualname__}.{fn.__name__}"
+                    if isinstance(owner, type) else _function_name(fn))
         self.key = TuningKey(
-            function=_function_name(fn),
+            function=function,
             version=int(version),
             device_name=device.name,
             device_platform=device.platform,
@@ -239,10 +243,13 @@ def _tune(fn: Callable, args: tuple, kwargs: dict, call: _Bound, store: ResultSt
         params = validate_parameters(returned, test)
     except InvalidParametersError as exc:
         raise InvalidParametersError(f"{key.function} returned unusable parameters: {exc}") from None
-    score = math.nan
+    # The median of these parameters if a search timed them; a tuning function that picks
+    # parameters without timing them stores an infinite score (any measured result beats it).
+    score = math.inf
     for result in reversed(sess.results):
-        if result.best == params:
-            score = result.score
+        timed = [t.median_seconds for t in result.trials if t.status == "ok" and t.parameters == params]
+        if timed:
+            score = timed[-1]
             break
     store.put(TuningRecord(
         key=key, parameters=encode_parameters(params), score=score,

@@ -134,7 +134,13 @@ def validate_test_parameters(test: dict[str, Any]) -> None:
     for name, value in test.items():
         if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
             raise TypeError(f"test= parameter name {name!r} is not an identifier")
-        _check_value(name, value, value if isinstance(value, (bool, int, float, str)) else None)
+        plain = isinstance(value, (bool, int, float)) or (
+            isinstance(value, str) and _IDENTIFIER.fullmatch(value))
+        if not plain or (isinstance(value, float) and not math.isfinite(value)):
+            raise TypeError(
+                f"test= value {name}={value!r} must be a bool, an int, a finite float or an "
+                "identifier-like string (these are the only values a tuning result may hold)"
+            )
 
 
 def encode_parameters(parameters: dict[str, Any]) -> str:

@@ -55,9 +55,9 @@ def classify(exc: BaseException) -> str:
         return "launch_error"
     if isinstance(exc, InvalidConfiguration):
         return "invalid"
-    name = type(exc).__name__
-    if name in ("LaunchError", "LogicError") or "launch" in str(exc).lower():
-        return "launch_error"  # pycuda/pyopencl launch failures
+    module = type(exc).__module__ or ""
+    if module.startswith(("pycuda", "pyopencl")):
+        return "launch_error"  # raised by the driver while running the candidate
     return "error"
 
 

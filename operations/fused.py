@@ -1,0 +1,324 @@
+"""The shared mechanism behind reductions and fused BLAS-1: one tuned pass over some vectors.
+
+An operation is declared as data (:class:`FusedOp`): which vectors it reads and writes, its
+scalars, an elementwise body and the values it accumulates. :class:`FusedTemplate` renders
+``fused.mako`` for it, tunes the launch (work-group size, items per work-item, work-groups per
+compute unit, warp shuffles on CUDA) and checks every candidate against a numpy reference.
+Accumulation is in double precision for sums of single-precision data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune import accel, tune
+
+TEMPLATE = Path(__file__).with_name("fused.mako")
+
+#: element dtype -> (real C type, element C type, complex?)
+CTYPES = {
+    np.dtype(np.float32): ("float", "float", False),
+    np.dtype(np.float64): ("double", "double", False),
+    np.dtype(np.complex64): ("float", "cfloat", True),
+    np.dtype(np.complex128): ("double", "cdouble", True),
+}
+WGS_SPACE = (64, 128, 256, 512, 1024)
+IPT_SPACE = (1, 2, 4, 8)
+GROUPS_PER_CU_SPACE = (1, 2, 4, 8, 16)
+# CPU devices compile slowly (PoCL) and gain little from large spaces.
+CPU_WGS_SPACE = (16, 64, 256)
+CPU_IPT_SPACE = (1, 4)
+CPU_GROUPS_PER_CU_SPACE = (1, 4)
+
+
+@dataclass(frozen=True)
+class Output:
+    """One value an operation returns: a ``real`` or a ``field`` (element-typed) scalar."""
+
+    kind: str
+    expressions: tuple[str, ...]  #: (re,) for real; (re, im) for field (im unused for real data)
+
+
+@dataclass(frozen=True)
+class FusedOp:
+    name: str
+    vectors: tuple[str, ...]  #: vector arguments, in call order
+    written: tuple[str, ...] = ()
+    write_only: tuple[str, ...] = ()  #: written but never read: not loaded
+    scalars: tuple[tuple[str, str], ...] = ()  #: (name, "real" | "field")
+    body: str = ""
+    outputs: tuple[Output, ...] = ()
+    combine: str = "sum"  #: "sum", "min" or "max"
+    real_only: bool = False
+    complex_only: bool = False
+    #: numpy reference: (vectors, scalars) -> (updated vectors, outputs), in float64/complex128
+    reference: Callable[[dict, dict], tuple[dict, tuple]] | None = field(default=None, compare=False)
+
+    def supports(self, dtype: np.dtype) -> bool:
+        is_complex = dtype.kind == "c"
+        return not ((self.real_only and is_complex) or (self.complex_only and not is_complex))
+
+    def reductions(self, is_complex: bool) -> list[str]:
+        exprs: list[str] = []
+        for out in self.outputs:
+            exprs += list(out.expressions if (out.kind == "field" and is_complex) else out.expressions[:1])
+        return exprs
+
+
+def _validated(tuning: dict[str, Any], backend: str) -> dict[str, Any]:
+    wgs, ipt, gpc, shuffle = (tuning["wgs"], tuning["ipt"], tuning["groups_per_cu"],
+                              tuning["shuffle"])
+    if not (isinstance(wgs, int) and 1 <= wgs <= 1024 and wgs & (wgs - 1) == 0):
+        raise ValueError(f"wgs must be a power of two up to 1024, got {wgs!r}")
+    if ipt not in (1, 2, 4, 8, 16):
+        raise ValueError(f"ipt must be 1, 2, 4, 8 or 16, got {ipt!r}")
+    if not (isinstance(gpc, int) and 1 <= gpc <= 64):
+        raise ValueError(f"groups_per_cu must be 1 to 64, got {gpc!r}")
+    if shuffle and (backend != "cuda" or wgs < 64):
+        raise ValueError("shuffle needs CUDA and a work-group of at least 64")
+    return {"wgs": wgs, "ipt": ipt, "groups_per_cu": gpc, "shuffle": bool(shuffle)}
+
+
+class FusedTemplate:
+    """Base of the tuned fused-pass templates; subclasses set ``ops`` and decorate ``autotune``."""
+
+    ops: dict[str, FusedOp] = {}
+    autotune_version = 1
+
+    def __init__(self, context: accel.Context, dtype: Any, op: str,
+                 tuning: dict[str, Any] | None = None):
+        self.context = context
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in CTYPES:
+            raise TypeError(f"{type(self).__name__} supports float32, float64, complex64 and "
+                            f"complex128, not {self.dtype}")
+        if op not in self.ops:
+            raise ValueError(f"unknown operation {op!r}; choose from {', '.join(sorted(self.ops))}")
+        self.op = self.ops[op]
+        if not self.op.supports(self.dtype):
+            kind = "real" if self.op.real_only else "complex"
+            raise TypeError(f"{op} is defined for {kind} data only, not {self.dtype}")
+        if self.dtype in (np.float64, np.complex128) and not context.device.double_precision:
+            raise TypeError(f"{context.device.name} has no double precision")
+        if tuning is None:
+            tuning = self.autotune(context, self.dtype, op)
+        self.tuning = _validated(tuning, context.backend)
+        real, elem, is_complex = CTYPES[self.dtype]
+        self.is_complex = is_complex
+        reductions = self.op.reductions(is_complex)
+        self.components = len(reductions)
+        # Sums accumulate in double; min/max stay in the data's own precision.
+        self.acc_dtype = np.dtype(np.float64 if self.op.combine == "sum" or real == "double"
+                                  else np.float32)
+        self.program = context.build(TEMPLATE, {
+            "real": real, "elem": elem, "is_complex": is_complex,
+            "acc": "double" if self.op.combine == "sum" else real,
+            "combine": self.op.combine, "vectors": list(self.op.vectors),
+            "written": list(self.op.written), "write_only": list(self.op.write_only),
+            "scalars": list(self.op.scalars),
+            "body": self.op.body, "reductions": reductions,
+            "wgs": self.tuning["wgs"], "ipt": self.tuning["ipt"], "shuffle": self.tuning["shuffle"],
+        })
+
+    def instantiate(self, queue: accel.CommandQueue, n: int) -> FusedPass:
+        return FusedPass(self, queue, n)
+
+    @classmethod
+    def _space(cls, context: accel.Context) -> dict[str, Sequence[Any]]:
+        if context.device.is_gpu:
+            return {"wgs": WGS_SPACE, "ipt": IPT_SPACE, "groups_per_cu": GROUPS_PER_CU_SPACE,
+                    "shuffle": (False, True) if context.backend == "cuda" else (False,)}
+        return {"wgs": CPU_WGS_SPACE, "ipt": CPU_IPT_SPACE,
+                "groups_per_cu": CPU_GROUPS_PER_CU_SPACE, "shuffle": (False,)}
+
+    @classmethod
+    def _tune(cls, context: accel.Context, dtype: np.dtype, op_name: str) -> dict[str, Any]:
+        op = cls.ops[op_name]
+        queue = context.create_tuning_command_queue()
+        n = 1 << 24 if context.device.is_gpu else 1 << 20
+        rng = np.random.default_rng(12345)
+        host = {v: random_vector(rng, n, dtype) for v in op.vectors}
+        scalars = sample_scalars(op, dtype)
+        pristine = {v: context.to_device(queue, a) for v, a in host.items()}
+        work = {v: context.allocate(n, dtype) for v in op.vectors}
+        expected_vectors, expected_outputs = op.reference(
+            {v: a.astype(np.complex128 if dtype.kind == "c" else np.float64) for v, a in host.items()},
+            scalars)
+
+        def generate(wgs: int, ipt: int, groups_per_cu: int, shuffle: bool):
+            if wgs > context.device.max_work_group_size or (shuffle and wgs < 64):
+                return None
+            inst = cls(context, dtype, op_name, {"wgs": wgs, "ipt": ipt,
+                                                 "groups_per_cu": groups_per_cu,
+                                                 "shuffle": shuffle}).instantiate(queue, n)
+            state = {"first": True}
+
+            def run() -> None:
+                if state["first"]:  # every candidate starts from the same data
+                    for v in op.vectors:
+                        work[v].copy_from(queue, pristine[v])
+                    state["first"] = False
+                inst.enqueue([work[v] for v in op.vectors], scalars)
+
+            def check() -> bool:
+                outputs = inst.result()
+                for v in op.written:
+                    if not close(work[v].get(queue), expected_vectors[v], dtype):
+                        return False
+                return outputs_close(outputs, expected_outputs, dtype, op.combine)
+
+            return tune.make_measure(queue, run, check)
+
+        return tune.autotune(generate, **cls._space(context))
+
+
+class FusedPass:
+    """A fused pass for vectors of length ``n``: call it with vectors and scalars."""
+
+    def __init__(self, template: FusedTemplate, queue: accel.CommandQueue, n: int):
+        n = int(n)
+        if n < 1:
+            raise ValueError(f"{template.op.name}: empty input (n = {n}); there is nothing to reduce")
+        self.template = template
+        self.queue = queue
+        self.n = n
+        ctx = template.context
+        t = template.tuning
+        self.wgs = t["wgs"]
+        needed = -(-n // (self.wgs * t["ipt"]))
+        self.groups = max(1, min(t["groups_per_cu"] * ctx.device.multiprocessors, needed))
+        self.kernel = template.program.get_kernel("fused_pass")
+        self.kernel.check_launch(self.groups * self.wgs, self.wgs)
+        k = max(template.components, 1)
+        self.partials = ctx.allocate(k * self.groups, template.acc_dtype)
+        if template.components:
+            self.finish_kernel = template.program.get_kernel("fused_finish")
+            self.out = ctx.allocate(template.components, template.acc_dtype)
+        real = np.float32 if template.dtype in (np.float32, np.complex64) else np.float64
+        self._real = real
+
+    def _scalar_args(self, scalars: dict[str, Any]) -> list[Any]:
+        args: list[Any] = []
+        op = self.template.op
+        missing = [name for name, _ in op.scalars if name not in scalars]
+        if missing:
+            raise TypeError(f"{op.name} needs scalar(s) {', '.join(missing)}")
+        for name, kind in op.scalars:
+            value = scalars[name]
+            if kind == "field" and self.template.is_complex:
+                value = complex(value)
+                args += [self._real(value.real), self._real(value.imag)]
+            else:
+                if isinstance(value, complex) or np.iscomplexobj(value):
+                    raise TypeError(f"{op.name}: scalar {name} must be real for {self.template.dtype} data")
+                args.append(self._real(value))
+        return args
+
+    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any]) -> None:
+        """Enqueue the pass (asynchronously); :meth:`result` then reads the reductions."""
+        op = self.template.op
+        if len(vectors) != len(op.vectors):
+            raise TypeError(f"{op.name} takes {len(op.vectors)} vectors ({', '.join(op.vectors)}), "
+                            f"got {len(vectors)}")
+        arrays = [as_device_array(self.template.context, v, self.n, self.template.dtype, name)
+                  for v, name in zip(vectors, op.vectors)]
+        args = [*arrays, *self._scalar_args(scalars), self.partials, np.uint64(self.n)]
+        self.queue.enqueue_kernel(self.kernel, args, self.groups * self.wgs, self.wgs)
+        if self.template.components:
+            self.queue.enqueue_kernel(self.finish_kernel,
+                                      [self.partials, np.uint32(self.groups), self.out],
+                                      self.wgs, self.wgs)
+
+    def result(self) -> tuple:
+        """The operation's outputs (waits for the device; one small copy)."""
+        if not self.template.components:
+            self.queue.finish()
+            return ()
+        values = self.out.get(self.queue)
+        return unpack_outputs(self.template.op, values, self.template.is_complex,
+                              self.template.dtype)
+
+    def __call__(self, *vectors: Any, **scalars: Any) -> Any:
+        """Run the pass; returns its single output, a tuple of outputs, or None."""
+        self.enqueue(vectors, scalars)
+        outputs = self.result()
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+def as_device_array(context: accel.Context, obj: Any, n: int, dtype: np.dtype,
+                    name: str) -> accel.DeviceArray:
+    """A device array of ``n`` elements of ``dtype``: ours, or a CuPy/PyTorch array viewed in place."""
+    if isinstance(obj, accel.DeviceArray):
+        arr = obj
+    elif hasattr(obj, "__cuda_array_interface__"):
+        arr = context.wrap(obj)
+    elif isinstance(obj, np.ndarray):
+        raise TypeError(f"vector {name} is a numpy array; use the host entry points "
+                        "(operations.reduce.sum(x), operations.blas.axpy(...)) or copy it with "
+                        "context.to_device(queue, x)")
+    else:
+        raise TypeError(f"vector {name} must be a device array, not {type(obj).__name__}")
+    if arr.size != n:
+        raise ValueError(f"vector {name} has {arr.size} elements, expected {n} (lengths differ)")
+    if arr.dtype != dtype:
+        raise TypeError(f"vector {name} has dtype {arr.dtype}, expected {dtype}")
+    return arr
+
+
+def unpack_outputs(op: FusedOp, values: np.ndarray, is_complex: bool, dtype: np.dtype) -> tuple:
+    out = []
+    i = 0
+    for spec in op.outputs:
+        if spec.kind == "field" and is_complex:
+            out.append(complex(values[i], values[i + 1]))
+            i += 2
+        else:
+            value = values[i]
+            out.append(dtype.type(value) if op.combine != "sum" else float(value))
+            i += 1
+    return tuple(out)
+
+
+def random_vector(rng: np.random.Generator, n: int, dtype: np.dtype) -> np.ndarray:
+    if np.dtype(dtype).kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
+    return rng.standard_normal(n).astype(dtype)
+
+
+def sample_scalars(op: FusedOp, dtype: np.dtype) -> dict[str, Any]:
+    """Small scalars (so repeated application while timing stays bounded)."""
+    values = {}
+    for i, (name, kind) in enumerate(op.scalars):
+        re = 0.25 + 0.125 * i
+        values[name] = complex(re, -0.5 * re) if (kind == "field" and np.dtype(dtype).kind == "c") else re
+    return values
+
+
+def tolerance(dtype: np.dtype) -> float:
+    return 1e-5 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-12
+
+
+def close(got: np.ndarray, expected: np.ndarray, dtype: np.dtype) -> bool:
+    tol = tolerance(dtype)
+    scale = max(float(np.max(np.abs(expected))), 1.0) if expected.size else 1.0
+    return bool(np.allclose(got, expected, rtol=tol, atol=tol * scale, equal_nan=True))
+
+
+def outputs_close(got: tuple, expected: tuple, dtype: np.dtype, combine: str) -> bool:
+    if len(got) != len(expected):
+        return False
+    for g, e in zip(got, expected):
+        if combine != "sum":
+            if not (g == e or (math.isnan(g) and math.isnan(e))):
+                return False
+        elif not np.isclose(g, e, rtol=tolerance(dtype) * 10, atol=0, equal_nan=True):
+            return False
+    return True

@@ -1,0 +1,134 @@
+"""Fused BLAS-1 kernels against numpy expressions written here, independently of the ops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import operations.blas as B
+from autotune.tune.store import ResultStore
+from operations.blas import BlasTemplate
+
+DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+def _data(rng, n, dtype):
+    if np.dtype(dtype).kind == "c":
+        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
+    return rng.standard_normal(n).astype(dtype)
+
+
+def _n2(v):
+    return float(np.sum(np.abs(v) ** 2))
+
+
+def _scalars(dtype):
+    c = np.dtype(dtype).kind == "c"
+    return {"a": 0.75, "b": -1.25, "ca": (0.5 - 2j) if c else 0.5, "cb": (1 + 0.5j) if c else 1.5,
+            "cw": (-0.25 + 1j) if c else -0.25}
+
+
+# name: (vector names, scalars from _scalars, expected(vectors, s) -> (updates, outputs))
+CASES = {
+    "axpy": (("x", "y"), {"a": "a"}, lambda v, s: ({"y": s["a"] * v["x"] + v["y"]}, ())),
+    "xpay": (("x", "y"), {"a": "a"}, lambda v, s: ({"y": v["x"] + s["a"] * v["y"]}, ())),
+    "axpby": (("x", "y"), {"a": "a", "b": "b"},
+              lambda v, s: ({"y": s["a"] * v["x"] + s["b"] * v["y"]}, ())),
+    "caxpy": (("x", "y"), {"a": "ca"}, lambda v, s: ({"y": s["ca"] * v["x"] + v["y"]}, ())),
+    "axpy_norm": (("x", "y"), {"a": "a"},
+                  lambda v, s: ({"y": (y := s["a"] * v["x"] + v["y"])}, (_n2(y),))),
+    "caxpy_norm": (("x", "y"), {"a": "ca"},
+                   lambda v, s: ({"y": (y := s["ca"] * v["x"] + v["y"])}, (_n2(y),))),
+    "xmy_norm": (("x", "y"), {}, lambda v, s: ({"y": (y := v["x"] - v["y"])}, (_n2(y),))),
+    "axpy_zpbx": (("x", "p", "z"), {"a": "a", "b": "b"},
+                  lambda v, s: ({"x": v["x"] + s["a"] * v["p"], "p": v["z"] + s["b"] * v["p"]}, ())),
+    "cdot_norm": (("x", "y"), {}, lambda v, s: ({}, (np.sum(np.conj(v["x"]) * v["y"]), _n2(v["x"])))),
+    "bicgstab_xs": (("x", "p", "s", "t", "r0"), {"a": "ca", "w": "cw"},
+                    lambda v, s: ({"x": v["x"] + s["ca"] * v["p"] + s["cw"] * v["s"],
+                                   "s": (r := v["s"] - s["cw"] * v["t"])},
+                                  (np.sum(np.conj(v["r0"]) * r), _n2(r)))),
+    "bicgstab_p": (("p", "r", "v"), {"b": "cb", "w": "cw"},
+                   lambda v, s: ({"p": v["r"] + s["cb"] * (v["p"] - s["cw"] * v["v"])}, ())),
+}
+
+
+def test_every_op_has_a_test_case():
+    assert set(CASES) == set(BlasTemplate.ops)
+
+
+def _check(context, queue, op, dtype, n, rng):
+    names, scalar_map, expected_fn = CASES[op]
+    tol = 2e-6 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-13
+    host = {name: _data(rng, n, dtype) for name in names}
+    s = _scalars(dtype)
+    wide = {k: v.astype(np.complex128 if v.dtype.kind == "c" else np.float64) for k, v in host.items()}
+    updates, outputs = expected_fn(wide, s)
+    device = {k: context.to_device(queue, v) for k, v in host.items()}
+    fn = BlasTemplate(context, dtype, op).instantiate(queue, n)
+    got = fn(*[device[k] for k in names], **{k: s[v] for k, v in scalar_map.items()})
+    got = () if got is None else (got if isinstance(got, tuple) else (got,))
+    assert len(got) == len(outputs)
+    for g, e in zip(got, outputs):
+        assert abs(g - e) <= tol * max(abs(e), 1.0) * 4, (op, n, g, e)
+    for name in names:
+        value = device[name].get(queue)
+        want = updates.get(name, wide[name])
+        scale = max(np.max(np.abs(want)), 1.0)
+        assert np.max(np.abs(value - want)) <= tol * scale * 4, (op, n, name)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_blas_matches_numpy(context, command_queue, op, dtype):
+    if not BlasTemplate.ops[op].supports(np.dtype(dtype)):
+        with pytest.raises(TypeError, match="complex data only"):
+            BlasTemplate(context, dtype, op)
+        return
+    rng = np.random.default_rng(hash(op) % 2**32)
+    for n in (1, 2, 31, 33, 1000, 2**20 + 7):
+        _check(context, command_queue, op, dtype, n, rng)
+
+
+def test_nan_propagates_through_norms(context, command_queue):
+    x = np.array([1.0, np.nan, 3.0], np.float32)
+    y = np.ones(3, np.float32)
+    fn = BlasTemplate(context, np.float32, "axpy_norm").instantiate(command_queue, 3)
+    dy = context.to_device(command_queue, y)
+    assert np.isnan(fn(context.to_device(command_queue, x), dy, a=1.0))
+    assert np.isnan(dy.get(command_queue)[1])
+
+
+def test_scalar_errors(context, command_queue):
+    fn = BlasTemplate(context, np.float32, "axpy").instantiate(command_queue, 4)
+    x = context.to_device(command_queue, np.ones(4, np.float32))
+    y = context.to_device(command_queue, np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="needs scalar"):
+        fn(x, y)
+    with pytest.raises(TypeError, match="must be real"):
+        fn(x, y, a=1j)
+
+
+def test_host_entry_points_update_in_place(context):
+    rng = np.random.default_rng(11)
+    x, y = _data(rng, 500, np.complex128), _data(rng, 500, np.complex128)
+    y0 = y.copy()
+    r2 = B.caxpy_norm(0.5 + 1j, x, y, context=context)
+    np.testing.assert_allclose(y, (0.5 + 1j) * x + y0, rtol=1e-14)
+    assert abs(r2 - np.vdot(y, y).real) < 1e-9
+    p, z, xx = (_data(rng, 500, np.float64) for _ in range(3))
+    p0, xx0 = p.copy(), xx.copy()
+    assert B.axpy_zpbx(0.5, p, xx, z, 2.0, context=context) is None
+    np.testing.assert_allclose(xx, xx0 + 0.5 * p0, rtol=1e-14)
+    np.testing.assert_allclose(p, z + 2.0 * p0, rtol=1e-14)
+    dot, norm = B.cdot_norm(x, y, context=context)
+    assert abs(dot - np.vdot(x, y)) < 1e-9 and abs(norm - np.vdot(x, x).real) < 1e-9
+
+
+@pytest.mark.force_autotune
+@pytest.mark.parametrize("op", sorted(CASES))
+def test_every_candidate_computes_the_same_answer(context, op):
+    dtype = np.complex64 if BlasTemplate.ops[op].complex_only or op.startswith("bicgstab") else np.float32
+    BlasTemplate.autotune(context, dtype, op)
+    trials = ResultStore.open().trials(function="operations.blas.BlasTemplate.autotune")
+    bad = [(t.parameters, t.status, t.message) for t in trials if t.status != "ok"]
+    assert not bad and len(trials) >= 8

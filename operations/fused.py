@@ -144,12 +144,16 @@ class FusedTemplate:
         n = 1 << 24 if context.device.is_gpu else 1 << 20
         rng = np.random.default_rng(12345)
         host = {v: random_vector(rng, n, dtype) for v in op.vectors}
+        # Checking every element of every candidate would cost more than timing it: compare a
+        # fixed sample, plus the tail where bounds errors show.
+        sample = np.unique(np.concatenate([rng.integers(0, n, 1 << 16), np.arange(n - 4096, n)]))
         scalars = sample_scalars(op, dtype)
         pristine = {v: context.to_device(queue, a) for v, a in host.items()}
         work = {v: context.allocate(n, dtype) for v in op.vectors}
         expected_vectors, expected_outputs = op.reference(
             {v: a.astype(np.complex128 if dtype.kind == "c" else np.float64) for v, a in host.items()},
             scalars)
+        expected_vectors = {v: a[sample] for v, a in expected_vectors.items()}
 
         def generate(wgs: int, ipt: int, groups_per_cu: int, shuffle: bool):
             if wgs > context.device.max_work_group_size or (shuffle and wgs < 64):
@@ -169,7 +173,7 @@ class FusedTemplate:
             def check() -> bool:
                 outputs = inst.result()
                 for v in op.written:
-                    if not close(work[v].get(queue), expected_vectors[v], dtype):
+                    if not close(work[v].get(queue)[sample], expected_vectors[v], dtype):
                         return False
                 return outputs_close(outputs, expected_outputs, dtype, op.combine)
 
@@ -288,9 +292,11 @@ def unpack_outputs(op: FusedOp, values: np.ndarray, is_complex: bool, dtype: np.
 
 
 def random_vector(rng: np.random.Generator, n: int, dtype: np.dtype) -> np.ndarray:
-    if np.dtype(dtype).kind == "c":
-        return (rng.standard_normal(n) + 1j * rng.standard_normal(n)).astype(dtype)
-    return rng.standard_normal(n).astype(dtype)
+    """Uniform in [-1, 1) (and in the imaginary part for complex): quick to make at 2^24."""
+    dtype = np.dtype(dtype)
+    real = np.float32 if dtype in (np.float32, np.complex64) else np.float64
+    values = rng.random(n * (2 if dtype.kind == "c" else 1), dtype=real) * 2 - 1
+    return values.view(dtype)
 
 
 def sample_scalars(op: FusedOp, dtype: np.dtype) -> dict[str, Any]:

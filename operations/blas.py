@@ -37,7 +37,7 @@ import numpy as np
 
 from autotune import tune
 
-from .fused import FusedOp, FusedTemplate, Output
+from .fused import TEST_PARAMETERS, FusedOp, FusedTemplate, Output
 from .host import host_call
 
 _NORM_Y = Output("real", ("NORM2(y)",))
@@ -125,7 +125,7 @@ class BlasTemplate(FusedTemplate):
     """Fused vector updates with optional reductions, tuned per operation and dtype."""
 
     ops = OPS
-    autotune_version = 1
+    autotune_version = 2
 
     @classmethod
     def warm_configurations(cls, context: Any) -> list[dict[str, Any]]:
@@ -136,7 +136,7 @@ class BlasTemplate(FusedTemplate):
                 if OPS[op].supports(np.dtype(d))]
 
     @classmethod
-    @tune.autotuner(test={"wgs": 64, "ipt": 1, "groups_per_cu": 4, "shuffle": False})
+    @tune.autotuner(test=TEST_PARAMETERS)
     def autotune(cls, context: Any, dtype: Any, op: str) -> dict[str, Any]:
         return cls._tune(context, np.dtype(dtype), op)
 

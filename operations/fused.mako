@@ -8,10 +8,30 @@
 ##   scalars           (name, kind) pairs; kind "real" or "field" (the element type)
 ##   body              C statements on the element variables (may be empty)
 ##   reductions        C expressions, one per accumulator component
-##   wgs, ipt, shuffle work-group size, items per work-item, warp-shuffle final stage (CUDA)
+##   wgs, ipt, vec     work-group size; chunks per work-item per step; elements per chunk (one
+##                     vector load of vec elements, at most 16 bytes)
+##   shuffle           warp-shuffle final stage of the work-group reduction (CUDA)
 <%
     k = len(reductions)
     identity = {"sum": "0", "min": "INFINITY", "max": "-INFINITY"}[combine]
+    width = vec * (2 if is_complex else 1)          # reals per chunk
+    raw = real if width == 1 else f"{real}{width}"  # the type of one chunk load
+    comps = "xyzw"
+    read = [v for v in vectors if v not in write_only]
+
+    def element(v, e):
+        if width == 1:
+            return f"{v}_raw"
+        if is_complex:
+            return f"{elem}_new({v}_raw.{comps[2 * e]}, {v}_raw.{comps[2 * e + 1]})"
+        return f"{v}_raw.{comps[e]}"
+
+    def put(v, e):
+        if width == 1:
+            return f"{v}_out = {v};"
+        if is_complex:
+            return f"{v}_out.{comps[2 * e]} = {v}.x; {v}_out.{comps[2 * e + 1]} = {v}.y;"
+        return f"{v}_out.{comps[e]} = {v};"
 %>
 % if backend == "cuda":
 typedef unsigned long long u64;
@@ -43,11 +63,26 @@ typedef ulong u64;
 % if combine == "sum":
 #define COMBINE(a, b) ((a) + (b))
 % elif combine == "min":
-/* NaN wins, as in numpy */
+/* NaN wins, as in numpy. Arguments are evaluated more than once: pass plain variables. */
 #define COMBINE(a, b) ((isnan(a) || (a) < (b)) ? (a) : (b))
 % else:
 #define COMBINE(a, b) ((isnan(a) || (a) > (b)) ? (a) : (b))
 % endif
+
+## The body on one element: declare the element variables, run the body, accumulate.
+<%def name="process(source)">\
+% for v in vectors:
+    % if v in write_only:
+                ${elem} ${v};
+    % else:
+                ${elem} ${v} = ${source(v)};
+    % endif
+% endfor
+                ${body}
+% for c, expr in enumerate(reductions):
+                { const ${acc} term = ${expr}; acc[${c}] = COMBINE(acc[${c}], term); }
+% endfor
+</%def>
 
 <%def name="work_group_reduce(out)">
     /* Tree reduction of acc[] over the work-group into ${out}[] (valid in work-item 0). */
@@ -61,18 +96,29 @@ typedef ulong u64;
     if (lid < ${half})
     {
     % for c in range(k):
-        scratch[${c}][lid] = COMBINE(scratch[${c}][lid], scratch[${c}][lid + ${half}]);
+        {
+            const ${acc} other = scratch[${c}][lid + ${half}];
+            scratch[${c}][lid] = COMBINE(scratch[${c}][lid], other);
+        }
     % endfor
     }
     BARRIER();
 % endfor
-% if shuffle and wgs >= 64:
+% if shuffle:
     if (lid < 32)
     {
     % for c in range(k):
-        ${acc} v${c} = COMBINE(scratch[${c}][lid], scratch[${c}][lid + 32]);
+        ${acc} v${c} = scratch[${c}][lid];
+        {
+            const ${acc} other = scratch[${c}][lid + 32];
+            v${c} = COMBINE(v${c}, other);
+        }
         % for off in (16, 8, 4, 2, 1):
-        v${c} = COMBINE(v${c}, __shfl_down_sync(0xffffffffu, v${c}, ${off}));
+        {
+            /* every lane shuffles: the value is taken before COMBINE branches */
+            const ${acc} other = __shfl_down_sync(0xffffffffu, v${c}, ${off});
+            v${c} = COMBINE(v${c}, other);
+        }
         % endfor
         ${out}[${c}] = v${c};
     % endfor
@@ -107,49 +153,62 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void fused_pass(
 % if k:
     LOCAL_DECL ${acc} scratch[${k}][${wgs}];
     ${acc} acc[${k}];
-    % for c in range(k):
-    acc[${c}] = ${identity};
-    % endfor
 % endif
+% for c in range(k):
+    acc[${c}] = ${identity};
+% endfor
+    const u64 chunks = n / ${vec};
     const u64 stride = (u64) get_num_groups(0) * ${wgs * ipt};
-    for (u64 base = (u64) get_group_id(0) * ${wgs * ipt} + lid; base < n; base += stride)
+    for (u64 base = (u64) get_group_id(0) * ${wgs * ipt} + lid; base < chunks; base += stride)
     {
-        /* Load every item first so that ${ipt} loads per vector are in flight at once. */
-% for v in vectors:
-    % if v not in write_only:
-        ${elem} ${v}_v[${ipt}];
-    % endif
+        /* Load every chunk first so that ${ipt} loads per vector are in flight at once. */
+% for v in read:
+        ${raw} ${v}_chunk[${ipt}];
 % endfor
 % for j in range(ipt):
-        if (base + ${j * wgs} < n)
+        if (base + ${j * wgs} < chunks)
         {
-    % for v in vectors:
-        % if v not in write_only:
-            ${v}_v[${j}] = ${v}_ptr[base + ${j * wgs}];
-        % endif
+    % for v in read:
+            ${v}_chunk[${j}] = ((GLOBAL const ${raw} *) ${v}_ptr)[base + ${j * wgs}];
     % endfor
         }
 % endfor
 % for j in range(ipt):
-        if (base + ${j * wgs} < n)
+        if (base + ${j * wgs} < chunks)
         {
-    % for v in vectors:
-        % if v in write_only:
-            ${elem} ${v};
-        % else:
-            ${elem} ${v} = ${v}_v[${j}];
-        % endif
+    % for v in read:
+            const ${raw} ${v}_raw = ${v}_chunk[${j}];
     % endfor
-            ${body}
     % for v in written:
-            ${v}_ptr[base + ${j * wgs}] = ${v};
+            ${raw} ${v}_out;
     % endfor
-    % for c, expr in enumerate(reductions):
-            acc[${c}] = COMBINE(acc[${c}], ${expr});
+    % for e in range(vec):
+            {
+${process(lambda v, e=e: element(v, e))}
+        % for v in written:
+                ${put(v, e)}
+        % endfor
+            }
+    % endfor
+    % for v in written:
+            ((GLOBAL ${raw} *) ${v}_ptr)[base + ${j * wgs}] = ${v}_out;
     % endfor
         }
 % endfor
     }
+% if vec > 1:
+    /* The last n % ${vec} elements, one per work-item of the first group. */
+    if (get_group_id(0) == 0 && lid < n - chunks * ${vec})
+    {
+        const u64 i = chunks * ${vec} + lid;
+        {
+${process(lambda v: f"{v}_ptr[i]")}
+    % for v in written:
+                ${v}_ptr[i] = ${v};
+    % endfor
+        }
+    }
+% endif
 % if k:
     ${acc} group_result[${k}];
 ${work_group_reduce("group_result")}
@@ -173,7 +232,10 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void fused_finish(
     % for c in range(k):
     acc[${c}] = ${identity};
     for (unsigned int g = lid; g < groups; g += ${wgs})
-        acc[${c}] = COMBINE(acc[${c}], partials[${c} * groups + g]);
+    {
+        const ${acc} term = partials[${c} * groups + g];
+        acc[${c}] = COMBINE(acc[${c}], term);
+    }
     % endfor
     ${acc} group_result[${k}];
 ${work_group_reduce("group_result")}

@@ -28,13 +28,17 @@ CTYPES = {
     np.dtype(np.complex64): ("float", "cfloat", True),
     np.dtype(np.complex128): ("double", "cdouble", True),
 }
-WGS_SPACE = (64, 128, 256, 512, 1024)
+WGS_SPACE = (128, 256, 512, 1024)
 IPT_SPACE = (1, 2, 4, 8)
-GROUPS_PER_CU_SPACE = (1, 2, 4, 8, 16)
+GROUPS_PER_CU_SPACE = (2, 4, 8, 16)
+VEC_SPACE = (1, 2, 4)  # elements per load; only those of at most 16 bytes are tried
 # CPU devices compile slowly (PoCL) and gain little from large spaces.
 CPU_WGS_SPACE = (16, 64, 256)
 CPU_IPT_SPACE = (1, 4)
 CPU_GROUPS_PER_CU_SPACE = (1, 4)
+CPU_VEC_SPACE = (1, 4)
+#: Parameters used inside test suites (and the schema every stored result must match).
+TEST_PARAMETERS = {"wgs": 64, "ipt": 1, "groups_per_cu": 4, "vec": 1, "shuffle": False}
 
 
 @dataclass(frozen=True)
@@ -71,18 +75,21 @@ class FusedOp:
         return exprs
 
 
-def _validated(tuning: dict[str, Any], backend: str) -> dict[str, Any]:
-    wgs, ipt, gpc, shuffle = (tuning["wgs"], tuning["ipt"], tuning["groups_per_cu"],
-                              tuning["shuffle"])
+def _validated(tuning: dict[str, Any], backend: str, dtype: np.dtype) -> dict[str, Any]:
+    wgs, ipt, gpc, vec, shuffle = (tuning["wgs"], tuning["ipt"], tuning["groups_per_cu"],
+                                   tuning["vec"], tuning["shuffle"])
     if not (isinstance(wgs, int) and 1 <= wgs <= 1024 and wgs & (wgs - 1) == 0):
         raise ValueError(f"wgs must be a power of two up to 1024, got {wgs!r}")
     if ipt not in (1, 2, 4, 8, 16):
         raise ValueError(f"ipt must be 1, 2, 4, 8 or 16, got {ipt!r}")
     if not (isinstance(gpc, int) and 1 <= gpc <= 64):
         raise ValueError(f"groups_per_cu must be 1 to 64, got {gpc!r}")
+    if vec not in (1, 2, 4) or vec * dtype.itemsize > 16:
+        raise ValueError(f"vec must be 1, 2 or 4 with loads of at most 16 bytes, got {vec!r} "
+                         f"for {dtype}")
     if shuffle and (backend != "cuda" or wgs < 64):
         raise ValueError("shuffle needs CUDA and a work-group of at least 64")
-    return {"wgs": wgs, "ipt": ipt, "groups_per_cu": gpc, "shuffle": bool(shuffle)}
+    return {"wgs": wgs, "ipt": ipt, "groups_per_cu": gpc, "vec": vec, "shuffle": bool(shuffle)}
 
 
 class FusedTemplate:
@@ -108,7 +115,7 @@ class FusedTemplate:
             raise TypeError(f"{context.device.name} has no double precision")
         if tuning is None:
             tuning = self.autotune(context, self.dtype, op)
-        self.tuning = _validated(tuning, context.backend)
+        self.tuning = _validated(tuning, context.backend, self.dtype)
         real, elem, is_complex = CTYPES[self.dtype]
         self.is_complex = is_complex
         reductions = self.op.reductions(is_complex)
@@ -123,7 +130,8 @@ class FusedTemplate:
             "written": list(self.op.written), "write_only": list(self.op.write_only),
             "scalars": list(self.op.scalars),
             "body": self.op.body, "reductions": reductions,
-            "wgs": self.tuning["wgs"], "ipt": self.tuning["ipt"], "shuffle": self.tuning["shuffle"],
+            "wgs": self.tuning["wgs"], "ipt": self.tuning["ipt"], "vec": self.tuning["vec"],
+            "shuffle": self.tuning["shuffle"],
         })
 
     def instantiate(self, queue: accel.CommandQueue, n: int) -> FusedPass:
@@ -133,15 +141,17 @@ class FusedTemplate:
     def _space(cls, context: accel.Context) -> dict[str, Sequence[Any]]:
         if context.device.is_gpu:
             return {"wgs": WGS_SPACE, "ipt": IPT_SPACE, "groups_per_cu": GROUPS_PER_CU_SPACE,
+                    "vec": VEC_SPACE,
                     "shuffle": (False, True) if context.backend == "cuda" else (False,)}
         return {"wgs": CPU_WGS_SPACE, "ipt": CPU_IPT_SPACE,
-                "groups_per_cu": CPU_GROUPS_PER_CU_SPACE, "shuffle": (False,)}
+                "groups_per_cu": CPU_GROUPS_PER_CU_SPACE, "vec": CPU_VEC_SPACE, "shuffle": (False,)}
 
     @classmethod
     def _tune(cls, context: accel.Context, dtype: np.dtype, op_name: str) -> dict[str, Any]:
         op = cls.ops[op_name]
         queue = context.create_tuning_command_queue()
-        n = 1 << 24 if context.device.is_gpu else 1 << 20
+        # + 3: not a multiple of any vector width, so every candidate's tail code is checked
+        n = (1 << 24 if context.device.is_gpu else 1 << 20) + 3
         rng = np.random.default_rng(12345)
         host = {v: random_vector(rng, n, dtype) for v in op.vectors}
         # Checking every element of every candidate would cost more than timing it: compare a
@@ -155,12 +165,13 @@ class FusedTemplate:
             scalars)
         expected_vectors = {v: a[sample] for v, a in expected_vectors.items()}
 
-        def generate(wgs: int, ipt: int, groups_per_cu: int, shuffle: bool):
-            if wgs > context.device.max_work_group_size or (shuffle and wgs < 64):
+        def generate(wgs: int, ipt: int, groups_per_cu: int, vec: int, shuffle: bool):
+            if (wgs > context.device.max_work_group_size or (shuffle and wgs < 64)
+                    or vec * dtype.itemsize > 16):
                 return None
-            inst = cls(context, dtype, op_name, {"wgs": wgs, "ipt": ipt,
-                                                 "groups_per_cu": groups_per_cu,
-                                                 "shuffle": shuffle}).instantiate(queue, n)
+            inst = cls(context, dtype, op_name, {
+                "wgs": wgs, "ipt": ipt, "groups_per_cu": groups_per_cu, "vec": vec,
+                "shuffle": shuffle}).instantiate(queue, n)
             state = {"first": True}
 
             def run() -> None:
@@ -195,7 +206,8 @@ class FusedPass:
         ctx = template.context
         t = template.tuning
         self.wgs = t["wgs"]
-        needed = -(-n // (self.wgs * t["ipt"]))
+        self.vec = t["vec"]
+        needed = -(-n // (self.wgs * t["ipt"] * self.vec))
         self.groups = max(1, min(t["groups_per_cu"] * ctx.device.multiprocessors, needed))
         self.kernel = template.program.get_kernel("fused_pass")
         self.kernel.check_launch(self.groups * self.wgs, self.wgs)
@@ -232,6 +244,14 @@ class FusedPass:
                             f"got {len(vectors)}")
         arrays = [as_device_array(self.template.context, v, self.n, self.template.dtype, name)
                   for v, name in zip(vectors, op.vectors)]
+        chunk = self.vec * self.template.dtype.itemsize
+        for arr, name in zip(arrays, op.vectors):
+            pointer = getattr(arr, "pointer", None)  # CUDA; OpenCL buffers are always aligned
+            if chunk > 1 and pointer is not None and pointer % chunk:
+                raise ValueError(
+                    f"vector {name} starts at an address that is not a multiple of {chunk} bytes, "
+                    f"which this tuning's {self.vec}-element loads need; pass an aligned array "
+                    "(an offset view of a larger array may not be)")
         args = [*arrays, *self._scalar_args(scalars), self.partials, np.uint64(self.n)]
         self.queue.enqueue_kernel(self.kernel, args, self.groups * self.wgs, self.wgs)
         if self.template.components:

@@ -132,3 +132,31 @@ def test_every_candidate_computes_the_same_answer(context, op):
     trials = ResultStore.open().trials(function="operations.blas.BlasTemplate.autotune")
     bad = [(t.parameters, t.status, t.message) for t in trials if t.status != "ok"]
     assert not bad and len(trials) >= 8
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", ["axpy_norm", "cdot_norm", "axpy_zpbx"])
+def test_vector_loads_handle_every_tail(context, command_queue, op, dtype):
+    """Tunings with 16-byte loads (2 or 4 elements) must treat the last n % vec elements too."""
+    from operations.fused import TEST_PARAMETERS
+
+    vec = 16 // np.dtype(dtype).itemsize
+    if vec == 1:
+        pytest.skip("complex128 elements are already 16 bytes")
+    tuning = dict(TEST_PARAMETERS, vec=vec, ipt=2)
+    names, scalar_map, expected_fn = CASES[op]
+    rng = np.random.default_rng(vec)
+    s = _scalars(dtype)
+    for n in (1, 2, 3, 5, 7, 9, 1001, 4099):
+        host = {name: _data(rng, n, dtype) for name in names}
+        wide = {k: v.astype(np.complex128 if v.dtype.kind == "c" else np.float64) for k, v in host.items()}
+        updates, outputs = expected_fn(wide, s)
+        device = {k: context.to_device(command_queue, v) for k, v in host.items()}
+        fn = BlasTemplate(context, dtype, op, tuning).instantiate(command_queue, n)
+        got = fn(*[device[k] for k in names], **{k: s[v] for k, v in scalar_map.items()})
+        got = () if got is None else (got if isinstance(got, tuple) else (got,))
+        for g, e in zip(got, outputs):
+            assert abs(g - e) <= 1e-5 * max(abs(e), 1.0), (n, g, e)
+        for name, want in updates.items():
+            np.testing.assert_allclose(device[name].get(command_queue), want, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"{op} n={n} {name}")

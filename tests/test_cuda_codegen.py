@@ -32,14 +32,15 @@ def test_every_fused_op_compiles_for_sm90(module):
         if not op.supports(dtype):
             continue
         real, elem, is_complex = fused.CTYPES[dtype]
-        for wgs, ipt, shuffle in ((64, 1, True), (1024, 8, False)):
+        vec = 16 // np.dtype(dtype).itemsize
+        for wgs, ipt, vec, shuffle in ((64, 1, 1, True), (1024, 8, vec, False), (128, 2, vec, True)):
             source = accel.render(fused.TEMPLATE, "cuda", {
                 "real": real, "elem": elem, "is_complex": is_complex,
                 "acc": "double" if op.combine == "sum" else real, "combine": op.combine,
                 "vectors": list(op.vectors), "written": list(op.written),
                 "write_only": list(op.write_only), "scalars": list(op.scalars), "body": op.body,
                 "reductions": op.reductions(is_complex), "wgs": wgs, "ipt": ipt,
-                "shuffle": shuffle})
+                "vec": vec, "shuffle": shuffle})
             try:
                 nvrtc.compile_source(source.text, "fused.cu", (9, 0))
             except nvrtc.NvrtcError as exc:

@@ -152,3 +152,29 @@ def test_cupy_arrays_are_reduced_in_place(context, command_queue):
     x = cupy.arange(10**6, dtype=cupy.float64)
     fn = ReduceTemplate(context, np.float64, "sum").instantiate(command_queue, x.size)
     assert fn(x) == float(x.sum())
+
+
+@pytest.mark.parametrize("op", ["sum", "min", "max"])
+def test_reductions_with_vector_loads_handle_every_tail(context, command_queue, op):
+    from operations.fused import TEST_PARAMETERS
+
+    rng = np.random.default_rng(2)
+    template = ReduceTemplate(context, np.float32, op, dict(TEST_PARAMETERS, vec=4, ipt=2))
+    for n in (1, 2, 3, 5, 6, 7, 1001, 4099):
+        x = rng.standard_normal(n).astype(np.float32)
+        got = template.instantiate(command_queue, n)(context.to_device(command_queue, x))
+        expected = REFERENCES[op](x)
+        assert abs(got - expected) <= 1e-9 * np.abs(x).sum(), (op, n, got, expected)
+
+
+@pytest.mark.cuda_only
+def test_misaligned_views_are_refused_for_vector_loads(context, command_queue):
+    cupy = pytest.importorskip("cupy")
+    from operations.fused import TEST_PARAMETERS
+
+    x = cupy.arange(1001, dtype=cupy.float32)[1:]  # starts 4 bytes into an allocation
+    fn = ReduceTemplate(context, np.float32, "sum", dict(TEST_PARAMETERS, vec=4)).instantiate(
+        command_queue, x.size)
+    with pytest.raises(ValueError, match="multiple of 16 bytes"):
+        fn(x)
+    assert ReduceTemplate(context, np.float32, "sum").instantiate(command_queue, x.size)(x) == float(x.sum())

@@ -116,3 +116,13 @@ def test_torch_tensors_wrap_without_copy(context, command_queue):
     arr.zero(command_queue)
     command_queue.finish()
     assert float(t.sum()) == 0.0
+
+
+def test_read_copies_a_range(context, command_queue):
+    host = np.arange(1000, dtype=np.float64)
+    a = context.to_device(command_queue, host)
+    np.testing.assert_array_equal(a.read(command_queue, 10, 20), host[10:20])
+    np.testing.assert_array_equal(a.read(command_queue, 990, 1000), host[990:])
+    assert a.read(command_queue, 5, 5).size == 0
+    with pytest.raises(IndexError):
+        a.read(command_queue, 990, 1001)

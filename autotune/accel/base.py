@@ -173,6 +173,16 @@ class DeviceArray(ABC):
             queue.finish()
         return out
 
+    def read(self, queue: CommandQueue, start: int, stop: int) -> np.ndarray:
+        """Copy elements ``start:stop`` of the flattened array to a new numpy array."""
+        if not 0 <= start <= stop <= self.size:
+            raise IndexError(f"range {start}:{stop} is outside an array of {self.size} elements")
+        out = np.empty(stop - start, self.dtype)
+        if stop > start:
+            queue._record(self._download_range(queue, out, start * self.dtype.itemsize))
+            queue.finish()
+        return out
+
     def zero(self, queue: CommandQueue) -> None:
         """Set every byte to zero (asynchronously, on ``queue``)."""
         if self.nbytes:
@@ -200,6 +210,9 @@ class DeviceArray(ABC):
 
     @abstractmethod
     def _download(self, queue: CommandQueue, host: np.ndarray) -> Any: ...
+
+    @abstractmethod
+    def _download_range(self, queue: CommandQueue, host: np.ndarray, offset: int) -> Any: ...
 
     @abstractmethod
     def _fill_zero(self, queue: CommandQueue) -> Any: ...

@@ -180,6 +180,9 @@ class CudaArray(DeviceArray):
     def _download(self, queue: CudaQueue, host: np.ndarray) -> Any:
         drv.memcpy_dtoh_async(host, self.pointer, queue.stream)
 
+    def _download_range(self, queue: CudaQueue, host: np.ndarray, offset: int) -> Any:
+        drv.memcpy_dtoh_async(host, self.pointer + offset, queue.stream)
+
     def _fill_zero(self, queue: CudaQueue) -> Any:
         drv.memset_d8_async(self.pointer, 0, self.nbytes, queue.stream)
 

@@ -124,6 +124,10 @@ class OpenCLArray(DeviceArray):
     def _download(self, queue: OpenCLQueue, host: np.ndarray) -> Any:
         return cl.enqueue_copy(queue.handle, host, self.buffer, is_blocking=False)
 
+    def _download_range(self, queue: OpenCLQueue, host: np.ndarray, offset: int) -> Any:
+        return cl.enqueue_copy(queue.handle, host, self.buffer, src_offset=offset,
+                               is_blocking=False)
+
     def _fill_zero(self, queue: OpenCLQueue) -> Any:
         return cl.enqueue_fill_buffer(queue.handle, self.buffer, np.uint8(0), 0, self.nbytes)
 

@@ -100,11 +100,12 @@ def test_all_failures_raise_with_counts_and_first_messages(context):
     with pytest.raises(tune.AutotuneError) as info:
         FailingTemplate.autotune(context, ("invalid", "compile", "plain"))
     message = str(info.value)
+    # wgs 0..5 plus the test= baseline wgs=64 (64 % 3 == 1: a compile failure)
     assert "invalid: 2" in message and "wgs 0 invalid" in message
-    assert "compile_error: 2" in message and "toy.mako" in message
+    assert "compile_error: 3" in message and "toy.mako" in message
     assert "error: 2" in message and "plain failure for 2" in message
     assert _store().records() == []
-    assert len(_store().trials(function="toy_templates.FailingTemplate.autotune")) == 6
+    assert len(_store().trials(function="toy_templates.FailingTemplate.autotune")) == 7
 
 
 def test_empty_space_and_bad_space_are_clear_errors():
@@ -363,3 +364,17 @@ def test_a_subclass_gets_keys_of_its_own(context):
     assert calls["InheritsToy"] == 14, "the subclass must not reuse its parent's result"
     functions = {r.key.function for r in _store().records()}
     assert functions == {TOY_FUNCTION, "test_tune.InheritsToy.autotune"}
+
+
+class OutsideSpace:
+    @classmethod
+    @tune.autotuner(test={"block": 9})
+    def autotune(cls, context):
+        return tune.autotune(lambda block: (lambda iterations: block * 1e-6), block=[1, 2])
+
+
+@pytest.mark.force_autotune
+def test_the_test_parameters_are_timed_even_outside_the_space(context):
+    assert OutsideSpace.autotune(context) == {"block": 1}
+    timed = {json.loads(t.parameters)["block"] for t in _store().trials() if t.status == "ok"}
+    assert timed == {1, 2, 9}

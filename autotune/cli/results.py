@@ -132,7 +132,7 @@ def _require_autotune_tables(path: Path) -> None:
     """Opening a store creates missing tables: never do that to someone else's database."""
     import sqlalchemy as sa
 
-    engine = sa.create_engine(f"sqlite:///{path.resolve()}?mode=ro", connect_args={"uri": True})
+    engine = sa.create_engine(f"sqlite:///file:{path.resolve()}?mode=ro&uri=true")
     try:
         tables = set(sa.inspect(engine).get_table_names())
     finally:

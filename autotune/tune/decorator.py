@@ -235,6 +235,7 @@ def _tune(fn: Callable, args: tuple, kwargs: dict, call: _Bound, store: ResultSt
         on_trial=on_trial,
         thread_scope=getattr(context, "thread_scope", None),
         parallel=bool(getattr(context.device, "is_gpu", True)),
+        baseline=dict(test),
     )
     logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
     with _search.session(sess):

@@ -87,6 +87,9 @@ class Session:
     on_trial: Callable[[Trial], None] | None = None
     thread_scope: Callable[[], contextlib.AbstractContextManager] | None = None
     parallel: bool = True
+    #: The template's ``test=`` parameters: timed too, if the space leaves them out, so that
+    #: the speed-up of the tuned result over the default is always known.
+    baseline: dict[str, Any] | None = None
     results: list[SearchResult] = field(default_factory=list)
 
 
@@ -205,6 +208,8 @@ def search(generate: Callable[..., Measure | None], space: dict[str, Sequence[An
     """:func:`autotune` with the full result (every trial, the best score)."""
     configs = _configurations(space)
     sess = _session.get() or Session()
+    if sess.baseline is not None and set(sess.baseline) == set(space) and sess.baseline not in configs:
+        configs.append(dict(sess.baseline))
     if workers is None:
         workers = min(4, os.cpu_count() or 1) if sess.parallel else 0
     trials: list[Trial] = []

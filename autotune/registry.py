@@ -48,6 +48,11 @@ class RegisteredTemplate:
         return self.tuner(self.cls, context, **config)
 
     @property
+    def function(self) -> str:
+        """The ``function`` column of this template's rows."""
+        return self.tuner.autotune_function(self.cls)
+
+    @property
     def test_parameters(self) -> dict[str, Any]:
         return dict(self.tuner.autotune_test)
 

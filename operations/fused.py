@@ -98,6 +98,21 @@ class FusedTemplate:
     ops: dict[str, FusedOp] = {}
     autotune_version = 1
 
+    @classmethod
+    def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
+        """Every op in single precision, and in double where the device has it."""
+        dtypes = [np.float32, np.complex64]
+        if context.device.double_precision:
+            dtypes += [np.float64, np.complex128]
+        return [{"dtype": np.dtype(d), "op": op} for op in cls.ops for d in dtypes
+                if cls.ops[op].supports(np.dtype(d))]
+
+    @classmethod
+    @tune.autotuner(test=TEST_PARAMETERS)
+    def autotune(cls, context: accel.Context, dtype: Any, op: str) -> dict[str, Any]:
+        """Tune ``op`` for ``dtype``; keys are per subclass (``ReduceTemplate``, ``BlasTemplate``)."""
+        return cls._tune(context, np.dtype(dtype), op)
+
     def __init__(self, context: accel.Context, dtype: Any, op: str,
                  tuning: dict[str, Any] | None = None):
         self.context = context

@@ -19,9 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune import tune
-
-from .fused import TEST_PARAMETERS, FusedOp, FusedTemplate, Output
+from .fused import FusedOp, FusedTemplate, Output
 from .host import host_call
 
 _SUM = Output("field", ("RE(x)", "IM(x)"))
@@ -64,19 +62,6 @@ class ReduceTemplate(FusedTemplate):
 
     ops = OPS
     autotune_version = 2
-
-    @classmethod
-    def warm_configurations(cls, context: Any) -> list[dict[str, Any]]:
-        dtypes = [np.float32, np.complex64]
-        if context.device.double_precision:
-            dtypes += [np.float64, np.complex128]
-        return [{"dtype": np.dtype(d), "op": op} for op in OPS for d in dtypes
-                if OPS[op].supports(np.dtype(d))]
-
-    @classmethod
-    @tune.autotuner(test=TEST_PARAMETERS)
-    def autotune(cls, context: Any, dtype: Any, op: str) -> dict[str, Any]:
-        return cls._tune(context, np.dtype(dtype), op)
 
 
 def _reduce(op: str, *arrays: np.ndarray, context: Any = None) -> Any:

@@ -39,7 +39,7 @@ def test_every_registered_template_has_valid_rows(example):
     rows = store.records()
     assert rows
     for template in registered_templates():
-        function = template.tuner.autotune_function
+        function = template.function
         mine = [r for r in rows if r.key.function == function]
         assert mine, f"tune.db.example has no rows for {template.name}; rerun warm and import"
         for row in mine:

@@ -88,6 +88,17 @@ def _function_name(fn: Callable) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+def function_name(fn: Callable, owner: Any = None) -> str:
+    """The ``function`` column for a tuning function called on ``owner`` (a class, or None).
+
+    The owner class names it, not where the method is defined: a subclass that inherits
+    ``autotune`` may build different kernels, so it gets keys of its own.
+    """
+    if isinstance(owner, type):
+        return f"{owner.__module__}.{owner.__qualname__}.{fn.__name__}"
+    return _function_name(fn)
+
+
 def _nearest_steps(key: TuningKey) -> list[tuple[str, dict[str, str | None]]]:
     return [
         ("driver version", {"device_name": key.device_name, "device_platform": key.device_platform}),
@@ -145,12 +156,8 @@ class _Bound:
                 rest.update(rest.pop(name))
         version = getattr(owner, "autotune_version", getattr(fn, "autotune_version", 0))
         device = self.context.device
-        # The owner class, not where the method is defined: a subclass that inherits
-        # ``autotune`` may build different kernels, so it gets keys of its own.
-        function = (f"{owner.__module__}.{owner.__qualname__}.{fn.__name__}"
-                    if isinstance(owner, type) else _function_name(fn))
         self.key = TuningKey(
-            function=function,
+            function=function_name(fn, owner),
             version=int(version),
             device_name=device.name,
             device_platform=device.platform,
@@ -211,7 +218,7 @@ def autotuner(test: dict[str, Any]) -> Callable[[Callable], Callable]:
             return resolve(args, kwargs, force=True)
 
         wrapper.autotune_test = dict(test)  # type: ignore[attr-defined]
-        wrapper.autotune_function = _function_name(fn)  # type: ignore[attr-defined]
+        wrapper.autotune_function = lambda owner=None: function_name(fn, owner)  # type: ignore[attr-defined]
         wrapper.key = key  # type: ignore[attr-defined]
         wrapper.retune = retune  # type: ignore[attr-defined]
         return wrapper

@@ -1,0 +1,214 @@
+## Wilson dslash on one parity: out(x) = [x_in(x) + a *] sum_mu (1 -+ gamma_mu) U psi(x+mu) + (1 +- gamma_mu) U^dag psi(x-mu)
+## Variables (validated by operations/lqcd/dslash.py):
+##   real, cplx        "float"/"cfloat" or "double"/"cdouble"
+##   dims              (X, Y, Z, T), all even
+##   reconstruct       18, 12 or 8: how links are stored
+##   t_boundary        +1 or -1: factor on hops across the time boundary
+##   blocks            per direction the 2x2 upper-right block A of gamma_mu, entries "0", "1", "-1", "i", "-i"
+##   wgs               work-group size
+## Layout: spinors (12, V/2) complex per parity, component = 3 * spin + colour; links
+## (4, 2, n, V/2): direction, parity, component (complex for 18/12, real for 8), site.
+<%
+    X, Y, Z, T = dims
+    VH = X * Y * Z * T // 2
+    C = cplx
+    ncomp = {18: 9, 12: 6, 8: 8}[reconstruct]
+
+    def times(coef, v):
+        """coef * v for coef in 1, -1, i, -i (v a variable name)."""
+        return {"1": v, "-1": f"{C}_new(-{v}.x, -{v}.y)",
+                "i": f"{C}_new(-{v}.y, {v}.x)", "-i": f"{C}_new({v}.y, -{v}.x)"}[coef]
+
+    def neg(coef):
+        return {"1": "-1", "-1": "1", "i": "-i", "-i": "i"}[coef]
+
+    def conj(coef):
+        return {"1": "1", "-1": "-1", "i": "-i", "-i": "i"}[coef]
+
+    def nonzero(row):
+        """(column, coefficient) of the one non-zero entry of a row of A."""
+        [(j, c)] = [(j, c) for j, c in enumerate(row) if c != "0"]
+        return j, c
+%>
+#define VH ${VH}u
+
+<%def name="load_link(dest, mu, parity, site)">\
+    /* ${dest} = U_${mu} at parity ${parity}, checkerboard site ${site} (reconstruct ${reconstruct}) */
+% if reconstruct == 8:
+    {
+        ${real} p[8];
+    % for k in range(8):
+        p[${k}] = gauge[(${(mu * 2 + parity) * 8 + k}u) * VH + ${site}];
+    % endfor
+        reconstruct8(p, ${dest});
+    }
+% else:
+    % for k in range(ncomp):
+    ${dest}[${k}] = gauge[(${(mu * 2 + parity) * ncomp + k}u) * VH + ${site}];
+    % endfor
+    % if reconstruct == 12:
+    third_row(${dest});
+    % endif
+% endif
+</%def>
+
+/* row 2 = conj(row 0 x row 1): the links are in SU(3) */
+DEVICE_FN void third_row(${C} *u)
+{
+    u[6] = ${C}_conj(${C}_sub(${C}_mul(u[1], u[5]), ${C}_mul(u[2], u[4])));
+    u[7] = ${C}_conj(${C}_sub(${C}_mul(u[2], u[3]), ${C}_mul(u[0], u[5])));
+    u[8] = ${C}_conj(${C}_sub(${C}_mul(u[0], u[4]), ${C}_mul(u[1], u[3])));
+}
+
+% if reconstruct == 8:
+/* conj(a x e_c) / |a x e_c| for the unit axis e_c; |a x e_c|^2 = 1 - |a_c|^2 */
+DEVICE_FN void axis_cross(const ${C} *a, int c, ${C} *e)
+{
+    const ${C} zero = ${C}_new(0, 0);
+    if (c == 0)      { e[0] = zero; e[1] = ${C}_conj(a[2]); e[2] = ${C}_scale(${C}_conj(a[1]), -1); }
+    else if (c == 1) { e[0] = ${C}_scale(${C}_conj(a[2]), -1); e[1] = zero; e[2] = ${C}_conj(a[0]); }
+    else             { e[0] = ${C}_conj(a[1]); e[1] = ${C}_scale(${C}_conj(a[0]), -1); e[2] = zero; }
+    const ${real} inv = 1 / sqrt(1 - ${C}_abs2(a[c]));
+    e[0] = ${C}_scale(e[0], inv); e[1] = ${C}_scale(e[1], inv); e[2] = ${C}_scale(e[2], inv);
+}
+
+DEVICE_FN void cross_conj(const ${C} *a, const ${C} *b, ${C} *out)
+{
+    out[0] = ${C}_conj(${C}_sub(${C}_mul(a[1], b[2]), ${C}_mul(a[2], b[1])));
+    out[1] = ${C}_conj(${C}_sub(${C}_mul(a[2], b[0]), ${C}_mul(a[0], b[2])));
+    out[2] = ${C}_conj(${C}_sub(${C}_mul(a[0], b[1]), ${C}_mul(a[1], b[0])));
+}
+
+/* The 8-parameter form of operations.lqcd.gauge.pack, rebuilt in registers. */
+DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
+{
+    const int k = (int) rint(p[4] * (${real}) 0.125);
+    const ${real} theta0 = p[4] - 8 * k;
+    const ${C} s0 = ${C}_new(p[0], p[1]);
+    const ${C} s1 = ${C}_new(p[2], p[3]);
+    const ${real} m = sqrt(fmax((${real}) 0, 1 - ${C}_abs2(s0) - ${C}_abs2(s1)));
+    const ${C} big = ${C}_new(m * cos(theta0), m * sin(theta0));
+    ${C} r0[3];
+    if (k == 0)      { r0[0] = big; r0[1] = s0; r0[2] = s1; }
+    else if (k == 1) { r0[0] = s0; r0[1] = big; r0[2] = s1; }
+    else             { r0[0] = s0; r0[1] = s1; r0[2] = big; }
+    const int q = (int) rint(p[7] * (${real}) 0.125);
+    const ${real} theta1 = p[7] - 8 * q;
+    ${C} e1[3], e2[3];
+    axis_cross(r0, q >> 1, e1);
+    cross_conj(r0, e1, e2);
+    const ${C} small = ${C}_new(p[5], p[6]);
+    const ${real} l = sqrt(fmax((${real}) 0, 1 - ${C}_abs2(small)));
+    const ${C} large = ${C}_new(l * cos(theta1), l * sin(theta1));
+    const ${C} a = (q & 1) ? small : large;
+    const ${C} b = (q & 1) ? large : small;
+    ${C} r1[3], r2[3];
+    for (int j = 0; j < 3; j++)
+        r1[j] = ${C}_add(${C}_mul(a, e1[j]), ${C}_mul(b, e2[j]));
+    cross_conj(r0, r1, r2);
+    for (int j = 0; j < 3; j++)
+    {
+        u[j] = r0[j];
+        u[3 + j] = r1[j];
+        u[6 + j] = r2[j];
+    }
+}
+% endif
+
+% for parity in (0, 1):
+% for dagger in (False, True):
+% for xpay in (False, True):
+KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}(
+    GLOBAL ${C} * RESTRICT out, GLOBAL const ${C} * RESTRICT in,
+    GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge,
+    GLOBAL const ${C} * RESTRICT x_in, ${real} a)
+{
+    const unsigned int cb = get_global_id(0);
+    if (cb >= VH)
+        return;
+    unsigned int r = cb / ${X // 2}u;
+    const unsigned int xh = cb - r * ${X // 2}u;
+    const unsigned int y = r % ${Y}u;
+    r /= ${Y}u;
+    const unsigned int z = r % ${Z}u;
+    const unsigned int t = r / ${Z}u;
+    const unsigned int x = 2 * xh + ((${parity}u + y + z + t) & 1u);
+    ${C} acc[12];
+    for (int k = 0; k < 12; k++)
+        acc[k] = ${C}_new(0, 0);
+    ${C} u[9];
+    ${C} psi[12];
+% for mu in range(4):
+<%
+    coord = "xyzt"[mu]
+    extent = dims[mu]
+%>
+% for direction in (1, -1):
+<%
+    sigma = -direction if not dagger else direction   # (1 + sigma gamma_mu)
+    if direction == 1:
+        moved = f"({coord} + 1u == {extent}u ? 0u : {coord} + 1u)"
+    else:
+        moved = f"({coord} == 0u ? {extent - 1}u : {coord} - 1u)"
+    c = {v: (moved if v == coord else v) for v in "xyzt"}
+    A = blocks[mu]
+%>\
+    {
+        /* direction ${mu}, hop ${"+" if direction == 1 else "-"}: (1 ${"+" if sigma == 1 else "-"} gamma_${mu}) ${"U" if direction == 1 else "U^dagger"} psi */
+        const unsigned int nb = ((((${c["t"]}) * ${Z}u + ${c["z"]}) * ${Y}u + ${c["y"]}) * ${X}u + ${c["x"]}) >> 1;
+% if direction == 1:
+${load_link("u", mu, parity, "cb")}
+% else:
+${load_link("u", mu, 1 - parity, "nb")}
+% endif
+        for (int k = 0; k < 12; k++)
+            psi[k] = in[k * VH + nb];
+        ${C} h[6];
+% for s in range(2):
+<% j, coef = nonzero(A[s]) %>\
+    % for col in range(3):
+        { const ${C} v = psi[${(2 + j) * 3 + col}]; h[${s * 3 + col}] = ${C}_add(psi[${s * 3 + col}], ${times(coef if sigma == 1 else neg(coef), "v")}); }
+    % endfor
+% endfor
+% if mu == 3 and t_boundary == -1:
+        if (t == ${T - 1 if direction == 1 else 0}u)
+            for (int k = 0; k < 6; k++)
+                h[k] = ${C}_scale(h[k], -1);
+% endif
+        ${C} chi[6];
+% for s in range(2):
+    % for row in range(3):
+    % if direction == 1:
+        chi[${s * 3 + row}] = ${C}_add(${C}_add(${C}_mul(u[${row * 3}], h[${s * 3}]), ${C}_mul(u[${row * 3 + 1}], h[${s * 3 + 1}])), ${C}_mul(u[${row * 3 + 2}], h[${s * 3 + 2}]));
+    % else:
+        chi[${s * 3 + row}] = ${C}_add(${C}_add(${C}_conj_mul(u[${row}], h[${s * 3}]), ${C}_conj_mul(u[${3 + row}], h[${s * 3 + 1}])), ${C}_conj_mul(u[${6 + row}], h[${s * 3 + 2}]));
+    % endif
+    % endfor
+% endfor
+% for s in range(2):
+<%
+    # lower half += sigma * (A^dagger chi): row s of A^dagger is the conjugate of column s of A
+    [(j, coef)] = [(jj, conj(A[jj][s])) for jj in range(2) if A[jj][s] != "0"]
+    coef = coef if sigma == 1 else neg(coef)
+%>\
+    % for col in range(3):
+        acc[${s * 3 + col}] = ${C}_add(acc[${s * 3 + col}], chi[${s * 3 + col}]);
+        { const ${C} v = chi[${j * 3 + col}]; acc[${(2 + s) * 3 + col}] = ${C}_add(acc[${(2 + s) * 3 + col}], ${times(coef, "v")}); }
+    % endfor
+% endfor
+    }
+% endfor
+% endfor
+    for (int k = 0; k < 12; k++)
+    {
+% if xpay:
+        out[k * VH + cb] = ${C}_add(x_in[k * VH + cb], ${C}_scale(acc[k], a));
+% else:
+        out[k * VH + cb] = acc[k];
+% endif
+    }
+}
+
+% endfor
+% endfor
+% endfor

@@ -1,0 +1,119 @@
+"""The tuned Wilson dslash kernels (one parity per launch), for every precision and reconstruct."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune import accel, tune
+
+from . import gauge as gauge_fields
+from . import reference
+from .gamma import upper_right_blocks
+from .lattice import Lattice
+
+TEMPLATE = Path(__file__).with_name("dslash.mako")
+PRECISIONS = {"single": (np.float32, np.complex64, "float", "cfloat"),
+              "double": (np.float64, np.complex128, "double", "cdouble")}
+RECONSTRUCTS = (18, 12, 8)
+
+
+def _coefficient(z: complex) -> str:
+    for text, value in (("0", 0), ("1", 1), ("-1", -1), ("i", 1j), ("-i", -1j)):
+        if abs(z - value) < 1e-12:
+            return text
+    raise ValueError(f"gamma block entry {z} is not 0, +-1 or +-i")
+
+
+BLOCKS = [[[_coefficient(z) for z in row] for row in a] for a in upper_right_blocks()]
+
+
+def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int) -> Lattice:
+    lattice = Lattice(tuple(dims))
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be 'single' or 'double', got {precision!r}")
+    if reconstruct not in RECONSTRUCTS:
+        raise ValueError(f"reconstruct must be 18, 12 or 8, got {reconstruct!r}")
+    if t_boundary not in (1, -1):
+        raise ValueError(f"t_boundary must be +1 (periodic) or -1 (antiperiodic), got {t_boundary!r}")
+    return lattice
+
+
+class DslashTemplate:
+    """Kernels ``dslash_p{0,1}[_dag][_xpay]`` for one lattice, precision and link compression."""
+
+    autotune_version = 1
+
+    def __init__(self, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
+                 reconstruct: int, t_boundary: int = -1, tuning: dict[str, Any] | None = None):
+        self.lattice = check_options(dims, precision, reconstruct, t_boundary)
+        self.context = context
+        self.precision = precision
+        self.reconstruct = reconstruct
+        self.t_boundary = t_boundary
+        self.real_dtype, self.dtype, real, cplx = PRECISIONS[precision]
+        if precision == "double" and not context.device.double_precision:
+            raise TypeError(f"{context.device.name} has no double precision")
+        if tuning is None:
+            tuning = self.autotune(context, self.lattice.dims, precision, reconstruct)
+        wgs = tuning["wgs"]
+        if not (isinstance(wgs, int) and 1 <= wgs <= 1024):
+            raise ValueError(f"wgs must be 1..1024, got {wgs!r}")
+        self.wgs = wgs
+        self.program = context.build(TEMPLATE, {
+            "real": real, "cplx": cplx, "dims": self.lattice.dims, "reconstruct": reconstruct,
+            "t_boundary": t_boundary, "blocks": BLOCKS, "wgs": wgs})
+        self.global_size = -(-self.lattice.half_volume // wgs) * wgs
+
+    def kernel(self, parity: int, dagger: bool, xpay: bool) -> accel.Kernel:
+        name = f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
+        return self.program.get_kernel(name)
+
+    def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
+        """Compress SU(3) links and copy them to the device in this template's layout."""
+        packed = gauge_fields.pack(u, self.reconstruct)
+        dtype = self.real_dtype if self.reconstruct == 8 else self.dtype
+        return self.context.to_device(queue, self.lattice.links_to_device(packed, dtype))
+
+    def enqueue(self, queue: accel.CommandQueue, out: accel.DeviceArray, inp: accel.DeviceArray,
+                gauge: accel.DeviceArray, parity: int, *, dagger: bool = False,
+                x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
+        """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked)."""
+        kernel = self.kernel(parity, dagger, x is not None)
+        args = [out, inp, gauge, x if x is not None else inp, self.real_dtype(a)]
+        queue.enqueue_kernel(kernel, args, self.global_size, self.wgs)
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 64})
+    def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
+                 reconstruct: int) -> dict[str, Any]:
+        lattice = check_options(dims, precision, reconstruct, -1)
+        queue = context.create_tuning_command_queue()
+        u = gauge_fields.weak_field(lattice.dims, 0.3, seed=1)
+        rng = np.random.default_rng(2)
+        psi = rng.standard_normal(lattice.shape + (4, 3)) + 1j * rng.standard_normal(lattice.shape + (4, 3))
+        expected = lattice.spinor_to_device(reference.hop(u, psi, -1), 0, np.complex128)
+        probe = cls(context, lattice.dims, precision, reconstruct, -1, {"wgs": 64})
+        gauge = probe.gauge_to_device(queue, u)
+        inp = context.to_device(queue, lattice.spinor_to_device(psi, 1, probe.dtype))
+        out = context.allocate((12, lattice.half_volume), probe.dtype)
+        tol = 1e-4 if precision == "single" else 1e-10
+
+        def generate(wgs: int):
+            if wgs > context.device.max_work_group_size:
+                return None
+            template = cls(context, lattice.dims, precision, reconstruct, -1, {"wgs": wgs})
+
+            def run() -> None:
+                template.enqueue(queue, out, inp, gauge, 0)
+
+            def check() -> bool:
+                got = out.get(queue)
+                return bool(np.max(np.abs(got - expected)) <= tol * np.max(np.abs(expected)))
+
+            return tune.make_measure(queue, run, check)
+
+        space = [32, 64, 128, 256, 512, 1024] if context.device.is_gpu else [16, 64, 256]
+        return tune.autotune(generate, wgs=space)

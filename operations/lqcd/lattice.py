@@ -1,0 +1,67 @@
+"""Lattice geometry and the device (checkerboarded, structure-of-arrays) field layout."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Lattice:
+    """Extents ``dims = (X, Y, Z, T)``; host arrays index sites as ``[t, z, y, x]``."""
+
+    dims: tuple[int, int, int, int]
+    _orders: tuple[np.ndarray, np.ndarray] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        dims = tuple(int(d) for d in self.dims)
+        if len(dims) != 4 or any(d < 2 for d in dims):
+            raise ValueError(f"dims must be four extents (X, Y, Z, T) of at least 2, got {self.dims}")
+        if any(d % 2 for d in dims):
+            raise ValueError(f"every extent must be even for even-odd checkerboarding, got {dims}")
+        object.__setattr__(self, "dims", dims)
+        x, y, z, t = np.meshgrid(*(np.arange(d) for d in dims), indexing="ij")
+        parity = ((x + y + z + t) % 2).transpose(3, 2, 1, 0).reshape(-1)  # lexicographic [t,z,y,x]
+        orders = tuple(np.nonzero(parity == p)[0] for p in (0, 1))
+        object.__setattr__(self, "_orders", orders)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        """Site axes of host arrays: (T, Z, Y, X)."""
+        x, y, z, t = self.dims
+        return (t, z, y, x)
+
+    @property
+    def volume(self) -> int:
+        return int(np.prod(self.dims))
+
+    @property
+    def half_volume(self) -> int:
+        return self.volume // 2
+
+    def sites(self, parity: int) -> np.ndarray:
+        """Lexicographic indices of the sites of one parity, in checkerboard order."""
+        return self._orders[parity]
+
+    def spinor_to_device(self, psi: np.ndarray, parity: int, dtype: np.dtype) -> np.ndarray:
+        """(T, Z, Y, X, 4, 3) -> the (12, V/2) component-major array of one parity."""
+        flat = psi.reshape(self.volume, 12)[self.sites(parity)]
+        return np.ascontiguousarray(flat.T, dtype=dtype)
+
+    def spinor_from_device(self, halves: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        out = np.empty((self.volume, 12), dtype=np.complex128)
+        for parity, half in enumerate(halves):
+            out[self.sites(parity)] = half.reshape(12, -1).T
+        return out.reshape(self.shape + (4, 3))
+
+    def half_spinor_to_device(self, psi_half: np.ndarray, parity: int, dtype: np.dtype) -> np.ndarray:
+        """A field given on one parity only, shape (V/2, 4, 3) in checkerboard order."""
+        return np.ascontiguousarray(psi_half.reshape(self.half_volume, 12).T, dtype=dtype)
+
+    def links_to_device(self, packed: np.ndarray, dtype: np.dtype) -> np.ndarray:
+        """(4, T, Z, Y, X, n) packed links -> (4, 2, n, V/2): direction, parity, component, site."""
+        n = packed.shape[-1]
+        flat = packed.reshape(4, self.volume, n)
+        out = np.stack([flat[:, self.sites(p)] for p in (0, 1)], axis=1)  # (4, 2, V/2, n)
+        return np.ascontiguousarray(np.swapaxes(out, -1, -2), dtype=dtype)

@@ -1,0 +1,163 @@
+"""``WilsonOperator``: the Wilson Dirac operator M = 1 - kappa D on a gauge field.
+
+Host methods take and return numpy spinors of shape (T, Z, Y, X, 4, 3); device methods take
+:class:`SpinorField` objects (two (12, V/2) device arrays, one per parity) for speed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune import accel
+
+from .dslash import DslashTemplate, check_options
+from .gauge import unitarity_violation
+
+
+@dataclass
+class SpinorField:
+    """A spinor on the device: ``even`` and ``odd`` are (12, V/2) arrays in the dslash layout."""
+
+    even: accel.DeviceArray
+    odd: accel.DeviceArray
+
+    def parity(self, p: int) -> accel.DeviceArray:
+        return self.even if p == 0 else self.odd
+
+
+class WilsonOperator:
+    """M = 1 - kappa D, with D the Wilson hopping term of ``U`` (DeGrand-Rossi gammas).
+
+    ``precision`` is "double" or "single"; ``reconstruct`` 18, 12 or 8 chooses how links are
+    stored on the device; ``t_boundary`` is -1 (antiperiodic in time, the default) or +1.
+    Links must be unitary (and, for 12 and 8, of determinant 1) to within ``unitarity_tol``
+    when ``check`` is true.
+    """
+
+    def __init__(self, context: accel.Context, U: np.ndarray, kappa: float,
+                 precision: str = "double", reconstruct: int = 18, t_boundary: int = -1, *,
+                 check: bool = True, unitarity_tol: float = 1e-8, queue: Any = None,
+                 tuning: dict[str, Any] | None = None):
+        U = np.asarray(U)
+        if U.ndim != 7 or U.shape[0] != 4 or U.shape[-2:] != (3, 3):
+            raise ValueError(f"U must have shape (4, T, Z, Y, X, 3, 3), got {U.shape}")
+        if not np.iscomplexobj(U):
+            raise TypeError(f"U must be complex, got {U.dtype}")
+        t, z, y, x = U.shape[1:5]
+        self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary)
+        if not np.isscalar(kappa) or np.iscomplexobj(kappa):
+            raise TypeError(f"kappa must be a real number, got {kappa!r}")
+        if check:
+            unitary, det = unitarity_violation(U)
+            if unitary > unitarity_tol:
+                raise ValueError(f"links are not unitary (max |U^dag U - 1| = {unitary:.2e} > "
+                                 f"{unitarity_tol:.0e}); reunitarize them or pass check=False")
+            if reconstruct != 18 and det > unitarity_tol:
+                raise ValueError(f"reconstruct={reconstruct} needs SU(3) links, but max |det U - 1| "
+                                 f"= {det:.2e}; use reconstruct=18 for U(3) links")
+        self.context = context
+        self.queue = queue or context.create_command_queue()
+        self.kappa = float(kappa)
+        self.precision = precision
+        self.reconstruct = reconstruct
+        self.t_boundary = t_boundary
+        self.template = DslashTemplate(context, self.lattice.dims, precision, reconstruct,
+                                       t_boundary, tuning)
+        self.dtype = self.template.dtype
+        self.gauge = self.template.gauge_to_device(self.queue, U.astype(np.complex128))
+        self._tmp: SpinorField | None = None
+
+    # Device fields -------------------------------------------------------------------------
+    def new_field(self) -> SpinorField:
+        shape = (12, self.lattice.half_volume)
+        return SpinorField(self.context.allocate(shape, self.dtype), self.context.allocate(shape, self.dtype))
+
+    def to_device(self, psi: np.ndarray) -> SpinorField:
+        psi = self._check_spinor(psi)
+        lat = self.lattice
+        return SpinorField(*(self.context.to_device(self.queue, lat.spinor_to_device(psi, p, self.dtype))
+                             for p in (0, 1)))
+
+    def from_device(self, field: SpinorField) -> np.ndarray:
+        return self.lattice.spinor_from_device((field.even.get(self.queue), field.odd.get(self.queue)))
+
+    def _check_spinor(self, psi: Any) -> np.ndarray:
+        shape = self.lattice.shape + (4, 3)
+        if not isinstance(psi, np.ndarray):
+            raise TypeError(f"spinor must be a numpy array of shape {shape} (or a SpinorField)")
+        if psi.shape != shape:
+            raise ValueError(f"spinor has shape {psi.shape}, expected {shape} (T, Z, Y, X, spin, colour)")
+        if not np.issubdtype(psi.dtype, np.number):
+            raise TypeError(f"spinor must be numeric, got {psi.dtype}")
+        return psi
+
+    def _scratch(self) -> SpinorField:
+        if self._tmp is None:
+            self._tmp = self.new_field()
+        return self._tmp
+
+    # Device-array operations -----------------------------------------------------------------
+    def dslash_parity(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, *,
+                      dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
+        """out = D_{parity,1-parity} inp (x + a D inp with ``x``): D_eo for parity 0, D_oe for 1."""
+        self.template.enqueue(self.queue, out, inp, self.gauge, parity, dagger=dagger, x=x, a=a)
+
+    def _full(self, out: SpinorField, inp: SpinorField, dagger: bool, xpay: bool) -> None:
+        for p in (0, 1):
+            self.dslash_parity(out.parity(p), inp.parity(1 - p), p, dagger=dagger,
+                               x=inp.parity(p) if xpay else None, a=-self.kappa if xpay else 0.0)
+
+    def _pc(self, out: accel.DeviceArray, inp: accel.DeviceArray, dagger: bool) -> None:
+        tmp = self._scratch().odd
+        self.dslash_parity(tmp, inp, 1, dagger=dagger)
+        self.dslash_parity(out, tmp, 0, dagger=dagger, x=inp, a=-self.kappa ** 2)
+
+    # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
+    def _dispatch(self, psi: Any, out: Any, device_op, host_kind: str) -> Any:
+        if isinstance(psi, SpinorField):
+            if out is None or out is psi:
+                raise ValueError("device operations need a distinct out= SpinorField")
+            device_op(out, psi)
+            return out
+        field = self.to_device(psi)
+        result = self.new_field()
+        device_op(result, field)
+        return self.from_device(result)
+
+    def dslash(self, psi: Any, out: SpinorField | None = None) -> Any:
+        """D psi."""
+        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, False), "dslash")
+
+    def apply(self, psi: Any, out: SpinorField | None = None) -> Any:
+        """M psi = psi - kappa D psi."""
+        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, True), "apply")
+
+    def apply_dagger(self, psi: Any, out: SpinorField | None = None) -> Any:
+        """M^dag psi = gamma_5 M gamma_5 psi."""
+        return self._dispatch(psi, out, lambda o, i: self._full(o, i, True, True), "apply_dagger")
+
+    def apply_pc(self, psi: Any, out: accel.DeviceArray | None = None, *, dagger: bool = False) -> Any:
+        """M_pc psi_e = psi_e - kappa^2 D_eo D_oe psi_e on the even sites.
+
+        On host arrays, ``psi`` is a full spinor whose even sites are used; the result has the
+        even sites of M_pc psi and zeros on the odd sites. On the device, ``psi`` and ``out``
+        are (12, V/2) even-parity arrays.
+        """
+        if isinstance(psi, accel.DeviceArray):
+            if out is None or out is psi:
+                raise ValueError("device operations need a distinct out= array")
+            self._pc(out, psi, dagger)
+            return out
+        psi = self._check_spinor(psi)
+        even = self.context.to_device(self.queue, self.lattice.spinor_to_device(psi, 0, self.dtype))
+        result = self.context.allocate(even.shape, self.dtype)
+        self._pc(result, even, dagger)
+        zeros = np.zeros_like(result.get(self.queue))
+        return self.lattice.spinor_from_device((result.get(self.queue), zeros))
+
+    def apply_pc_dagger(self, psi: Any, out: accel.DeviceArray | None = None) -> Any:
+        """M_pc^dag on the even sites."""
+        return self.apply_pc(psi, out, dagger=True)

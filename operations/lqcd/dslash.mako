@@ -6,6 +6,7 @@
 ##   t_boundary        +1 or -1: factor on hops across the time boundary
 ##   blocks            per direction the 2x2 upper-right block A of gamma_mu, entries "0", "1", "-1", "i", "-i"
 ##   wgs               work-group size
+##   variants          (parity, dagger, xpay) triples: the kernels this program holds
 ## Layout: spinors (12, V/2) complex per parity, component = 3 * spin + colour; links
 ## (4, 2, n, V/2): direction, parity, component (complex for 18/12, real for 8), site.
 <%
@@ -115,9 +116,7 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 }
 % endif
 
-% for parity in (0, 1):
-% for dagger in (False, True):
-% for xpay in (False, True):
+% for parity, dagger, xpay in variants:
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}(
     GLOBAL ${C} * RESTRICT out, GLOBAL const ${C} * RESTRICT in,
     GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge,
@@ -209,6 +208,4 @@ ${load_link("u", mu, 1 - parity, "nb")}
     }
 }
 
-% endfor
-% endfor
 % endfor

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +42,40 @@ def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int) 
     return lattice
 
 
+def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: Lattice,
+                    u: np.ndarray, precision: str, reconstruct: int) -> accel.DeviceArray:
+    """Links compressed to ``reconstruct`` parameters, in the dslash layout, on the device."""
+    real_dtype, dtype, _, _ = PRECISIONS[precision]
+    packed = gauge_fields.pack(u, reconstruct)
+    return context.to_device(queue, lattice.links_to_device(packed, real_dtype if reconstruct == 8 else dtype))
+
+
+@functools.lru_cache(maxsize=4)
+def _tuning_problem(dims: tuple[int, int, int, int]):
+    """A gauge field, a spinor and D psi at sampled even sites (cached: costly at 32^4)."""
+    lattice = Lattice(dims)
+    u = gauge_fields.haar_field(dims, seed=1)
+    rng = np.random.default_rng(2)
+    psi = rng.standard_normal(lattice.shape + (4, 3)) + 1j * rng.standard_normal(lattice.shape + (4, 3))
+    even = lattice.sites(0)
+    cb = np.unique(np.concatenate([rng.integers(0, len(even), 2048), [0, len(even) - 1]]))
+    coords = np.stack(np.unravel_index(even[cb], lattice.shape), axis=-1)
+    expected = reference.hop_at(u, psi, coords, -1).reshape(len(cb), 12)
+    return lattice, u, psi, cb, expected
+
+
 class DslashTemplate:
     """Kernels ``dslash_p{0,1}[_dag][_xpay]`` for one lattice, precision and link compression."""
 
     autotune_version = 1
+
+    @classmethod
+    def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
+        """The benchmark lattices on GPUs (32^4 and 24^3 x 64), 8^4 on CPU devices."""
+        lattices = [(32, 32, 32, 32), (24, 24, 24, 64)] if context.device.is_gpu else [(8, 8, 8, 8)]
+        precisions = ["single", "double"] if context.device.double_precision else ["single"]
+        return [{"dims": d, "precision": p, "reconstruct": r}
+                for d in lattices for p in precisions for r in RECONSTRUCTS]
 
     def __init__(self, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int, t_boundary: int = -1, tuning: dict[str, Any] | None = None):
@@ -62,20 +93,19 @@ class DslashTemplate:
         if not (isinstance(wgs, int) and 1 <= wgs <= 1024):
             raise ValueError(f"wgs must be 1..1024, got {wgs!r}")
         self.wgs = wgs
-        self.program = context.build(TEMPLATE, {
-            "real": real, "cplx": cplx, "dims": self.lattice.dims, "reconstruct": reconstruct,
-            "t_boundary": t_boundary, "blocks": BLOCKS, "wgs": wgs})
+        self._render = {"real": real, "cplx": cplx, "dims": self.lattice.dims,
+                        "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
+                        "wgs": wgs}
         self.global_size = -(-self.lattice.half_volume // wgs) * wgs
 
     def kernel(self, parity: int, dagger: bool, xpay: bool) -> accel.Kernel:
-        name = f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
-        return self.program.get_kernel(name)
+        """One variant, compiled on first use (a program each: building all eight costs 8x)."""
+        program = self.context.build(TEMPLATE, {**self._render, "variants": [(parity, dagger, xpay)]})
+        return program.get_kernel(f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}")
 
     def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
         """Compress SU(3) links and copy them to the device in this template's layout."""
-        packed = gauge_fields.pack(u, self.reconstruct)
-        dtype = self.real_dtype if self.reconstruct == 8 else self.dtype
-        return self.context.to_device(queue, self.lattice.links_to_device(packed, dtype))
+        return gauge_to_device(self.context, queue, self.lattice, u, self.precision, self.reconstruct)
 
     def enqueue(self, queue: accel.CommandQueue, out: accel.DeviceArray, inp: accel.DeviceArray,
                 gauge: accel.DeviceArray, parity: int, *, dagger: bool = False,
@@ -89,16 +119,13 @@ class DslashTemplate:
     @tune.autotuner(test={"wgs": 64})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int) -> dict[str, Any]:
-        lattice = check_options(dims, precision, reconstruct, -1)
+        check_options(dims, precision, reconstruct, -1)
+        lattice, u, psi, sample, expected = _tuning_problem(tuple(dims))
         queue = context.create_tuning_command_queue()
-        u = gauge_fields.weak_field(lattice.dims, 0.3, seed=1)
-        rng = np.random.default_rng(2)
-        psi = rng.standard_normal(lattice.shape + (4, 3)) + 1j * rng.standard_normal(lattice.shape + (4, 3))
-        expected = lattice.spinor_to_device(reference.hop(u, psi, -1), 0, np.complex128)
-        probe = cls(context, lattice.dims, precision, reconstruct, -1, {"wgs": 64})
-        gauge = probe.gauge_to_device(queue, u)
-        inp = context.to_device(queue, lattice.spinor_to_device(psi, 1, probe.dtype))
-        out = context.allocate((12, lattice.half_volume), probe.dtype)
+        dtype = PRECISIONS[precision][1]
+        gauge = gauge_to_device(context, queue, lattice, u, precision, reconstruct)
+        inp = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
+        out = context.allocate((12, lattice.half_volume), dtype)
         tol = 1e-4 if precision == "single" else 1e-10
 
         def generate(wgs: int):
@@ -110,7 +137,7 @@ class DslashTemplate:
                 template.enqueue(queue, out, inp, gauge, 0)
 
             def check() -> bool:
-                got = out.get(queue)
+                got = out.get(queue)[:, sample].T
                 return bool(np.max(np.abs(got - expected)) <= tol * np.max(np.abs(expected)))
 
             return tune.make_measure(queue, run, check)

@@ -32,15 +32,18 @@ def weak_field(dims: tuple[int, int, int, int], eps: float, seed: int) -> np.nda
 
 
 def haar_field(dims: tuple[int, int, int, int], seed: int) -> np.ndarray:
-    """Links drawn from the Haar measure on SU(3) (QR of Gaussian matrices, phases fixed)."""
+    """Links drawn from the Haar measure on SU(3).
+
+    Gram-Schmidt on two Gaussian complex 3-vectors gives Haar-distributed orthonormal rows 0
+    and 1; row 2 = conj(row0 x row1) completes them to determinant 1.
+    """
     lat = Lattice(dims)
     rng = np.random.default_rng(seed)
-    z = rng.standard_normal((4,) + lat.shape + (3, 3)) + 1j * rng.standard_normal((4,) + lat.shape + (3, 3))
-    q, r = np.linalg.qr(z)
-    d = np.diagonal(r, axis1=-2, axis2=-1)
-    q = q * (d / np.abs(d))[..., None, :]
-    det = np.linalg.det(q)
-    return q / (det ** (1 / 3))[..., None, None]
+    z = rng.standard_normal((4,) + lat.shape + (2, 3)) + 1j * rng.standard_normal((4,) + lat.shape + (2, 3))
+    row0 = z[..., 0, :] / np.linalg.norm(z[..., 0, :], axis=-1, keepdims=True)
+    row1 = z[..., 1, :] - np.sum(row0.conj() * z[..., 1, :], axis=-1, keepdims=True) * row0
+    row1 /= np.linalg.norm(row1, axis=-1, keepdims=True)
+    return np.stack([row0, row1, _cross_conj(row0, row1)], axis=-2)
 
 
 def plaquette(u: np.ndarray) -> float:
@@ -156,4 +159,5 @@ def unpack(packed: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndar
     row2 = _cross_conj(row0, row1)
     signs = boundary_signs(packed.shape, t_boundary)
     row2 = row2 * signs[..., None]  # conj(det) with det = +-1
-    return np.stack([row0, row1, row2], axis=-2)
+    dtype = np.result_type(packed.dtype, np.complex64)  # complex64 stays single precision
+    return np.stack([row0, row1, row2], axis=-2).astype(dtype, copy=False)

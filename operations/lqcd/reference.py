@@ -39,3 +39,25 @@ def wilson(u: np.ndarray, psi: np.ndarray, kappa: float, t_boundary: int = -1,
            dagger: bool = False) -> np.ndarray:
     """M psi = psi - kappa D psi (or M^dag psi)."""
     return psi - kappa * hop(u, psi, t_boundary, dagger)
+
+
+def hop_at(u: np.ndarray, psi: np.ndarray, coords: np.ndarray, t_boundary: int = -1,
+           dagger: bool = False) -> np.ndarray:
+    """D psi at the sites ``coords`` (rows of t, z, y, x) only: (n, 4, 3)."""
+    extents = np.array(psi.shape[:4])
+    sign = 1 if dagger else -1
+    eye = np.eye(4)
+    here = tuple(coords.T)
+    out = np.zeros((len(coords), 4, 3), dtype=np.result_type(u, psi))
+    for mu in range(4):
+        step = np.zeros(4, dtype=int)
+        step[3 - mu] = 1  # direction mu moves coordinate axis 3 - mu of (t, z, y, x)
+        forward = tuple(((coords + step) % extents).T)
+        backward = tuple(((coords - step) % extents).T)
+        f_sign = np.where((mu == 3) & (coords[:, 0] == extents[0] - 1), t_boundary, 1)
+        b_sign = np.where((mu == 3) & (coords[:, 0] == 0), t_boundary, 1)
+        out += f_sign[:, None, None] * np.einsum(
+            "nij,nsj->nsi", u[mu][here], _spin(eye + sign * GAMMA[mu], psi[forward]))
+        out += b_sign[:, None, None] * np.einsum(
+            "nji,nsj->nsi", u[mu][backward].conj(), _spin(eye - sign * GAMMA[mu], psi[backward]))
+    return out

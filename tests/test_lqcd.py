@@ -1,0 +1,278 @@
+"""Wilson operator: against a block matrix built site by site, symmetries, free field, compression."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from autotune.tune.store import ResultStore
+from operations.lqcd import (GAMMA, GAMMA5, DslashTemplate, WilsonOperator, haar_field, pack,
+                             plaquette, reference, unitarity_violation, unpack, weak_field)
+
+DIMS = (4, 4, 6, 8)  # unequal extents: X, Y, Z, T
+SHAPE = (8, 6, 4, 4)
+KAPPA = 0.124
+TOL = {"double": 1e-13, "single": 2e-6}
+
+
+def _spinor(seed, shape=SHAPE):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal(shape + (4, 3)) + 1j * rng.standard_normal(shape + (4, 3))
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+class BlockMatrix:
+    """D as 12x12 blocks D(x, y), written site by site from the formula (no rolls, no layout)."""
+
+    def __init__(self, u, t_boundary):
+        X, Y, Z, T = DIMS
+        self.sites = list(itertools.product(range(T), range(Z), range(Y), range(X)))
+        self.index = {s: i for i, s in enumerate(self.sites)}
+        self.rows = []
+        eye4 = np.eye(4)
+        for (t, z, y, x) in self.sites:
+            entries = []
+            for mu in range(4):
+                step = [(0, 0, 0, 1), (0, 0, 1, 0), (0, 1, 0, 0), (1, 0, 0, 0)][mu]
+                ext = (T, Z, Y, X)
+                fwd = tuple((c + d) % e for c, d, e in zip((t, z, y, x), step, ext))
+                bwd = tuple((c - d) % e for c, d, e in zip((t, z, y, x), step, ext))
+                sign_f = t_boundary if (mu == 3 and t == T - 1) else 1
+                sign_b = t_boundary if (mu == 3 and t == 0) else 1
+                link_f = u[mu][t, z, y, x]
+                link_b = u[mu][bwd].conj().T
+                entries.append((self.index[fwd], sign_f * np.kron(eye4 - GAMMA[mu], link_f)))
+                entries.append((self.index[bwd], sign_b * np.kron(eye4 + GAMMA[mu], link_b)))
+            self.rows.append(entries)
+
+    def hop(self, psi):
+        flat = psi.reshape(len(self.sites), 12)
+        out = np.zeros_like(flat)
+        for i, entries in enumerate(self.rows):
+            for j, block in entries:
+                out[i] += block @ flat[j]
+        return out.reshape(psi.shape)
+
+    def parity(self):
+        return np.array([(t + z + y + x) % 2 for (t, z, y, x) in self.sites]).reshape(SHAPE)
+
+
+@pytest.fixture(scope="module")
+def fields():
+    return {"haar": haar_field(DIMS, seed=11), "weak": weak_field(DIMS, 0.1, seed=12)}
+
+
+@pytest.fixture(scope="module")
+def matrices(fields):
+    return {(name, tb): BlockMatrix(u, tb) for name, u in fields.items() for tb in (-1, 1)}
+
+
+@pytest.mark.parametrize("t_boundary", [-1, 1])
+def test_numpy_reference_matches_the_block_matrix(fields, matrices, t_boundary):
+    psi = _spinor(1)
+    for name, u in fields.items():
+        assert _rel(reference.hop(u, psi, t_boundary), matrices[name, t_boundary].hop(psi)) < 1e-14
+
+
+@pytest.mark.parametrize("reconstruct", [18, 12, 8])
+@pytest.mark.parametrize("precision", ["double", "single"])
+@pytest.mark.parametrize("t_boundary", [-1, 1])
+def test_operator_matches_the_block_matrix(context, fields, matrices, precision, reconstruct, t_boundary):
+    if precision == "double" and not context.device.double_precision:
+        pytest.skip("no double precision")
+    u = fields["haar"]
+    block = matrices["haar", t_boundary]
+    op = WilsonOperator(context, u, KAPPA, precision, reconstruct, t_boundary)
+    psi = _spinor(2)
+    d_psi = block.hop(psi)
+    tol = TOL[precision] * (10 if reconstruct == 8 else 1)
+    assert _rel(op.dslash(psi), d_psi) < tol
+    assert _rel(op.apply(psi), psi - KAPPA * d_psi) < tol
+    # even-odd: M_pc psi_e = psi_e - kappa^2 D_eo D_oe psi_e
+    even = np.where((block.parity() == 0)[..., None, None], psi, 0)
+    d_oe = np.where((block.parity() == 1)[..., None, None], block.hop(even), 0)
+    d_eo_d_oe = np.where((block.parity() == 0)[..., None, None], block.hop(d_oe), 0)
+    assert _rel(op.apply_pc(psi), even - KAPPA**2 * d_eo_d_oe) < tol
+
+
+def _g5(psi):
+    return np.einsum("ab,...bc->...ac", GAMMA5, psi)
+
+
+def test_gamma5_hermiticity(context, fields):
+    op = WilsonOperator(context, fields["haar"], KAPPA, "double", 12)
+    x, y = _spinor(3), _spinor(4)
+    lhs = np.vdot(x, _g5(op.dslash(y)))
+    rhs = np.vdot(_g5(op.dslash(x)), y)
+    assert abs(lhs - rhs) < 1e-12 * abs(lhs)
+    assert _rel(op.apply_dagger(y), _g5(op.apply(_g5(y)))) < 1e-13
+    # the even-odd operator too: <M_pc x, y> = <x, M_pc^dag y> on the even sites
+    ex, ey = _even(op, x), _even(op, y)
+    lhs, rhs = np.vdot(op.apply_pc(ex), ey), np.vdot(ex, op.apply_pc_dagger(ey))
+    assert abs(lhs - rhs) < 1e-12 * abs(lhs)
+
+
+def _even(op, psi):
+    parity = np.add.outer(np.add.outer(np.arange(SHAPE[0]), np.arange(SHAPE[1])),
+                          np.add.outer(np.arange(SHAPE[2]), np.arange(SHAPE[3]))) % 2
+    return np.where((parity == 0)[..., None, None], psi, 0)
+
+
+def test_gauge_covariance(context, fields):
+    u = fields["haar"]
+    g = haar_field(DIMS, seed=99)[0]  # one SU(3) matrix per site
+    axes = {0: 3, 1: 2, 2: 1, 3: 0}
+    u2 = np.stack([g @ u[mu] @ np.swapaxes(np.roll(g, -1, axis=axes[mu]).conj(), -1, -2)
+                   for mu in range(4)])
+    psi = _spinor(5)
+    rotate = lambda p: np.einsum("...ij,...sj->...si", g, p)  # noqa: E731
+    for reconstruct in (18, 8):
+        op = WilsonOperator(context, u, KAPPA, "double", reconstruct)
+        op2 = WilsonOperator(context, u2, KAPPA, "double", reconstruct)
+        assert _rel(op2.apply(rotate(psi)), rotate(op.apply(psi))) < 1e-12
+    assert abs(plaquette(u2) - plaquette(u)) < 1e-13
+
+
+@pytest.mark.parametrize("axis", [1, 2, 3])
+def test_translation_invariance(context, fields, axis):
+    u = fields["weak"]
+    psi = _spinor(6)
+    op = WilsonOperator(context, u, KAPPA, "double", 12)
+    shifted = WilsonOperator(context, np.roll(u, 1, axis=axis + 1), KAPPA, "double", 12)
+    assert _rel(shifted.apply(np.roll(psi, 1, axis=axis)), np.roll(op.apply(psi), 1, axis=axis)) < 1e-13
+
+
+def test_time_translation_with_periodic_boundary(context, fields):
+    u, psi = fields["weak"], _spinor(7)
+    op = WilsonOperator(context, u, KAPPA, "double", 18, t_boundary=1)
+    shifted = WilsonOperator(context, np.roll(u, 1, axis=1), KAPPA, "double", 18, t_boundary=1)
+    assert _rel(shifted.dslash(np.roll(psi, 1, axis=0)), np.roll(op.dslash(psi), 1, axis=0)) < 1e-13
+
+
+def test_d_couples_only_opposite_parities(context, fields):
+    op = WilsonOperator(context, fields["haar"], KAPPA, "single", 8)
+    even = _even(op, _spinor(8))
+    result = op.dslash(even)
+    assert np.max(np.abs(_even(op, result))) == 0
+    assert np.max(np.abs(result)) > 1
+
+
+@pytest.mark.parametrize("t_boundary", [-1, 1])
+def test_free_field_plane_waves_have_the_known_eigenvalues(context, t_boundary):
+    X, Y, Z, T = DIMS
+    unit = np.broadcast_to(np.eye(3, dtype=complex), (4,) + SHAPE + (3, 3)).copy()
+    op = WilsonOperator(context, unit, KAPPA, "double", 12, t_boundary)
+    t, z, y, x = np.meshgrid(*(np.arange(n) for n in SHAPE), indexing="ij")
+    rng = np.random.default_rng(9)
+    for n in [(0, 0, 0, 0), (1, 0, 2, 3), (3, 1, 5, 2)]:
+        shift = 0.5 if t_boundary == -1 else 0.0
+        p = 2 * np.pi * np.array([n[0] / X, n[1] / Y, n[2] / Z, (n[3] + shift) / T])
+        spin = sum(GAMMA[mu] * np.sin(p[mu]) for mu in range(4))
+        matrix = np.eye(4) * (1 - 2 * KAPPA * np.cos(p).sum()) + 2j * KAPPA * spin
+        values, vectors = np.linalg.eig(matrix)
+        expected = 1 - 2 * KAPPA * np.cos(p).sum() + 2j * KAPPA * np.sqrt(np.sum(np.sin(p) ** 2)) * np.array([1, -1])
+        assert all(np.min(np.abs(values - e)) < 1e-12 for e in expected)
+        phase = np.exp(1j * (p[0] * x + p[1] * y + p[2] * z + p[3] * t))
+        for k in range(4):
+            colour = rng.standard_normal(3) + 1j * rng.standard_normal(3)
+            psi = phase[..., None, None] * np.outer(vectors[:, k], colour)
+            assert _rel(op.apply(psi), values[k] * psi) < 1e-12
+
+
+def _near_degenerate(rng, n):
+    """Links with entries at or near zero: permutations with phases, and exp of tiny algebra."""
+    perms = [np.eye(3)[list(p)] for p in itertools.permutations(range(3))]
+    out = []
+    for i in range(n):
+        m = perms[i % 6] * np.exp(1j * rng.uniform(-np.pi, np.pi, 3))[None, :]
+        m = m / np.linalg.det(m) ** (1 / 3)
+        out.append(m)
+    small = weak_field((2, 2, 2, 2), 1e-7, seed=3).reshape(-1, 3, 3)[:n]
+    return np.concatenate([np.stack(out), small])
+
+
+@pytest.mark.parametrize("dtype,tol12,tol8", [(np.complex128, 1e-14, 1e-12), (np.complex64, 1e-6, 1e-5)])
+def test_compression_round_trips(dtype, tol12, tol8):
+    rng = np.random.default_rng(5)
+    haar = haar_field(DIMS, seed=21)
+    identity = np.broadcast_to(np.eye(3, dtype=complex), haar.shape).copy()
+    sign_flipped = haar.copy()
+    sign_flipped[3, -1] *= -1  # det = -1 on the last time slice: the antiperiodic sign
+    degenerate = np.resize(_near_degenerate(rng, 60), haar.shape)
+    cases = {"haar": (haar, 1), "identity": (identity, 1), "sign": (sign_flipped, -1),
+             "degenerate": (degenerate, 1)}
+    for name, (u, tb) in cases.items():
+        u = u.astype(dtype)
+        for reconstruct, tol in ((12, tol12), (8, tol8)):
+            back = unpack(pack(u, reconstruct, tb), reconstruct, tb)
+            err = np.max(np.abs(back - u))
+            assert err < tol, (name, reconstruct, err)
+            assert back.dtype == np.result_type(u.dtype, np.complex64)
+
+
+def test_random_fields_are_reproducible_and_plaquettes_sensible():
+    assert np.array_equal(haar_field(DIMS, 4), haar_field(DIMS, 4))
+    assert not np.array_equal(haar_field(DIMS, 4), haar_field(DIMS, 5))
+    for u in (haar_field(DIMS, 4), weak_field(DIMS, 0.2, 4)):
+        unitary, det = unitarity_violation(u)
+        assert unitary < 1e-13 and det < 1e-13
+    assert abs(plaquette(haar_field(DIMS, 4))) < 0.05
+    weak = plaquette(weak_field(DIMS, 0.1, 4))
+    assert 0.9 < weak < 1.0
+    assert plaquette(weak_field(DIMS, 0.05, 4)) > weak
+
+
+def test_bad_input_is_refused_clearly(context, fields):
+    u = fields["haar"]
+    with pytest.raises(ValueError, match="shape"):
+        WilsonOperator(context, u[:3], KAPPA)
+    with pytest.raises(TypeError, match="complex"):
+        WilsonOperator(context, u.real, KAPPA)
+    with pytest.raises(ValueError, match="precision"):
+        WilsonOperator(context, u, KAPPA, precision="half")
+    with pytest.raises(ValueError, match="reconstruct"):
+        WilsonOperator(context, u, KAPPA, reconstruct=9)
+    with pytest.raises(ValueError, match="t_boundary"):
+        WilsonOperator(context, u, KAPPA, t_boundary=0)
+    with pytest.raises(ValueError, match="not unitary"):
+        WilsonOperator(context, u * 1.01, KAPPA)
+    with pytest.raises(ValueError, match="SU\\(3\\)"):
+        WilsonOperator(context, u * np.exp(0.3j), KAPPA, reconstruct=12)
+    WilsonOperator(context, u * np.exp(0.3j), KAPPA, reconstruct=18)  # U(3) is fine uncompressed
+    with pytest.raises(ValueError, match="even"):
+        WilsonOperator(context, weak_field((4, 4, 4, 4), 0.1, 1)[:, :3], KAPPA)
+    op = WilsonOperator(context, u, KAPPA)
+    with pytest.raises(ValueError, match="spin, colour"):
+        op.apply(np.zeros((8, 6, 4, 4, 3, 4), complex))
+    with pytest.raises(TypeError, match="kappa"):
+        WilsonOperator(context, u, 0.1j)
+
+
+def test_device_methods_match_host_methods(context, fields):
+    op = WilsonOperator(context, fields["weak"], KAPPA, "single", 12)
+    psi = _spinor(10)
+    field = op.to_device(psi.astype(np.complex64))
+    out = op.new_field()
+    op.apply(field, out=out)
+    assert _rel(op.from_device(out), op.apply(psi)) < 1e-6
+    with pytest.raises(ValueError, match="distinct"):
+        op.apply(field, out=field)
+
+
+@pytest.mark.force_autotune
+def test_every_dslash_candidate_is_correct(context):
+    DslashTemplate.autotune(context, DIMS, "single", 12)
+    trials = ResultStore.open().trials(function="operations.lqcd.dslash.DslashTemplate.autotune")
+    assert trials and all(t.status == "ok" for t in trials), [(t.parameters, t.message) for t in trials]
+
+
+def test_hop_at_sampled_sites_matches_the_full_reference(fields):
+    u, psi = fields["haar"], _spinor(12)
+    full = reference.hop(u, psi, -1, dagger=True)
+    coords = np.array([[0, 0, 0, 0], [7, 5, 3, 3], [3, 2, 1, 0], [7, 0, 3, 1]])
+    assert _rel(reference.hop_at(u, psi, coords, -1, dagger=True), full[tuple(coords.T)]) < 1e-15

@@ -76,10 +76,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lattices", nargs="+", default=["32,32,32,32", "24,24,24,64"])
     parser.add_argument("--json")
+    parser.add_argument("--db", help="tuning database to fill (default: a fresh temporary one)")
     args = parser.parse_args()
     import cupy
 
-    os.environ["AUTOTUNE_DB"] = str(Path(tempfile.mkdtemp()) / "bench.db")
+    os.environ["AUTOTUNE_DB"] = args.db or str(Path(tempfile.mkdtemp()) / "bench.db")
     context = accel.create_some_context("cuda")
     queue = context.create_tuning_command_queue()
     rows = []

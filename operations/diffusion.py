@@ -80,6 +80,7 @@ def validated(tuning: dict[str, Any]) -> dict[str, Any]:
 
 
 def work_group_size(params: dict[str, Any]) -> int:
+    """Work-items per work-group."""
     return params["block_x"] * params["block_y"]
 
 

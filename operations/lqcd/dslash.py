@@ -97,11 +97,21 @@ class DslashTemplate:
                         "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
                         "wgs": wgs}
         self.global_size = -(-self.lattice.half_volume // wgs) * wgs
+        self._kernels: dict[tuple[int, bool, bool], accel.Kernel] = {}
 
     def kernel(self, parity: int, dagger: bool, xpay: bool) -> accel.Kernel:
-        """One variant, compiled on first use (a program each: building all eight costs 8x)."""
-        program = self.context.build(TEMPLATE, {**self._render, "variants": [(parity, dagger, xpay)]})
-        return program.get_kernel(f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}")
+        """One variant, compiled on first use (a program each: building all eight costs 8x).
+
+        Kept here once built: rendering the template again on every launch would leave the
+        device idle while the host renders.
+        """
+        variant = (parity, bool(dagger), bool(xpay))
+        kernel = self._kernels.get(variant)
+        if kernel is None:
+            program = self.context.build(TEMPLATE, {**self._render, "variants": [variant]})
+            name = f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
+            kernel = self._kernels[variant] = program.get_kernel(name)
+        return kernel
 
     def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
         """Compress SU(3) links and copy them to the device in this template's layout."""

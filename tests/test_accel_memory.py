@@ -126,3 +126,19 @@ def test_read_copies_a_range(context, command_queue):
     assert a.read(command_queue, 5, 5).size == 0
     with pytest.raises(IndexError):
         a.read(command_queue, 990, 1001)
+
+
+def test_views_share_memory(context, command_queue):
+    host = np.arange(4096, dtype=np.float32)
+    a = context.to_device(command_queue, host)
+    first = a.view(0, 2048, (2, 1024))
+    second = a.view(2048, 4096)
+    np.testing.assert_array_equal(first.get(command_queue), host[:2048].reshape(2, 1024))
+    second.zero(command_queue)
+    command_queue.finish()
+    np.testing.assert_array_equal(a.get(command_queue)[2048:], 0)
+    np.testing.assert_array_equal(a.get(command_queue)[:2048], host[:2048])
+    with pytest.raises(IndexError):
+        a.view(4000, 5000)
+    with pytest.raises(ValueError, match="does not hold"):
+        a.view(0, 10, (3, 3))

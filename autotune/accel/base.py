@@ -183,6 +183,22 @@ class DeviceArray(ABC):
             queue.finish()
         return out
 
+    def view(self, start: int, stop: int, shape: int | Sequence[int] | None = None) -> DeviceArray:
+        """Elements ``start:stop`` of the flattened array as an array of its own (no copy).
+
+        The view shares memory with this array and keeps it alive. On OpenCL the start must
+        fall on the device's base-address alignment (a clear error says so otherwise).
+        """
+        if not 0 <= start <= stop <= self.size:
+            raise IndexError(f"range {start}:{stop} is outside an array of {self.size} elements")
+        shape = (stop - start,) if shape is None else _as_shape(shape)
+        if math.prod(shape) != stop - start:
+            raise ValueError(f"shape {shape} does not hold {stop - start} elements")
+        return self._view(start * self.dtype.itemsize, shape)
+
+    @abstractmethod
+    def _view(self, offset: int, shape: Shape) -> DeviceArray: ...
+
     def zero(self, queue: CommandQueue) -> None:
         """Set every byte to zero (asynchronously, on ``queue``)."""
         if self.nbytes:

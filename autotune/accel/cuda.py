@@ -160,6 +160,9 @@ class CudaArray(DeviceArray):
             raise ValueError("the array is read-only; kernels may write to device arrays")
         return cls(context, shape, dtype, wrap=obj, pointer=int(pointer or 0))
 
+    def _view(self, offset: int, shape: tuple[int, ...]) -> CudaArray:
+        return CudaArray(self.context, shape, self.dtype, wrap=self, pointer=self.pointer + offset)
+
     @property
     def __cuda_array_interface__(self) -> dict:
         return {

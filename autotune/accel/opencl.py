@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -113,6 +114,24 @@ class OpenCLArray(DeviceArray):
         super().__init__(context, shape, dtype)
         # OpenCL refuses zero-byte buffers; an empty array still gets a valid handle.
         self.buffer = cl.Buffer(context.cl_context, cl.mem_flags.READ_WRITE, max(self.nbytes, 1))
+
+    @classmethod
+    def _from_buffer(cls, context: OpenCLContext, shape: tuple[int, ...], dtype: Any,
+                     buffer: Any, parent: OpenCLArray) -> OpenCLArray:
+        arr = cls.__new__(cls)
+        DeviceArray.__init__(arr, context, shape, dtype)
+        arr.buffer = buffer
+        arr._parent = parent
+        return arr
+
+    def _view(self, offset: int, shape: tuple[int, ...]) -> OpenCLArray:
+        align = self.context.cl_device.mem_base_addr_align // 8
+        if offset % align:
+            raise ValueError(f"an OpenCL view must start at a multiple of {align} bytes, "
+                             f"not at byte {offset}")
+        size = max(math.prod(shape) * self.dtype.itemsize, 1)
+        sub = self.buffer.get_sub_region(offset, size)
+        return OpenCLArray._from_buffer(self.context, shape, self.dtype, sub, self)
 
     @property
     def kernel_arg(self) -> Any:

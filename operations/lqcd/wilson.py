@@ -6,6 +6,7 @@ Host methods take and return numpy spinors of shape (T, Z, Y, X, 4, 3); device m
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +20,19 @@ from .gauge import unitarity_violation
 
 @dataclass
 class SpinorField:
-    """A spinor on the device: ``even`` and ``odd`` are (12, V/2) arrays in the dslash layout."""
+    """A spinor on the device: one (2, 12, V/2) array ``flat``, even parity first.
 
-    even: accel.DeviceArray
-    odd: accel.DeviceArray
+    ``even`` and ``odd`` are views of its halves in the dslash layout; vector operations
+    (BLAS-1, reductions, solvers) work on ``flat``.
+    """
+
+    flat: accel.DeviceArray
+
+    def __post_init__(self) -> None:
+        half = self.flat.size // 2
+        shape = (12, half // 12)
+        self.even = self.flat.view(0, half, shape)
+        self.odd = self.flat.view(half, 2 * half, shape)
 
     def parity(self, p: int) -> accel.DeviceArray:
         return self.even if p == 0 else self.odd
@@ -67,19 +77,19 @@ class WilsonOperator:
         self.template = DslashTemplate(context, self.lattice.dims, precision, reconstruct,
                                        t_boundary, tuning)
         self.dtype = self.template.dtype
-        self.gauge = self.template.gauge_to_device(self.queue, U.astype(np.complex128))
+        self._links = U.astype(np.complex128)
+        self.gauge = self.template.gauge_to_device(self.queue, self._links)
         self._tmp: SpinorField | None = None
 
     # Device fields -------------------------------------------------------------------------
     def new_field(self) -> SpinorField:
-        shape = (12, self.lattice.half_volume)
-        return SpinorField(self.context.allocate(shape, self.dtype), self.context.allocate(shape, self.dtype))
+        return SpinorField(self.context.allocate((2, 12, self.lattice.half_volume), self.dtype))
 
     def to_device(self, psi: np.ndarray) -> SpinorField:
         psi = self._check_spinor(psi)
         lat = self.lattice
-        return SpinorField(*(self.context.to_device(self.queue, lat.spinor_to_device(psi, p, self.dtype))
-                             for p in (0, 1)))
+        halves = np.stack([lat.spinor_to_device(psi, p, self.dtype) for p in (0, 1)])
+        return SpinorField(self.context.to_device(self.queue, halves))
 
     def from_device(self, field: SpinorField) -> np.ndarray:
         return self.lattice.spinor_from_device((field.even.get(self.queue), field.odd.get(self.queue)))
@@ -161,3 +171,125 @@ class WilsonOperator:
     def apply_pc_dagger(self, psi: Any, out: accel.DeviceArray | None = None) -> Any:
         """M_pc^dag on the even sites."""
         return self.apply_pc(psi, out, dagger=True)
+
+    def with_precision(self, precision: str) -> WilsonOperator:
+        """This operator in another precision (same links, kappa, boundary and compression)."""
+        if precision == self.precision:
+            return self
+        cached = getattr(self, "_other_precisions", {})
+        if precision not in cached:
+            cached[precision] = WilsonOperator(
+                self.context, self._links, self.kappa, precision, self.reconstruct,
+                self.t_boundary, check=False, queue=self.queue)
+            self._other_precisions = cached
+        return cached[precision]
+
+    def solve(self, b: np.ndarray, method: str = "cg", tol: float = 1e-10, even_odd: bool = True,
+              precision: str | None = None, maxiter: int = 10000) -> tuple[np.ndarray, Any]:
+        """Solve M x = b (host arrays in and out); returns ``(x, info)``.
+
+        ``method``: "cg" (on the normal equations) or "bicgstab" (directly). ``even_odd``
+        solves the even-site Schur complement and reconstructs the odd sites. ``precision``:
+        "double", "single" or "mixed" (CG in single with reliable updates in double); default
+        the operator's own. ``info.true_residual`` is |b - M x| / |b| for the returned x.
+        """
+        return _solve(self, b, method, tol, even_odd, precision, maxiter)
+
+
+class WilsonLinearOperator:
+    """A Wilson operator as a solver sees it: ``apply(out, inp)`` on flat device vectors.
+
+    ``kind``: ``"M"``, ``"MdagM"`` (full lattice, vectors of 24 V/2 elements) or ``"Mpc"``,
+    ``"MpcdagMpc"`` (even sites, 12 V/2 elements).
+    """
+
+    KINDS = ("M", "MdagM", "Mpc", "MpcdagMpc")
+
+    def __init__(self, wilson: WilsonOperator, kind: str):
+        if kind not in self.KINDS:
+            raise ValueError(f"kind must be one of {', '.join(self.KINDS)}, got {kind!r}")
+        self.wilson, self.kind = wilson, kind
+        self.context, self.queue, self.dtype = wilson.context, wilson.queue, np.dtype(wilson.dtype)
+        half = 12 * wilson.lattice.half_volume
+        self.size = half if kind.startswith("Mpc") else 2 * half
+        self._tmp = wilson.context.allocate(self.size, self.dtype)
+        self._fields: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def _field(self, flat: accel.DeviceArray) -> SpinorField:
+        field = self._fields.get(flat)
+        if field is None:
+            field = self._fields[flat] = SpinorField(flat)
+        return field
+
+    def apply(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        w = self.wilson
+        if self.kind == "Mpc":
+            w._pc(out, inp, False)
+        elif self.kind == "MpcdagMpc":
+            w._pc(self._tmp, inp, False)
+            w._pc(out, self._tmp, True)
+        elif self.kind == "M":
+            w._full(self._field(out), self._field(inp), False, True)
+        else:
+            w._full(self._field(self._tmp), self._field(inp), False, True)
+            w._full(self._field(out), self._field(self._tmp), True, True)
+
+
+def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd: bool,
+           precision: str | None, maxiter: int) -> tuple[np.ndarray, Any]:
+    from .. import solvers
+
+    if method not in ("cg", "bicgstab"):
+        raise ValueError(f"method must be 'cg' or 'bicgstab', got {method!r}")
+    precision = precision or op.precision
+    if precision not in ("double", "single", "mixed"):
+        raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
+    if precision == "mixed" and method != "cg":
+        raise ValueError("mixed precision is implemented for CG (with reliable updates)")
+    high = op.with_precision("double" if precision == "mixed" else precision)
+    low = op.with_precision("single") if precision == "mixed" else None
+    b = high._check_spinor(b).astype(np.complex128)
+    lat, queue = high.lattice, high.queue
+    b_field = high.to_device(b)
+    start = __import__("time").perf_counter()
+    if even_odd:
+        # Schur complement: M_pc x_e = b_e + kappa D_eo b_o, then x_o = b_o + kappa D_oe x_e
+        rhs = high.context.allocate(12 * lat.half_volume, high.dtype)
+        high.dslash_parity(rhs, b_field.odd, 0, x=b_field.even, a=high.kappa)
+        kind, normal = ("MpcdagMpc", "Mpc") if method == "cg" else ("Mpc", None)
+    else:
+        rhs = b_field.flat
+        kind, normal = ("MdagM", "M") if method == "cg" else ("M", None)
+    A = WilsonLinearOperator(high, kind)
+    if normal is not None:  # CG solves the normal equations A^dag A x = A^dag rhs
+        rhs_n = high.context.allocate(A.size, high.dtype)
+        _apply_dagger(high, normal, rhs_n, rhs)
+        rhs = rhs_n
+    # The normal equations' residual bounds the true one only up to the condition number:
+    # ask for a tenth of the tolerance, then check the true residual of M x = b at the end.
+    inner_tol = tol * 0.1 if normal is not None else tol
+    if precision == "mixed":
+        x, info = solvers.cg_mixed(A, WilsonLinearOperator(low, kind), rhs, inner_tol, maxiter)
+    elif method == "cg":
+        x, info = solvers.cg(A, rhs, inner_tol, maxiter)
+    else:
+        x, info = solvers.bicgstab(A, rhs, tol, maxiter)
+    out = high.new_field()
+    if even_odd:
+        out.even.copy_from(queue, x.view(0, x.size, out.even.shape))
+        high.dslash_parity(out.odd, out.even, 1, x=b_field.odd, a=high.kappa)
+    else:
+        out.flat.copy_from(queue, x.view(0, x.size, out.flat.shape))
+    result = high.from_device(out)
+    check = high.apply(result.astype(high.dtype))
+    info.true_residual = float(np.linalg.norm(b - check) / np.linalg.norm(b))
+    info.seconds = __import__("time").perf_counter() - start
+    return result, info
+
+
+def _apply_dagger(op: WilsonOperator, kind: str, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+    if kind == "Mpc":
+        op._pc(out, inp, True)
+    else:
+        full_in, full_out = SpinorField(inp), SpinorField(out)
+        op._full(full_out, full_in, True, True)

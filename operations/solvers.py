@@ -1,0 +1,298 @@
+"""Krylov solvers on tuned kernels: CG, BiCGstab, and mixed-precision CG with reliable updates.
+
+An operator is any object with ``apply(out, inp)`` that enqueues ``out = A inp`` on device
+vectors, plus ``context``, ``queue``, ``dtype`` and ``size`` (elements per vector). Every vector
+update and reduction is a fused tuned kernel from :mod:`operations.blas` / :mod:`operations.reduce`;
+per iteration only the reduction scalars cross to the host, and nothing is allocated in the loop.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from autotune import accel
+
+from .blas import BlasTemplate
+from .precision import ConvertTemplate
+from .reduce import ReduceTemplate
+
+
+class LinearOperator(Protocol):
+    context: accel.Context
+    queue: accel.CommandQueue
+    dtype: np.dtype
+    size: int
+
+    def apply(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None: ...
+
+
+class SolverBreakdown(RuntimeError):
+    """BiCGstab hit rho = 0 or omega = 0 (or a NaN), and cannot continue."""
+
+
+@dataclass
+class SolveInfo:
+    """What a solve did."""
+
+    converged: bool
+    iterations: int
+    applications: int  #: operator applications (each counts once, whatever it costs)
+    residual: float  #: final recursive relative residual |r| / |b|
+    true_residual: float  #: |b - A x| / |b| recomputed at the end
+    history: list[float] = field(default_factory=list)  #: relative residual per iteration
+    seconds: float = 0.0
+    reliable_updates: int = 0
+    message: str = ""
+
+
+class VectorOps:
+    """The fused kernels for vectors of one dtype and length, instantiated once and reused."""
+
+    def __init__(self, context: accel.Context, queue: accel.CommandQueue, dtype: Any, size: int):
+        self.context, self.queue, self.dtype, self.size = context, queue, np.dtype(dtype), size
+        self._passes: dict[tuple[str, str], Any] = {}
+
+    def _pass(self, family: type, op: str) -> Any:
+        key = (family.__name__, op)
+        inst = self._passes.get(key)
+        if inst is None:
+            inst = self._passes[key] = family(self.context, self.dtype, op).instantiate(self.queue, self.size)
+        return inst
+
+    def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
+        return self._pass(BlasTemplate, op)(*vectors, **scalars)
+
+    def reduce(self, op: str, *vectors: Any) -> Any:
+        return self._pass(ReduceTemplate, op)(*vectors)
+
+    def new(self) -> accel.DeviceArray:
+        return self.context.allocate(self.size, self.dtype)
+
+
+def _check(A: LinearOperator, b: accel.DeviceArray) -> None:
+    if b.size != A.size or b.dtype != A.dtype:
+        raise ValueError(f"b has {b.size} elements of {b.dtype}; the operator acts on {A.size} "
+                         f"elements of {A.dtype}")
+
+
+def _finish(A: LinearOperator, ops: VectorOps, b: accel.DeviceArray, x: accel.DeviceArray,
+            bb: float, tmp: accel.DeviceArray) -> float:
+    """|b - A x| / |b|, computed afresh."""
+    A.apply(tmp, x)
+    return math.sqrt(ops.blas("xmy_norm", b, tmp) / bb)
+
+
+def _flat(v: accel.DeviceArray) -> accel.DeviceArray:
+    return v if len(v.shape) == 1 else v.view(0, v.size)
+
+
+def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
+       x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
+    """Conjugate gradients for a Hermitian positive-definite ``A``; stops at |r| / |b| < tol."""
+    _check(A, b)
+    start = time.perf_counter()
+    ops = VectorOps(A.context, A.queue, A.dtype, A.size)
+    x, r, p, ap = ops.new(), ops.new(), ops.new(), ops.new()
+    b = _flat(b)
+    bb = ops.reduce("sumsq", b)
+    if bb == 0:
+        x.zero(A.queue)
+        return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
+    applications = 0
+    if x0 is not None:
+        x.copy_from(A.queue, _flat(x0))
+        A.apply(r, x)
+        applications += 1
+        rr = ops.blas("xmy_norm", b, r)  # r = b - A x0
+    else:
+        x.zero(A.queue)
+        r.copy_from(A.queue, b)
+        rr = bb
+    p.copy_from(A.queue, r)
+    history = [math.sqrt(rr / bb)]
+    converged = history[-1] < tol
+    iterations = 0
+    while not converged and iterations < maxiter:
+        A.apply(ap, p)
+        applications += 1
+        pap = ops.reduce("dot", p, ap)
+        pap = pap.real if isinstance(pap, complex) else pap
+        if not pap > 0:
+            raise SolverBreakdown(f"CG: <p, A p> = {pap} at iteration {iterations}; the operator "
+                                  "is not Hermitian positive-definite")
+        alpha = rr / pap
+        rr_new = ops.blas("axpy_norm", ap, r, a=-alpha)  # r -= alpha A p
+        beta = rr_new / rr
+        ops.blas("axpy_zpbx", x, p, r, a=alpha, b=beta)  # x += alpha p; p = r + beta p
+        rr = rr_new
+        iterations += 1
+        history.append(math.sqrt(rr / bb))
+        if not math.isfinite(rr):
+            raise SolverBreakdown(f"CG: the residual became {rr} at iteration {iterations}")
+        converged = history[-1] < tol
+    true = _finish(A, ops, b, x, bb, ap)
+    info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
+                     time.perf_counter() - start)
+    if not converged:
+        info.message = f"CG did not converge in {maxiter} iterations (|r|/|b| = {history[-1]:.3e})"
+        warnings.warn(info.message, RuntimeWarning, stacklevel=2)
+    return x, info
+
+
+def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
+             x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
+    """BiCGstab for a general ``A``; breakdown (rho or omega zero) raises :class:`SolverBreakdown`."""
+    _check(A, b)
+    start = time.perf_counter()
+    ops = VectorOps(A.context, A.queue, A.dtype, A.size)
+    x, r, r0, p, v, t = (ops.new() for _ in range(6))
+    b = _flat(b)
+    bb = ops.reduce("sumsq", b)
+    if bb == 0:
+        x.zero(A.queue)
+        return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
+    applications = 0
+    if x0 is not None:
+        x.copy_from(A.queue, _flat(x0))
+        A.apply(r, x)
+        applications += 1
+        rr = ops.blas("xmy_norm", b, r)
+    else:
+        x.zero(A.queue)
+        r.copy_from(A.queue, b)
+        rr = bb
+    r0.copy_from(A.queue, r)
+    p.copy_from(A.queue, r)
+    rho = ops.reduce("dot", r0, r)
+    history = [math.sqrt(rr / bb)]
+    converged = history[-1] < tol
+    iterations = 0
+    while not converged and iterations < maxiter:
+        A.apply(v, p)
+        applications += 1
+        r0v = ops.reduce("dot", r0, v)
+        if r0v == 0 or not np.isfinite(r0v):
+            raise SolverBreakdown(f"BiCGstab: <r0, A p> = {r0v} at iteration {iterations}")
+        alpha = rho / r0v
+        ss = ops.blas("caxpy_norm", v, r, a=-alpha)  # s = r - alpha v, stored in r
+        iterations += 1
+        if math.sqrt(ss / bb) < tol:
+            ops.blas("caxpy_norm", p, x, a=alpha)
+            history.append(math.sqrt(ss / bb))
+            converged = True
+            break
+        A.apply(t, r)
+        applications += 1
+        ts, tt = ops.blas("cdot_norm", t, r)
+        if tt == 0:
+            raise SolverBreakdown(f"BiCGstab: A s = 0 at iteration {iterations}")
+        omega = ts / tt
+        if omega == 0 or not np.isfinite(omega):
+            raise SolverBreakdown(f"BiCGstab: omega = {omega} at iteration {iterations}")
+        rho_new, rr = ops.blas("bicgstab_xs", x, p, r, t, r0, a=alpha, w=omega)
+        history.append(math.sqrt(rr / bb))
+        if not math.isfinite(rr):
+            raise SolverBreakdown(f"BiCGstab: the residual became {rr} at iteration {iterations}")
+        converged = history[-1] < tol
+        if converged:
+            break
+        if rho_new == 0:
+            raise SolverBreakdown(f"BiCGstab: rho = 0 at iteration {iterations}")
+        beta = (rho_new / rho) * (alpha / omega)
+        ops.blas("bicgstab_p", p, r, v, b=beta, w=omega)
+        rho = rho_new
+    true = _finish(A, ops, b, x, bb, v)
+    info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
+                     time.perf_counter() - start)
+    if not converged:
+        info.message = f"BiCGstab did not converge in {maxiter} iterations (|r|/|b| = {history[-1]:.3e})"
+        warnings.warn(info.message, RuntimeWarning, stacklevel=2)
+    return x, info
+
+
+def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10,
+             maxiter: int = 10000, delta: float = 0.1) -> tuple[accel.DeviceArray, SolveInfo]:
+    """CG iterating in ``A_low``'s (single) precision with reliable updates in ``A``'s (double).
+
+    Whenever the iterated residual has fallen by ``delta`` since the last update, the solution
+    is accumulated in high precision, the true residual b - A x is recomputed there, and the
+    iteration continues from it with the same search direction.
+    """
+    _check(A, b)
+    if A_low.size != A.size:
+        raise ValueError("the two operators act on vectors of different lengths")
+    start = time.perf_counter()
+    hi = VectorOps(A.context, A.queue, A.dtype, A.size)
+    lo = VectorOps(A_low.context, A_low.queue, A_low.dtype, A_low.size)
+    down = ConvertTemplate(A.context, A.dtype, A_low.dtype)
+    up = ConvertTemplate(A.context, A_low.dtype, A.dtype)
+    queue = A.queue
+    b = _flat(b)
+    x, r, tmp = hi.new(), hi.new(), hi.new()
+    xs, rs, ps, aps = lo.new(), lo.new(), lo.new(), lo.new()
+    bb = hi.reduce("sumsq", b)
+    x.zero(queue)
+    if bb == 0:
+        return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
+    r.copy_from(queue, b)
+    down.convert(queue, rs, r)
+    xs.zero(queue)
+    ps.copy_from(queue, rs)
+    rr = bb
+    r_max = rr
+    history = [1.0]
+    iterations = applications = updates = 0
+    converged = False
+    while iterations < maxiter:
+        A_low.apply(aps, ps)
+        applications += 1
+        pap = lo.reduce("dot", ps, aps)
+        pap = pap.real if isinstance(pap, complex) else pap
+        if not pap > 0:
+            raise SolverBreakdown(f"mixed CG: <p, A p> = {pap} at iteration {iterations}")
+        alpha = rr / pap
+        rr_new = lo.blas("axpy_norm", aps, rs, a=-alpha)
+        iterations += 1
+        if rr_new < delta ** 2 * r_max or rr_new / bb < tol ** 2:
+            lo.blas("axpy", ps, xs, a=alpha)  # x_low += alpha p
+            up.add_converted(queue, x, xs)  # x += x_low in high precision
+            xs.zero(queue)
+            A.apply(tmp, x)
+            applications += 1
+            rr_new = _true_residual(hi, b, tmp, r)  # r = b - A x, in high precision
+            updates += 1
+            down.convert(queue, rs, r)
+            r_max = rr_new
+            history.append(math.sqrt(rr_new / bb))
+            if history[-1] < tol:
+                converged = True
+                break
+            beta = rr_new / rr
+            lo.blas("xpay", rs, ps, a=beta)  # p = r + beta p
+        else:
+            beta = rr_new / rr
+            lo.blas("axpy_zpbx", xs, ps, rs, a=alpha, b=beta)
+            history.append(math.sqrt(rr_new / bb))
+        rr = rr_new
+        if not math.isfinite(rr):
+            raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
+    true = _finish(A, hi, b, x, bb, tmp)
+    info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
+                     time.perf_counter() - start, reliable_updates=updates)
+    if not converged:
+        info.message = f"mixed CG did not converge in {maxiter} iterations (|r|/|b| = {history[-1]:.3e})"
+        warnings.warn(info.message, RuntimeWarning, stacklevel=2)
+    return x, info
+
+
+def _true_residual(ops: VectorOps, b: accel.DeviceArray, ax: accel.DeviceArray,
+                   r: accel.DeviceArray) -> float:
+    """r = b - A x (given A x in ``ax``); returns |r|^2."""
+    r.copy_from(ops.queue, ax)
+    return ops.blas("xmy_norm", b, r)

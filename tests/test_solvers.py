@@ -1,0 +1,122 @@
+"""CG and BiCGstab on tuned kernels: true residuals checked with the host reference operator."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from operations import solvers
+from operations.lqcd import WilsonOperator, haar_field, reference, weak_field
+from operations.lqcd.wilson import WilsonLinearOperator
+
+KAPPA = 0.12
+
+
+def _b(dims, seed=0):
+    x, y, z, t = dims
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((t, z, y, x, 4, 3)) + 1j * rng.standard_normal((t, z, y, x, 4, 3))
+
+
+def _true_residual(u, x, b):
+    return np.linalg.norm(b - reference.wilson(u, x, KAPPA, -1)) / np.linalg.norm(b)
+
+
+@pytest.fixture(scope="module")
+def weak8():
+    return weak_field((8, 8, 8, 8), 0.1, seed=3)
+
+
+@pytest.mark.parametrize("field", ["weak", "haar"])
+@pytest.mark.parametrize("method,even_odd,precision", [
+    ("cg", True, "double"), ("cg", False, "double"), ("bicgstab", True, "double"),
+    ("bicgstab", False, "double"), ("cg", True, "mixed"),
+])
+def test_every_method_reaches_the_true_residual(context, field, method, even_odd, precision):
+    dims = (4, 4, 4, 4)
+    u = weak_field(dims, 0.1, 1) if field == "weak" else haar_field(dims, 2)
+    b = _b(dims)
+    op = WilsonOperator(context, u, KAPPA, "double", 12)
+    x, info = op.solve(b, method, 1e-10, even_odd, precision)
+    print(f"{field} {method} even_odd={even_odd} {precision}: {info.iterations} iterations, "
+          f"{info.applications} applications, {info.reliable_updates} reliable updates")
+    assert info.converged
+    assert _true_residual(u, x, b) < 1e-10
+    assert abs(info.true_residual - _true_residual(u, x, b)) < 1e-12
+
+
+def test_methods_and_forms_agree(context, weak8):
+    b = _b((8, 8, 8, 8), 1)
+    op = WilsonOperator(context, weak8, KAPPA, "double", 18)
+    solutions = [op.solve(b, m, 1e-11, eo)[0] for m in ("cg", "bicgstab") for eo in (True, False)]
+    for x in solutions[1:]:
+        assert np.linalg.norm(x - solutions[0]) / np.linalg.norm(solutions[0]) < 1e-9
+
+
+def test_even_odd_cg_iteration_count_on_8_4(context, weak8):
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    x, info = op.solve(_b((8, 8, 8, 8), 2), "cg", 1e-8, True)
+    print(f"8^4, eps 0.1, kappa 0.12, even-odd CG on the normal equations: {info.iterations} iterations")
+    assert info.converged and 25 <= info.iterations <= 50
+
+
+def test_mixed_precision_meets_1e_10(context, weak8):
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    b = _b((8, 8, 8, 8), 3)
+    x, info = op.solve(b, "cg", 1e-10, True, "mixed")
+    assert info.converged and info.reliable_updates >= 3
+    assert _true_residual(weak8, x, b) < 1e-10
+
+
+def test_too_small_maxiter_reports_non_convergence(context, weak8):
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        x, info = op.solve(_b((8, 8, 8, 8)), "cg", 1e-10, True, maxiter=3)
+    assert not info.converged and info.iterations == 3
+    assert info.true_residual > 1e-6
+
+
+class Zero:
+    """A singular (zero) operator."""
+
+    def __init__(self, context, n):
+        self.context, self.queue = context, context.create_command_queue()
+        self.dtype, self.size = np.dtype(np.complex128), n
+
+    def apply(self, out, inp):
+        out.zero(self.queue)
+
+
+class Negative(Zero):
+    """-1: Hermitian but negative definite."""
+
+    def apply(self, out, inp):
+        if not hasattr(self, "ops"):
+            self.ops = solvers.VectorOps(self.context, self.queue, self.dtype, self.size)
+        self.ops.blas("axpby", inp, out, a=-1.0, b=0.0)
+
+
+def test_singular_and_indefinite_operators_are_reported(context):
+    queue = context.create_command_queue()
+    b = context.to_device(queue, np.ones(96, np.complex128))
+    with pytest.raises(solvers.SolverBreakdown, match="positive-definite"):
+        solvers.cg(Zero(context, 96), b)
+    with pytest.raises(solvers.SolverBreakdown, match="r0"):
+        solvers.bicgstab(Zero(context, 96), b)
+    with pytest.raises(solvers.SolverBreakdown, match="<p, A p> = -"):
+        solvers.cg(Negative(context, 96), b)
+    x, info = solvers.bicgstab(Negative(context, 96), b, tol=1e-12)  # general: fine for BiCGstab
+    assert info.converged and np.allclose(x.get(queue), -1)
+
+
+def test_bad_arguments(context, weak8):
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    b = _b((8, 8, 8, 8))
+    with pytest.raises(ValueError, match="method"):
+        op.solve(b, "gmres")
+    with pytest.raises(ValueError, match="precision"):
+        op.solve(b, precision="half")
+    with pytest.raises(ValueError, match="mixed precision"):
+        op.solve(b, "bicgstab", precision="mixed")
+    with pytest.raises(ValueError, match="elements"):
+        solvers.cg(WilsonLinearOperator(op, "Mpc"), op.to_device(b).flat)

@@ -1,5 +1,6 @@
 ## One explicit step of 2-D heat diffusion on an ny x nx float32 field (row-major, x fastest):
-##     dst[y][x] = src[y][x] + dt * (src[y+1][x] + src[y][x+1] - 4 src[y][x] + src[y][x-1] + src[y-1][x])
+##     dst[y][x] = src[y][x]
+##                 + dt * (src[y+1][x] + src[y][x+1] - 4 src[y][x] + src[y][x-1] + src[y-1][x])
 ## at interior points; boundary points are copied unchanged, so dst is a complete field.
 ## Variables (validated by operations/diffusion.py before rendering):
 ##   nx, ny            field size (compiled in)
@@ -7,7 +8,7 @@
 ##                     True: they are left to the macros Kernel Tuner defines (block_size_x,
 ##                     block_size_y, tile_size_x, tile_size_y, use_local), so that Kernel Tuner
 ##                     tunes exactly this source (benchmarks/diffusion_vs_kernel_tuner.py).
-##   block_x, block_y  work-group shape (only when not kernel_tuner)
+##   block_x, block_y  work-group shape (these five are None when kernel_tuner)
 ##   tile_x, tile_y    points per work-item in x and y, block_x (block_y) apart so that
 ##                     neighbouring work-items touch neighbouring addresses
 ##   use_local         the tuning parameter `local` (a name Mako reserves): stage the work-group's

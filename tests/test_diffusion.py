@@ -60,8 +60,12 @@ def test_steps_match_numpy(context, command_queue, nx, ny):
     assert_steps_match(op.run(field, 7), field, 7)
 
 
-@pytest.mark.parametrize("tuning", TUNINGS, ids=lambda t: "{block_x}x{block_y}-tile{tile_x}x{tile_y}-"
-                         "{0}".format("local" if t["local"] else "global", **t))
+def _tuning_id(t: dict) -> str:
+    where = "local" if t["local"] else "global"
+    return f"{t['block_x']}x{t['block_y']}-tile{t['tile_x']}x{t['tile_y']}-{where}"
+
+
+@pytest.mark.parametrize("tuning", TUNINGS, ids=_tuning_id)
 def test_explicit_tunings_match_numpy(context, command_queue, tuning):
     for nx, ny in ((1000, 777), (33, 65)):
         field = random_field(nx, ny, seed=ny)

@@ -74,6 +74,13 @@ class VectorOps:
     def new(self) -> accel.DeviceArray:
         return self.context.allocate(self.size, self.dtype)
 
+    def prepare(self, blas: tuple[str, ...] = (), reduce: tuple[str, ...] = ()) -> None:
+        """Instantiate (compile, allocate) the passes a loop will use, before it starts."""
+        for op in blas:
+            self._pass(BlasTemplate, op)
+        for op in reduce:
+            self._pass(ReduceTemplate, op)
+
 
 def _check(A: LinearOperator, b: accel.DeviceArray) -> None:
     if b.size != A.size or b.dtype != A.dtype:
@@ -98,6 +105,7 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     _check(A, b)
     start = time.perf_counter()
     ops = VectorOps(A.context, A.queue, A.dtype, A.size)
+    ops.prepare(blas=("xmy_norm", "axpy_norm", "axpy_zpbx"), reduce=("sumsq", "dot"))
     x, r, p, ap = ops.new(), ops.new(), ops.new(), ops.new()
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
@@ -151,6 +159,8 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
     _check(A, b)
     start = time.perf_counter()
     ops = VectorOps(A.context, A.queue, A.dtype, A.size)
+    ops.prepare(blas=("xmy_norm", "caxpy_norm", "cdot_norm", "bicgstab_xs", "bicgstab_p"),
+                reduce=("sumsq", "dot"))
     x, r, r0, p, v, t = (ops.new() for _ in range(6))
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
@@ -230,6 +240,8 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     start = time.perf_counter()
     hi = VectorOps(A.context, A.queue, A.dtype, A.size)
     lo = VectorOps(A_low.context, A_low.queue, A_low.dtype, A_low.size)
+    hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
+    lo.prepare(blas=("axpy_norm", "axpy", "xpay", "axpy_zpbx"), reduce=("dot",))
     down = ConvertTemplate(A.context, A.dtype, A_low.dtype)
     up = ConvertTemplate(A.context, A_low.dtype, A.dtype)
     queue = A.queue

@@ -93,6 +93,7 @@ class Negative(Zero):
     def apply(self, out, inp):
         if not hasattr(self, "ops"):
             self.ops = solvers.VectorOps(self.context, self.queue, self.dtype, self.size)
+        out.zero(self.queue)  # axpby reads y even for b = 0 (0 * NaN is NaN)
         self.ops.blas("axpby", inp, out, a=-1.0, b=0.0)
 
 

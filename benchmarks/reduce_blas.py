@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -24,32 +23,7 @@ from autotune import accel, tune
 from operations.blas import BlasTemplate
 from operations.reduce import ReduceTemplate
 
-
-def cupy_time(cupy, fn, repeats: int = 20, batches: int = 7) -> float:
-    fn()
-    cupy.cuda.Device().synchronize()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    times = []
-    for _ in range(batches):
-        start.record()
-        for _ in range(repeats):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats)
-    return statistics.median(times)
-
-
-def ours_time(queue, fn, repeats: int = 20, batches: int = 7) -> float:
-    fn()
-    queue.finish()
-    times = []
-    for _ in range(batches):
-        queue.start_tuning()
-        for _ in range(repeats):
-            fn()
-        times.append(queue.stop_tuning() / repeats)
-    return statistics.median(times)
+from timing import cupy_time, queue_time as ours_time
 
 
 def main() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -26,33 +25,9 @@ from operations.lqcd import DslashTemplate, Lattice, gauge
 from operations.lqcd.dslash import PRECISIONS, gauge_to_device
 from operations.lqcd.gamma import GAMMA
 
+from timing import cupy_time, queue_time as event_time
+
 FLOPS = 1320
-
-
-def event_time(queue, fn, repeats=20, batches=7) -> float:
-    fn()
-    queue.finish()
-    samples = []
-    for _ in range(batches):
-        queue.start_tuning()
-        for _ in range(repeats):
-            fn()
-        samples.append(queue.stop_tuning() / repeats)
-    return statistics.median(samples)
-
-
-def cupy_time(cupy, fn, repeats=5, batches=5) -> float:
-    fn()
-    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-    samples = []
-    for _ in range(batches):
-        start.record()
-        for _ in range(repeats):
-            fn()
-        stop.record()
-        stop.synchronize()
-        samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats)
-    return statistics.median(samples)
 
 
 def cupy_hop(cupy, u, psi, gammas):
@@ -102,7 +77,7 @@ def main() -> None:
             gu = cupy.asarray(u.astype(dtype))
             gpsi = cupy.asarray(psi.astype(dtype))
             gammas = cupy.asarray(GAMMA.astype(dtype))
-            t_cupy = cupy_time(cupy, lambda: cupy_hop(cupy, gu, gpsi, gammas))
+            t_cupy = cupy_time(cupy, lambda: cupy_hop(cupy, gu, gpsi, gammas), repeats=5, batches=5)
             cupy_gflops = FLOPS * lattice.volume / t_cupy / 1e9
             del gu, gpsi
             cupy.get_default_memory_pool().free_all_blocks()

@@ -95,6 +95,19 @@ def _finish(A: LinearOperator, ops: VectorOps, b: accel.DeviceArray, x: accel.De
     return math.sqrt(ops.blas("xmy_norm", b, tmp) / bb)
 
 
+def _initial_residual(A: LinearOperator, ops: VectorOps, b: accel.DeviceArray, bb: float,
+                      x0: accel.DeviceArray | None, x: accel.DeviceArray,
+                      r: accel.DeviceArray) -> tuple[int, float]:
+    """x = x0 (or 0) and r = b - A x; returns (operator applications, |r|^2)."""
+    if x0 is None:
+        x.zero(A.queue)
+        r.copy_from(A.queue, b)
+        return 0, bb
+    x.copy_from(A.queue, _flat(x0))
+    A.apply(r, x)
+    return 1, ops.blas("xmy_norm", b, r)  # r = b - A x0
+
+
 def _flat(v: accel.DeviceArray) -> accel.DeviceArray:
     return v if len(v.shape) == 1 else v.view(0, v.size)
 
@@ -112,16 +125,7 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     if bb == 0:
         x.zero(A.queue)
         return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
-    applications = 0
-    if x0 is not None:
-        x.copy_from(A.queue, _flat(x0))
-        A.apply(r, x)
-        applications += 1
-        rr = ops.blas("xmy_norm", b, r)  # r = b - A x0
-    else:
-        x.zero(A.queue)
-        r.copy_from(A.queue, b)
-        rr = bb
+    applications, rr = _initial_residual(A, ops, b, bb, x0, x, r)
     p.copy_from(A.queue, r)
     history = [math.sqrt(rr / bb)]
     converged = history[-1] < tol
@@ -167,16 +171,7 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
     if bb == 0:
         x.zero(A.queue)
         return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
-    applications = 0
-    if x0 is not None:
-        x.copy_from(A.queue, _flat(x0))
-        A.apply(r, x)
-        applications += 1
-        rr = ops.blas("xmy_norm", b, r)
-    else:
-        x.zero(A.queue)
-        r.copy_from(A.queue, b)
-        rr = bb
+    applications, rr = _initial_residual(A, ops, b, bb, x0, x, r)
     r0.copy_from(A.queue, r)
     p.copy_from(A.queue, r)
     rho = ops.reduce("dot", r0, r)

@@ -1,0 +1,36 @@
+"""Timing helpers shared by the benchmarks: CUDA-event medians for our queues and for CuPy."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+
+def queue_time(queue: Any, fn: Callable[[], Any], repeats: int = 20, batches: int = 7) -> float:
+    """Median seconds per call of ``fn`` (which enqueues on our tuning ``queue``), after a warm-up."""
+    fn()
+    queue.finish()
+    samples = []
+    for _ in range(batches):
+        queue.start_tuning()
+        for _ in range(repeats):
+            fn()
+        samples.append(queue.stop_tuning() / repeats)
+    return statistics.median(samples)
+
+
+def cupy_time(cupy: Any, fn: Callable[[], Any], repeats: int = 20, batches: int = 7) -> float:
+    """Median seconds per call of ``fn`` on CuPy's current stream, timed with CUDA events."""
+    fn()
+    cupy.cuda.Device().synchronize()
+    start, stop = cupy.cuda.Event(), cupy.cuda.Event()
+    samples = []
+    for _ in range(batches):
+        start.record()
+        for _ in range(repeats):
+            fn()
+        stop.record()
+        stop.synchronize()
+        samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats)
+    return statistics.median(samples)

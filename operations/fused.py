@@ -228,12 +228,15 @@ class FusedPass:
         needed = -(-n // (self.wgs * t["ipt"] * self.vec))
         self.groups = max(1, min(t["groups_per_cu"] * ctx.device.multiprocessors, needed))
         self.kernel = template.program.get_kernel("fused_pass")
-        self.kernel.check_launch(self.groups * self.wgs, self.wgs)
+        self._launch_pass = queue.launcher(self.kernel, self.groups * self.wgs, self.wgs)
         k = max(template.components, 1)
         self.partials = ctx.allocate(k * self.groups, template.acc_dtype)
         if template.components:
             self.finish_kernel = template.program.get_kernel("fused_finish")
+            self._launch_finish = queue.launcher(self.finish_kernel, self.wgs, self.wgs)
             self.out = ctx.allocate(template.components, template.acc_dtype)
+            self._finish_args = [self.partials, np.uint32(self.groups), self.out]
+        self._last: tuple[tuple, list] = ((), [])  # vectors last passed, and their checked arrays
         real = np.float32 if template.dtype in (np.float32, np.complex64) else np.float64
         self._real = real
 
@@ -256,6 +259,18 @@ class FusedPass:
 
     def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any]) -> None:
         """Enqueue the pass (asynchronously); :meth:`result` then reads the reductions."""
+        vectors = tuple(vectors)
+        last_vectors, arrays = self._last
+        if len(vectors) != len(last_vectors) or any(a is not b for a, b in zip(vectors, last_vectors)):
+            arrays = self._checked(vectors)
+            self._last = (vectors, arrays)
+        args = [*arrays, *self._scalar_args(scalars), self.partials, np.uint64(self.n)]
+        self._launch_pass(args)
+        if self.template.components:
+            self._launch_finish(self._finish_args)
+
+    def _checked(self, vectors: tuple) -> list[accel.DeviceArray]:
+        """Validate (and for CuPy/PyTorch, wrap) the vectors of a call."""
         op = self.template.op
         if len(vectors) != len(op.vectors):
             raise TypeError(f"{op.name} takes {len(op.vectors)} vectors ({', '.join(op.vectors)}), "
@@ -270,12 +285,7 @@ class FusedPass:
                     f"vector {name} starts at an address that is not a multiple of {chunk} bytes, "
                     f"which this tuning's {self.vec}-element loads need; pass an aligned array "
                     "(an offset view of a larger array may not be)")
-        args = [*arrays, *self._scalar_args(scalars), self.partials, np.uint64(self.n)]
-        self.queue.enqueue_kernel(self.kernel, args, self.groups * self.wgs, self.wgs)
-        if self.template.components:
-            self.queue.enqueue_kernel(self.finish_kernel,
-                                      [self.partials, np.uint32(self.groups), self.out],
-                                      self.wgs, self.wgs)
+        return arrays
 
     def result(self) -> tuple:
         """The operation's outputs (waits for the device; one small copy)."""

@@ -144,3 +144,17 @@ def test_cuda_compiles_in_process_with_nvrtc(context, tmp_path):
     program = context.build(path, {"v": "3.0f"})
     assert program.compiler == "nvrtc"
     assert program.compile_seconds < 0.5, "NVRTC should build a small kernel in tens of ms"
+
+
+def test_launcher_checks_once_and_again_when_argument_types_change(context, command_queue):
+    template = ScaleTemplate(context, np.float32, {"wgs": 64})
+    kernel = template.program.get_kernel("scale")
+    fn = template.instantiate(command_queue, 100)
+    fn.x.set(command_queue, np.arange(100, dtype=np.float32))
+    launch = command_queue.launcher(kernel, 128, 64)
+    launch([fn.y, fn.x, np.float32(3), np.uint32(100)])
+    np.testing.assert_array_equal(fn.y.get(command_queue), 3 * np.arange(100, dtype=np.float32))
+    with pytest.raises(TypeError, match="numpy scalar"):
+        launch([fn.y, fn.x, 3.0, np.uint32(100)])
+    with pytest.raises(accel.LaunchError, match="not a multiple"):
+        command_queue.launcher(kernel, 100, 64)

@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -259,6 +259,31 @@ class CommandQueue(ABC):
         kernel.check_launch(global_size, local_size)
         g = _as_sizes(global_size, "global_size")
         loc = _as_sizes(local_size, "local_size")
+        self._check_args(kernel, args)
+        self._record(self._launch(kernel, list(args), g, loc))
+
+    def launcher(self, kernel: Kernel, global_size: int | Sequence[int],
+                 local_size: int | Sequence[int]) -> Callable[[Sequence[Any]], None]:
+        """``enqueue_kernel`` with the launch configuration checked once, for hot loops.
+
+        The returned ``launch(args)`` checks its arguments on the first call and again whenever
+        their types change; otherwise it only enqueues.
+        """
+        kernel.check_launch(global_size, local_size)
+        g = _as_sizes(global_size, "global_size")
+        loc = _as_sizes(local_size, "local_size")
+        checked: list[tuple] = []
+
+        def launch(args: Sequence[Any]) -> None:
+            types = tuple(map(type, args))
+            if not checked or checked[0] != types:
+                self._check_args(kernel, args)
+                checked[:] = [types]
+            self._record(self._launch(kernel, args, g, loc))
+
+        return launch
+
+    def _check_args(self, kernel: Kernel, args: Sequence[Any]) -> None:
         for i, a in enumerate(args):
             if isinstance(a, DeviceArray):
                 if a.context is not self.context:
@@ -268,7 +293,6 @@ class CommandQueue(ABC):
                     f"kernel {kernel.name} argument {i} is {type(a).__name__}; pass a DeviceArray "
                     "or a numpy scalar such as np.int32(n) or np.float32(x)"
                 )
-        self._record(self._launch(kernel, list(args), g, loc))
 
     @abstractmethod
     def _launch(self, kernel: Kernel, args: list[Any], global_size: tuple[int, ...],

@@ -98,6 +98,7 @@ class DslashTemplate:
                         "wgs": wgs}
         self.global_size = -(-self.lattice.half_volume // wgs) * wgs
         self._kernels: dict[tuple[int, bool, bool], accel.Kernel] = {}
+        self._launchers: dict[tuple[int, int, bool, bool], Any] = {}
 
     def kernel(self, parity: int, dagger: bool, xpay: bool) -> accel.Kernel:
         """One variant, compiled on first use (a program each: building all eight costs 8x).
@@ -121,9 +122,12 @@ class DslashTemplate:
                 gauge: accel.DeviceArray, parity: int, *, dagger: bool = False,
                 x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
         """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked)."""
-        kernel = self.kernel(parity, dagger, x is not None)
-        args = [out, inp, gauge, x if x is not None else inp, self.real_dtype(a)]
-        queue.enqueue_kernel(kernel, args, self.global_size, self.wgs)
+        key = (id(queue), parity, bool(dagger), x is not None)
+        launch = self._launchers.get(key)
+        if launch is None:
+            kernel = self.kernel(parity, dagger, x is not None)
+            launch = self._launchers[key] = queue.launcher(kernel, self.global_size, self.wgs)
+        launch([out, inp, gauge, x if x is not None else inp, self.real_dtype(a)])
 
     @classmethod
     @tune.autotuner(test={"wgs": 64})

@@ -12,6 +12,7 @@ source (``diffusion.mako``) with both tuners.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -141,11 +142,17 @@ class DiffusionTemplate:
                 or not math.isfinite(dt):
             raise ValueError(f"dt must be a finite number, got {dt!r}")
         self.dt = float(dt)
-        if tuning is None:
+        from_database = tuning is None
+        if from_database:
             tuning = self.autotune(context, self.nx, self.ny)
         self.tuning = validated(tuning)
         why = device_limit_exceeded(context.device, self.tuning)
-        if why is not None:
+        if why is not None and from_database:  # a nearest match's, from another device
+            logging.getLogger("operations").warning(
+                "DiffusionTemplate: stored parameters %s do not fit %s (%s); using the test= "
+                "parameters", self.tuning, context.device.name, why)
+            self.tuning = validated(dict(TEST_PARAMETERS))
+        elif why is not None:
             raise ValueError(f"tuning {self.tuning} does not fit the device: {why}")
         self.program = context.build(TEMPLATE, render_kws(self.nx, self.ny, self.tuning))
 

@@ -9,6 +9,7 @@ Accumulation is in double precision for sums of single-precision data.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 from autotune import accel, tune
 
 TEMPLATE = Path(__file__).with_name("fused.mako")
+logger = logging.getLogger("operations")
 
 #: element dtype -> (real C type, element C type, complex?)
 CTYPES = {
@@ -73,6 +75,14 @@ class FusedOp:
         for out in self.outputs:
             exprs += list(out.expressions if (out.kind == "field" and is_complex) else out.expressions[:1])
         return exprs
+
+
+def _unfit(tuning: dict[str, Any], context: accel.Context) -> str | None:
+    if tuning.get("shuffle") and context.backend != "cuda":
+        return "warp shuffles need CUDA"
+    if tuning.get("wgs", 0) > context.device.max_work_group_size:
+        return f"work-group of {tuning['wgs']} above the device's {context.device.max_work_group_size}"
+    return None
 
 
 def _validated(tuning: dict[str, Any], backend: str, dtype: np.dtype) -> dict[str, Any]:
@@ -130,6 +140,13 @@ class FusedTemplate:
             raise TypeError(f"{context.device.name} has no double precision")
         if tuning is None:
             tuning = self.autotune(context, self.dtype, op)
+            # AUTOTUNE_MATCH=nearest may serve another device's result: keep it only if it fits.
+            why = _unfit(tuning, context)
+            if why:
+                logger.warning("%s %s on %s: stored parameters %s do not fit this device (%s); "
+                               "using the test= parameters", type(self).__name__, op,
+                               context.device.name, tuning, why)
+                tuning = dict(TEST_PARAMETERS)
         self.tuning = _validated(tuning, context.backend, self.dtype)
         real, elem, is_complex = CTYPES[self.dtype]
         self.is_complex = is_complex

@@ -60,3 +60,31 @@ def test_nearest_match_serves_every_warm_key_without_tuning(example, context, mo
             params = template.tuner(template.cls, context, **config)
             tune.validate_parameters(params, template.test_parameters)
     assert len(ResultStore(f"sqlite:///{example}").trials()) == before, "something was tuned"
+
+
+@pytest.mark.force_autotune
+def test_another_devices_parameters_that_do_not_fit_fall_back_to_test(context, monkeypatch, caplog):
+    """Nearest matching may serve a GPU's result to a CPU: templates must still construct."""
+    import logging
+
+    import numpy as np
+
+    from autotune.tune import TuningKey, TuningRecord, encode_arguments
+    from operations.reduce import ReduceTemplate
+
+    if context.backend == "cuda":
+        pytest.skip("the foreign parameters here are CUDA ones")
+    store = ResultStore.open()
+    key = TuningKey("operations.reduce.ReduceTemplate.autotune", ReduceTemplate.autotune_version,
+                    "Some GPU", "CUDA", "13.0",
+                    encode_arguments({"dtype": np.dtype(np.float32), "op": "sum"}))
+    store.put(TuningRecord(key, json.dumps({"wgs": 4096 * 4, "ipt": 4, "groups_per_cu": 2,
+                                            "vec": 4, "shuffle": True}), 1e-5, "test"))
+    monkeypatch.setenv("AUTOTUNE_MATCH", "nearest")
+    with caplog.at_level(logging.WARNING):
+        template = ReduceTemplate(context, np.float32, "sum")
+    assert "do not fit" in caplog.text
+    assert template.tuning["shuffle"] is False
+    queue = context.create_command_queue()
+    x = np.arange(1000, dtype=np.float32)
+    assert template.instantiate(queue, 1000)(context.to_device(queue, x)) == x.sum()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from .gamma import upper_right_blocks
 from .lattice import Lattice
 
 TEMPLATE = Path(__file__).with_name("dslash.mako")
+logger = logging.getLogger("operations")
 PRECISIONS = {"single": (np.float32, np.complex64, "float", "cfloat"),
               "double": (np.float64, np.complex128, "double", "cdouble")}
 RECONSTRUCTS = (18, 12, 8)
@@ -89,6 +91,10 @@ class DslashTemplate:
             raise TypeError(f"{context.device.name} has no double precision")
         if tuning is None:
             tuning = self.autotune(context, self.lattice.dims, precision, reconstruct)
+            if tuning["wgs"] > context.device.max_work_group_size:  # a nearest match's, elsewhere
+                logger.warning("DslashTemplate: stored wgs=%s exceeds %s's limit; using the "
+                               "test= parameters", tuning["wgs"], context.device.name)
+                tuning = dict(self.autotune.__func__.autotune_test)
         wgs = tuning["wgs"]
         if not (isinstance(wgs, int) and 1 <= wgs <= 1024):
             raise ValueError(f"wgs must be 1..1024, got {wgs!r}")

@@ -75,7 +75,7 @@ def main() -> None:
             })
             rows.append(result)
             print(json.dumps(result), flush=True)
-            del x, y, z, dx, dy
+            x = y = z = dx = dy = None  # free the GPU memory before the next size
             cupy.get_default_memory_pool().free_all_blocks()
     info = {"device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),
             "tuning_seconds": tuning_seconds,

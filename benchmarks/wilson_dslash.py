@@ -79,7 +79,7 @@ def main() -> None:
             gammas = cupy.asarray(GAMMA.astype(dtype))
             t_cupy = cupy_time(cupy, lambda: cupy_hop(cupy, gu, gpsi, gammas), repeats=5, batches=5)
             cupy_gflops = FLOPS * lattice.volume / t_cupy / 1e9
-            del gu, gpsi
+            gu = gpsi = None  # free the GPU memory before the ops below
             cupy.get_default_memory_pool().free_all_blocks()
             for reconstruct in (18, 12, 8):
                 link_bytes = (18 if reconstruct == 18 else reconstruct) * item
@@ -101,7 +101,7 @@ def main() -> None:
                 result["speedup_vs_cupy"] = result["tuned_GFLOPs"] / cupy_gflops
                 rows.append(result)
                 print(json.dumps(result), flush=True)
-                del links
+                links = None
     info = {"device": context.device.describe(), "date": time.strftime("%Y-%m-%d"), "rows": rows}
     print(f"\ndevice: {info['device']}  date: {info['date']}")
     print("| lattice | precision | recon | tuned GFLOP/s | tuned GB/s | default GFLOP/s | copy GB/s | "

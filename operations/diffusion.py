@@ -261,13 +261,8 @@ class Diffusion:
         return a.get(self.queue)
 
     def _device_array(self, obj: Any, name: str) -> accel.DeviceArray:
-        if isinstance(obj, np.ndarray):
-            raise TypeError(f"{name} is a numpy array; pass device arrays "
-                            "(context.to_device(queue, a)), or use run(field, steps)")
-        if not isinstance(obj, accel.DeviceArray):
-            if not hasattr(obj, "__cuda_array_interface__"):
-                raise TypeError(f"{name} must be a device array, not {type(obj).__name__}")
-            obj = self.template.context.wrap(obj)
+        obj = self.template.context.as_array(obj, name, numpy_hint=(
+            "pass device arrays (context.to_device(queue, a)), or use run(field, steps)"))
         if obj.shape != self.shape:
             raise ValueError(f"{name} has shape {obj.shape}, expected (ny, nx) = {self.shape}")
         if obj.dtype != DTYPE:

@@ -325,16 +325,9 @@ class FusedPass:
 def as_device_array(context: accel.Context, obj: Any, n: int, dtype: np.dtype,
                     name: str) -> accel.DeviceArray:
     """A device array of ``n`` elements of ``dtype``: ours, or a CuPy/PyTorch array viewed in place."""
-    if isinstance(obj, accel.DeviceArray):
-        arr = obj
-    elif hasattr(obj, "__cuda_array_interface__"):
-        arr = context.wrap(obj)
-    elif isinstance(obj, np.ndarray):
-        raise TypeError(f"vector {name} is a numpy array; use the host entry points "
-                        "(operations.reduce.sum(x), operations.blas.axpy(...)) or copy it with "
-                        "context.to_device(queue, x)")
-    else:
-        raise TypeError(f"vector {name} must be a device array, not {type(obj).__name__}")
+    arr = context.as_array(obj, f"vector {name}", numpy_hint=(
+        "use the host entry points (operations.reduce.sum(x), operations.blas.axpy(...)) or "
+        "copy it with context.to_device(queue, x)"))
     if arr.size != n:
         raise ValueError(f"vector {name} has {arr.size} elements, expected {n} (lengths differ)")
     if arr.dtype != dtype:

@@ -95,6 +95,13 @@ def _finish(A: LinearOperator, ops: VectorOps, b: accel.DeviceArray, x: accel.De
     return math.sqrt(ops.blas("xmy_norm", b, tmp) / bb)
 
 
+def _zero_solution(queue: accel.CommandQueue, x: accel.DeviceArray,
+                   start: float) -> tuple[accel.DeviceArray, SolveInfo]:
+    """The answer for b = 0: x = 0, nothing iterated."""
+    x.zero(queue)
+    return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
+
+
 def _initial_residual(A: LinearOperator, ops: VectorOps, b: accel.DeviceArray, bb: float,
                       x0: accel.DeviceArray | None, x: accel.DeviceArray,
                       r: accel.DeviceArray) -> tuple[int, float]:
@@ -123,8 +130,7 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
     if bb == 0:
-        x.zero(A.queue)
-        return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
+        return _zero_solution(A.queue, x, start)
     applications, rr = _initial_residual(A, ops, b, bb, x0, x, r)
     p.copy_from(A.queue, r)
     history = [math.sqrt(rr / bb)]
@@ -169,8 +175,7 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
     if bb == 0:
-        x.zero(A.queue)
-        return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
+        return _zero_solution(A.queue, x, start)
     applications, rr = _initial_residual(A, ops, b, bb, x0, x, r)
     r0.copy_from(A.queue, r)
     p.copy_from(A.queue, r)
@@ -244,9 +249,9 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     x, r, tmp = hi.new(), hi.new(), hi.new()
     xs, rs, ps, aps = lo.new(), lo.new(), lo.new(), lo.new()
     bb = hi.reduce("sumsq", b)
-    x.zero(queue)
     if bb == 0:
-        return x, SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], time.perf_counter() - start, message="b = 0")
+        return _zero_solution(queue, x, start)
+    x.zero(queue)
     r.copy_from(queue, b)
     down.convert(queue, rs, r)
     xs.zero(queue)
@@ -270,9 +275,9 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
             lo.blas("axpy", ps, xs, a=alpha)  # x_low += alpha p
             up.add_converted(queue, x, xs)  # x += x_low in high precision
             xs.zero(queue)
-            A.apply(tmp, x)
+            A.apply(r, x)
             applications += 1
-            rr_new = _true_residual(hi, b, tmp, r)  # r = b - A x, in high precision
+            rr_new = hi.blas("xmy_norm", b, r)  # r = b - A x, in high precision
             updates += 1
             down.convert(queue, rs, r)
             r_max = rr_new
@@ -297,9 +302,3 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         warnings.warn(info.message, RuntimeWarning, stacklevel=2)
     return x, info
 
-
-def _true_residual(ops: VectorOps, b: accel.DeviceArray, ax: accel.DeviceArray,
-                   r: accel.DeviceArray) -> float:
-    """r = b - A x (given A x in ``ax``); returns |r|^2."""
-    r.copy_from(ops.queue, ax)
-    return ops.blas("xmy_norm", b, r)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune import accel, tune
+from autotune import tune
 
 KERNEL = Path(__file__).with_name("kernels") / "toy.mako"
 calls: Counter = Counter()

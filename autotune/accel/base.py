@@ -210,12 +210,6 @@ class DeviceArray(ABC):
         if self.nbytes:
             queue._record(self._copy_from(queue, other))
 
-    @classmethod
-    def from_host(cls, context: Context, queue: CommandQueue, host: np.ndarray) -> DeviceArray:
-        arr = context.allocate(host.shape, host.dtype)
-        arr.set(queue, np.ascontiguousarray(host))
-        return arr
-
     @property
     @abstractmethod
     def kernel_arg(self) -> Any:
@@ -375,7 +369,25 @@ class Context(ABC):
         return arr
 
     def to_device(self, queue: CommandQueue, host: np.ndarray) -> DeviceArray:
-        return type(self)._array_type.from_host(self, queue, np.asarray(host))
+        """A new device array holding a copy of ``host``."""
+        host = np.ascontiguousarray(host)
+        arr = self.allocate(host.shape, host.dtype)
+        arr.set(queue, host)
+        return arr
+
+    def as_array(self, obj: Any, name: str = "array", numpy_hint: str = "") -> DeviceArray:
+        """``obj`` as a device array of this context: ours as is, CuPy/PyTorch viewed in place.
+
+        A numpy array is refused with ``numpy_hint`` (what to do instead); anything else too.
+        """
+        if isinstance(obj, DeviceArray):
+            return obj
+        if hasattr(obj, "__cuda_array_interface__"):
+            return self.wrap(obj)
+        if isinstance(obj, np.ndarray):
+            raise TypeError(f"{name} is a numpy array; "
+                            f"{numpy_hint or 'copy it with context.to_device(queue, a)'}")
+        raise TypeError(f"{name} must be a device array, not {type(obj).__name__}")
 
     def wrap(self, obj: Any) -> DeviceArray:
         """View a foreign device array (``__cuda_array_interface__``) without copying; CUDA only."""

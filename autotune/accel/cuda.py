@@ -227,7 +227,6 @@ class CudaQueue(CommandQueue):
 
 class CudaContext(Context):
     backend = "cuda"
-    _array_type = CudaArray
 
     def __init__(self, device_index: int = 0):
         if not available():

@@ -110,19 +110,13 @@ class OpenCLProgram(Program):
 
 
 class OpenCLArray(DeviceArray):
-    def __init__(self, context: OpenCLContext, shape: int | Sequence[int], dtype: Any):
+    def __init__(self, context: OpenCLContext, shape: int | Sequence[int], dtype: Any,
+                 *, buffer: Any = None, parent: OpenCLArray | None = None):
         super().__init__(context, shape, dtype)
         # OpenCL refuses zero-byte buffers; an empty array still gets a valid handle.
-        self.buffer = cl.Buffer(context.cl_context, cl.mem_flags.READ_WRITE, max(self.nbytes, 1))
-
-    @classmethod
-    def _from_buffer(cls, context: OpenCLContext, shape: tuple[int, ...], dtype: Any,
-                     buffer: Any, parent: OpenCLArray) -> OpenCLArray:
-        arr = cls.__new__(cls)
-        DeviceArray.__init__(arr, context, shape, dtype)
-        arr.buffer = buffer
-        arr._parent = parent
-        return arr
+        self.buffer = buffer if buffer is not None else cl.Buffer(
+            context.cl_context, cl.mem_flags.READ_WRITE, max(self.nbytes, 1))
+        self._parent = parent  # a view keeps the array it views alive
 
     def _view(self, offset: int, shape: tuple[int, ...]) -> OpenCLArray:
         align = self.context.cl_device.mem_base_addr_align // 8
@@ -131,7 +125,7 @@ class OpenCLArray(DeviceArray):
                              f"not at byte {offset}")
         size = max(math.prod(shape) * self.dtype.itemsize, 1)
         sub = self.buffer.get_sub_region(offset, size)
-        return OpenCLArray._from_buffer(self.context, shape, self.dtype, sub, self)
+        return OpenCLArray(self.context, shape, self.dtype, buffer=sub, parent=self)
 
     @property
     def kernel_arg(self) -> Any:
@@ -191,7 +185,6 @@ class OpenCLQueue(CommandQueue):
 
 class OpenCLContext(Context):
     backend = "opencl"
-    _array_type = OpenCLArray
 
     def __init__(self, platform: Any, device: Any):
         if cl is None:

@@ -157,9 +157,7 @@ def render(
     header.setdefault("backend", backend)
     try:
         lookup.get_template(PORTABILITY_HEADER).render_context(Context(buf, **header))
-        tmpl = lookup.get_template(path.name) if path.parent == Path(dirs[0]) else None
-        tmpl = tmpl or lookup.get_template(str(path))
-        tmpl.render_context(Context(buf, **kws))
+        lookup.get_template(path.name).render_context(Context(buf, **kws))  # dirs[0] is its folder
     except NameError as exc:
         raise CompileError(
             f"{path.name}: {exc}; pass it in render_kws (templates render with strict "

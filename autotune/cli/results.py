@@ -17,10 +17,6 @@ _KEY_FIELDS = ("function", "version", "device_name", "device_platform", "driver_
 _EXPORT_FIELDS = (*_KEY_FIELDS, "parameters", "score", "created_at", "package_version")
 
 
-def _open(url: str) -> ResultStore:
-    return ResultStore(url)
-
-
 def record_to_dict(record: TuningRecord) -> dict[str, Any]:
     k = record.key
     return {
@@ -79,7 +75,7 @@ def _table(records: list[TuningRecord]) -> str:
 
 
 def run_show(args: Any, url: str) -> int:
-    records = _open(url).records(function=args.function, device=args.device)
+    records = ResultStore(url).records(function=args.function, device=args.device)
     print(_table(records))
     return 0
 
@@ -87,7 +83,7 @@ def run_show(args: Any, url: str) -> int:
 def run_export(args: Any, url: str) -> int:
     import pandas as pd
 
-    rows = [record_to_dict(r) for r in _open(url).records(function=args.function,
+    rows = [record_to_dict(r) for r in ResultStore(url).records(function=args.function,
                                                            device=args.device)]
     if args.format == "json":
         text = json.dumps(rows, indent=1)
@@ -144,7 +140,7 @@ def _require_autotune_tables(path: Path) -> None:
 
 def run_import(args: Any, url: str) -> int:
     records = _read_import(Path(args.file))
-    store = _open(url)
+    store = ResultStore(url)
     counts = {"added": 0, "replaced": 0, "kept": 0}
     for record in records:
         counts[store.put_if_better(record)] += 1
@@ -154,7 +150,7 @@ def run_import(args: Any, url: str) -> int:
 
 
 def run_clear(args: Any, url: str) -> int:
-    store = _open(url)
+    store = ResultStore(url)
     matching = store.records(function=args.function, device=args.device)
     if not matching:
         print("nothing to delete")

@@ -14,7 +14,6 @@ import logging
 import math
 import os
 import statistics
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar

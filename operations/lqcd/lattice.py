@@ -55,10 +55,6 @@ class Lattice:
             out[self.sites(parity)] = half.reshape(12, -1).T
         return out.reshape(self.shape + (4, 3))
 
-    def half_spinor_to_device(self, psi_half: np.ndarray, parity: int, dtype: np.dtype) -> np.ndarray:
-        """A field given on one parity only, shape (V/2, 4, 3) in checkerboard order."""
-        return np.ascontiguousarray(psi_half.reshape(self.half_volume, 12).T, dtype=dtype)
-
     def links_to_device(self, packed: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """(4, T, Z, Y, X, n) packed links -> (4, 2, n, V/2): direction, parity, component, site."""
         n = packed.shape[-1]

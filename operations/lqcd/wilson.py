@@ -6,6 +6,7 @@ Host methods take and return numpy spinors of shape (T, Z, Y, X, 4, 3); device m
 
 from __future__ import annotations
 
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -126,7 +127,7 @@ class WilsonOperator:
         self.dslash_parity(out, tmp, 0, dagger=dagger, x=inp, a=-self.kappa ** 2)
 
     # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
-    def _dispatch(self, psi: Any, out: Any, device_op, host_kind: str) -> Any:
+    def _dispatch(self, psi: Any, out: Any, device_op) -> Any:
         if isinstance(psi, SpinorField):
             if out is None or out is psi:
                 raise ValueError("device operations need a distinct out= SpinorField")
@@ -139,15 +140,15 @@ class WilsonOperator:
 
     def dslash(self, psi: Any, out: SpinorField | None = None) -> Any:
         """D psi."""
-        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, False), "dslash")
+        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, False))
 
     def apply(self, psi: Any, out: SpinorField | None = None) -> Any:
         """M psi = psi - kappa D psi."""
-        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, True), "apply")
+        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, True))
 
     def apply_dagger(self, psi: Any, out: SpinorField | None = None) -> Any:
         """M^dag psi = gamma_5 M gamma_5 psi."""
-        return self._dispatch(psi, out, lambda o, i: self._full(o, i, True, True), "apply_dagger")
+        return self._dispatch(psi, out, lambda o, i: self._full(o, i, True, True))
 
     def apply_pc(self, psi: Any, out: accel.DeviceArray | None = None, *, dagger: bool = False) -> Any:
         """M_pc psi_e = psi_e - kappa^2 D_eo D_oe psi_e on the even sites.
@@ -251,7 +252,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     b = high._check_spinor(b).astype(np.complex128)
     lat, queue = high.lattice, high.queue
     b_field = high.to_device(b)
-    start = __import__("time").perf_counter()
+    start = time.perf_counter()
     if even_odd:
         # Schur complement: M_pc x_e = b_e + kappa D_eo b_o, then x_o = b_o + kappa D_oe x_e
         rhs = high.context.allocate(12 * lat.half_volume, high.dtype)
@@ -283,7 +284,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     result = high.from_device(out)
     check = high.apply(result.astype(high.dtype))
     info.true_residual = float(np.linalg.norm(b - check) / np.linalg.norm(b))
-    info.seconds = __import__("time").perf_counter() - start
+    info.seconds = time.perf_counter() - start
     return result, info
 
 

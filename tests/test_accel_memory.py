@@ -142,3 +142,22 @@ def test_views_share_memory(context, command_queue):
         a.view(4000, 5000)
     with pytest.raises(ValueError, match="does not hold"):
         a.view(0, 10, (3, 3))
+
+
+def test_as_array_accepts_device_arrays_and_refuses_host_data(context, command_queue):
+    a = context.allocate(8, np.float32)
+    assert context.as_array(a) is a
+    with pytest.raises(TypeError, match="x is a numpy array; use run"):
+        context.as_array(np.zeros(8), "x", numpy_hint="use run")
+    with pytest.raises(TypeError, match="to_device"):
+        context.as_array(np.zeros(8))
+    with pytest.raises(TypeError, match="must be a device array, not list"):
+        context.as_array([1, 2], "y")
+
+
+@pytest.mark.cuda_only
+def test_as_array_views_cupy_memory(context, command_queue):
+    cupy = pytest.importorskip("cupy")
+    theirs = cupy.arange(16, dtype=cupy.float32)
+    ours = context.as_array(theirs)
+    np.testing.assert_array_equal(ours.get(command_queue), np.arange(16, dtype=np.float32))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,31 @@ def test_programs_are_cached_by_source_and_options(context, tmp_path):
     assert context.build(path, {"value": "2.0f"}) is not first
     assert first.compile_seconds > 0
     assert first.source.text.count("y[0] = 1.0f") == 1
+
+
+def test_an_edited_template_is_rendered_again(context, tmp_path):
+    path = _write(tmp_path, "edited.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${value}; }\n")
+    first = context.build(path, {"value": "1.0f"})
+    path.write_text("KERNEL void k(GLOBAL float *y) { y[0] = 3.0f * ${value}; }\n")
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2 * 10**9))  # Mako checks whole seconds
+    second = context.build(path, {"value": "1.0f"})
+    assert second is not first and "3.0f * 1.0f" in second.source.text
+
+
+def test_builds_with_non_plain_arguments_are_rendered_every_time(context, tmp_path):
+    class Value:
+        text = "1.0f"
+
+        def __str__(self):
+            return self.text
+
+    path = _write(tmp_path, "objects.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${value}; }\n")
+    value = Value()
+    first = context.build(path, {"value": value})
+    value.text = "2.0f"  # the same object, now rendering differently
+    assert "y[0] = 2.0f" in context.build(path, {"value": value}).source.text
+    assert "y[0] = 1.0f" in first.source.text
 
 
 def test_kernel_limits_and_launch_checks(context, command_queue):

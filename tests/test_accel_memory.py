@@ -128,6 +128,17 @@ def test_read_copies_a_range(context, command_queue):
         a.read(command_queue, 990, 1001)
 
 
+def test_asynchronous_get_into_a_host_buffer(context, command_queue):
+    data = np.arange(1000, dtype=np.float64) - 0.5
+    arr = context.to_device(command_queue, data)
+    out = context.empty_host(1000, np.float64)
+    assert out.shape == (1000,) and out.dtype == np.float64
+    out[:] = np.nan
+    assert arr.get(command_queue, out, wait=False) is out
+    command_queue.finish()
+    np.testing.assert_array_equal(out, data)
+
+
 def test_views_share_memory(context, command_queue):
     host = np.arange(4096, dtype=np.float32)
     a = context.to_device(command_queue, host)

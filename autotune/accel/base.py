@@ -160,8 +160,14 @@ class DeviceArray(ABC):
             queue._record(self._upload(queue, host))
             queue.finish()
 
-    def get(self, queue: CommandQueue, out: np.ndarray | None = None) -> np.ndarray:
-        """Copy the device contents to a new (or the given) numpy array."""
+    def get(self, queue: CommandQueue, out: np.ndarray | None = None, *,
+            wait: bool = True) -> np.ndarray:
+        """Copy the device contents to a new (or the given) numpy array.
+
+        ``wait=False`` only enqueues the copy: ``out`` holds the contents once ``queue.finish()``
+        returns. Into an array from :meth:`Context.empty_host` the copy is then truly
+        asynchronous on CUDA, and costs the least latency.
+        """
         if out is None:
             out = np.empty(self.shape, self.dtype)
         else:
@@ -170,7 +176,8 @@ class DeviceArray(ABC):
                 raise ValueError("out must be C-contiguous")
         if self.nbytes:
             queue._record(self._download(queue, out))
-            queue.finish()
+            if wait:
+                queue.finish()
         return out
 
     def read(self, queue: CommandQueue, start: int, stop: int) -> np.ndarray:
@@ -321,6 +328,31 @@ class CommandQueue(ABC):
     def _stop_timing(self) -> float: ...
 
 
+def _frozen(value: Any) -> Any:
+    """A hashable stand-in for a plain render argument; TypeError for anything else."""
+    if value is None or isinstance(value, (str, bool, int, float, np.dtype, np.generic)):
+        return (type(value).__name__, value)
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__, tuple(_frozen(v) for v in value))
+    if isinstance(value, dict):
+        return ("dict", tuple((_frozen(k), _frozen(v)) for k, v in value.items()))
+    raise TypeError(type(value).__name__)
+
+
+def _build_key(template: str | Path, render_kws: dict[str, Any] | None,
+               extra_dirs: tuple[str | Path, ...], options: Sequence[str]) -> tuple | None:
+    """What identifies a build without rendering it, or None where that cannot be told: objects
+    other than plain values could change behind an equal-looking key. The file's modification
+    time is part of the key, so an edited template is rendered again."""
+    try:
+        path = Path(template).resolve()
+        stat = path.stat()
+        return (str(path), stat.st_mtime_ns, stat.st_size, _frozen(render_kws or {}),
+                tuple(str(d) for d in extra_dirs), tuple(options))
+    except (TypeError, OSError):
+        return None
+
+
 class Context(ABC):
     """A device plus everything created on it: programs, arrays and queues."""
 
@@ -329,6 +361,7 @@ class Context(ABC):
     def __init__(self, device: DeviceIdentity):
         self.device = device
         self._programs: dict[tuple[str, tuple[str, ...]], Program] = {}
+        self._built: dict[tuple, Program] = {}  #: build() arguments -> program
         self._programs_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -338,9 +371,19 @@ class Context(ABC):
     def build(self, template: str | Path, render_kws: dict[str, Any] | None = None, *,
               extra_dirs: tuple[str | Path, ...] = (), options: Sequence[str] = ()) -> Program:
         """Render a ``.mako`` kernel template for this device and compile it (cached)."""
+        key = _build_key(template, render_kws, extra_dirs, options)
+        if key is not None:  # skip re-rendering: a template's construction stays cheap in loops
+            with self._programs_lock:
+                program = self._built.get(key)
+            if program is not None:
+                return program
         source = render(template, self.backend, render_kws, extra_dirs=extra_dirs,
                         header_kws={"backend": self.backend})
-        return self.compile(source, options)
+        program = self.compile(source, options)
+        if key is not None:
+            with self._programs_lock:
+                self._built[key] = program
+        return program
 
     def compile(self, source: RenderedSource, options: Sequence[str] = ()) -> Program:
         """Compile rendered source; identical (source, options) pairs are compiled once."""
@@ -362,6 +405,10 @@ class Context(ABC):
     @abstractmethod
     def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
         """A new uninitialised device array."""
+
+    def empty_host(self, shape: int | Sequence[int], dtype: Any) -> np.ndarray:
+        """A host array that the device copies to and from fastest (page-locked on CUDA)."""
+        return np.empty(_as_shape(shape), np.dtype(dtype))
 
     def zeros(self, queue: CommandQueue, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
         arr = self.allocate(shape, dtype)

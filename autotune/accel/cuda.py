@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import nvrtc
-from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program
+from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program, _as_shape
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .render import RenderedSource
@@ -289,6 +289,10 @@ class CudaContext(Context):
 
     def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
         return CudaArray(self, shape, dtype)
+
+    def empty_host(self, shape: int | Sequence[int], dtype: Any) -> np.ndarray:
+        with self.thread_scope():
+            return drv.pagelocked_empty(_as_shape(shape), np.dtype(dtype))
 
     def wrap(self, obj: Any) -> DeviceArray:
         """A device array viewing ``obj``'s memory (anything with ``__cuda_array_interface__``)."""

@@ -9,24 +9,27 @@ Host use (numpy; written arrays are updated in place)::
 
     r2 = operations.blas.axpy_norm(0.5, x, y)
 
-============== ======================================= =========================================
-operation      effect                                   returns
-============== ======================================= =========================================
-axpy           y = a x + y                              -
-xpay           y = x + a y                              -
-axpby          y = a x + b y                            -
-caxpy          y = a x + y, complex a (complex data)    -
-axpy_norm      y = a x + y                              |y|^2
-caxpy_norm     y = a x + y, a of the data's field       |y|^2
-xmy_norm       y = x - y                                |y|^2
-axpy_zpbx      x = x + a p;  p = z + b p                -
-cdot_norm      -                                        <x, y>, |x|^2
-bicgstab_xs    x = x + a p + w s;  s = s - w t          <r0, s>, |s|^2
-bicgstab_p     p = r + b (p - w v)                      -
-============== ======================================= =========================================
+================ ======================================= =========================================
+operation        effect                                   returns
+================ ======================================= =========================================
+axpy             y = a x + y                              -
+xpay             y = x + a y                              -
+axpby            y = a x + b y                            -
+caxpy            y = a x + y, complex a (complex data)    -
+axpy_norm        y = a x + y                              |y|^2
+axpy_norm_ratio  y = a x + y, a = n / d[i] on the device  |y|^2
+caxpy_norm       y = a x + y, a of the data's field       |y|^2
+xmy_norm         y = x - y                                |y|^2
+axpy_zpbx        x = x + a p;  p = z + b p                -
+cdot_norm        -                                        <x, y>, |x|^2
+bicgstab_xs      x = x + a p + w s;  s = s - w t          <r0, s>, |s|^2
+bicgstab_p       p = r + b (p - w v)                      -
+================ ======================================= =========================================
 
 ``a``/``b`` are real, except for ``caxpy``, ``caxpy_norm``, ``bicgstab_*`` whose scalars are of
-the data's field (complex for complex data). ``<x, y>`` conjugates ``x``.
+the data's field (complex for complex data). ``<x, y>`` conjugates ``x``. ``axpy_norm_ratio``
+takes ``a=DeviceRatio(n, d, i)``: ``a = n / d[i]`` with ``d`` a float64 device array, such as the
+results of a dot product the host has not waited for.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from .fused import FusedOp, FusedTemplate, Output
+from .fused import DeviceRatio, FusedOp, FusedTemplate, Output
+
+__all__ = ["BlasTemplate", "DeviceRatio", "OPS", "axpby", "axpy", "axpy_norm", "axpy_zpbx",
+           "bicgstab_p", "bicgstab_xs", "caxpy", "caxpy_norm", "cdot_norm", "xmy_norm", "xpay"]
 from .host import host_call
 
 _NORM_Y = Output("real", ("NORM2(y)",))
@@ -101,6 +107,8 @@ OPS = {op.name: op for op in (
     _op("caxpy", ("x", "y"), ("y",), (("a", "field"),), "y = ADD(MUL(a, x), y);",
         reference=_ref_axpy, complex_only=True),
     _op("axpy_norm", ("x", "y"), ("y",), (("a", "real"),), "y = ADD(RSCALE(x, a), y);",
+        (_NORM_Y,), _ref_axpy_norm),
+    _op("axpy_norm_ratio", ("x", "y"), ("y",), (("a", "ratio"),), "y = ADD(RSCALE(x, a), y);",
         (_NORM_Y,), _ref_axpy_norm),
     _op("caxpy_norm", ("x", "y"), ("y",), (("a", "field"),), "y = ADD(MUL(a, x), y);",
         (_NORM_Y,), _ref_axpy_norm),

@@ -5,13 +5,19 @@
 ##   acc, combine      accumulator type and how partial results combine ("sum", "min", "max")
 ##   vectors           names of the vector arguments; written: those the body assigns;
 ##                     write_only: written and never read, so never loaded
-##   scalars           (name, kind) pairs; kind "real" or "field" (the element type)
+##   scalars           (name, kind) pairs; kind "real" or "field" (the element type), or "ratio":
+##                     a real computed on the device as num / den[at] (den: float64 device data,
+##                     such as another pass's results, so the host need not wait for them)
 ##   body              C statements on the element variables (may be empty)
 ##   reductions        C expressions, one per accumulator component
 ##   wgs, ipt, vec     work-group size; chunks per work-item per step; elements per chunk (one
 ##                     vector load of vec elements, at most 16 bytes)
 ##   shuffle           warp-shuffle final stage of the work-group reduction (CUDA)
+## On CUDA the last work-group to finish combines every group's partial result (a ticket counter
+## after a memory fence), so a reduction is one launch; OpenCL 1.2 does not promise that one
+## work-group sees another's writes within a launch, so there a second kernel combines them.
 <%
+    single_pass = backend == "cuda" and len(reductions) > 0
     k = len(reductions)
     identity = {"sum": "0", "min": "INFINITY", "max": "-INFINITY"}[combine]
     width = vec * (2 if is_complex else 1)          # reals per chunk
@@ -137,22 +143,33 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void fused_pass(
 % for name, kind in scalars:
     % if kind == "field" and is_complex:
     ${real} ${name}_re, ${real} ${name}_im,
+    % elif kind == "ratio":
+    double ${name}_num, GLOBAL const double * RESTRICT ${name}_den, unsigned int ${name}_at,
     % else:
     ${real} ${name},
     % endif
 % endfor
     GLOBAL ${acc} * RESTRICT partials,
+% if single_pass:
+    unsigned int * RESTRICT tickets,
+    ${acc} * RESTRICT out,
+% endif
     u64 n)
 {
     const unsigned int lid = get_local_id(0);
 % for name, kind in scalars:
     % if kind == "field" and is_complex:
     const ${elem} ${name} = ${elem}_new(${name}_re, ${name}_im);
+    % elif kind == "ratio":
+    const ${real} ${name} = (${real}) (${name}_num / ${name}_den[${name}_at]);
     % endif
 % endfor
 % if k:
     LOCAL_DECL ${acc} scratch[${k}][${wgs}];
     ${acc} acc[${k}];
+% endif
+% if single_pass:
+    LOCAL_DECL bool last_group;
 % endif
 % for c in range(k):
     acc[${c}] = ${identity};
@@ -217,11 +234,41 @@ ${work_group_reduce("group_result")}
     % for c in range(k):
         partials[${c} * get_num_groups(0) + get_group_id(0)] = group_result[${c}];
     % endfor
+    % if single_pass:
+        __threadfence();  /* publish this group's partials before taking a ticket */
+        last_group = atomicAdd(tickets, 1u) == get_num_groups(0) - 1;
+    % endif
     }
+    % if single_pass:
+    BARRIER();
+    if (last_group)
+    {
+        /* Every other group has published its partials: combine them without a second launch. */
+        const volatile ${acc} *published = partials;
+        const unsigned int groups = get_num_groups(0);
+        % for c in range(k):
+        acc[${c}] = ${identity};
+        for (unsigned int g = lid; g < groups; g += ${wgs})
+        {
+            const ${acc} term = published[${c} * groups + g];
+            acc[${c}] = COMBINE(acc[${c}], term);
+        }
+        % endfor
+        ${acc} total[${k}];
+${work_group_reduce("total")}
+        if (lid == 0)
+        {
+        % for c in range(k):
+            out[${c}] = total[${c}];
+        % endfor
+            *tickets = 0u;  /* ready for the next launch */
+        }
+    }
+    % endif
 % endif
 }
 
-% if k:
+% if k and not single_pass:
 /* Second pass: one work-group combines the partial results of every group of the first. */
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void fused_finish(
     GLOBAL const ${acc} * RESTRICT partials, unsigned int groups, GLOBAL ${acc} * RESTRICT out)

@@ -39,8 +39,26 @@ CPU_WGS_SPACE = (16, 64, 256)
 CPU_IPT_SPACE = (1, 4)
 CPU_GROUPS_PER_CU_SPACE = (1, 4)
 CPU_VEC_SPACE = (1, 4)
+#: GPUs tune on vectors of this many bytes: more than any current GPU's last-level cache, so
+#: candidates are timed streaming from memory, as large reductions and solvers run.
+GPU_TUNING_BYTES = 1 << 28
+CPU_TUNING_LENGTH = 1 << 20
 #: Parameters used inside test suites (and the schema every stored result must match).
 TEST_PARAMETERS = {"wgs": 64, "ipt": 1, "groups_per_cu": 4, "vec": 1, "shuffle": False}
+
+
+@dataclass(frozen=True)
+class DeviceRatio:
+    """A real scalar computed on the device when the kernel runs: ``numerator / denominator[at]``.
+
+    ``denominator`` is a float64 device array, typically another pass's ``out`` (its reductions):
+    a solver can then enqueue the update that needs ``rr / <p, A p>`` without waiting for the
+    dot product to reach the host.
+    """
+
+    numerator: float
+    denominator: accel.DeviceArray
+    at: int = 0
 
 
 @dataclass(frozen=True)
@@ -57,7 +75,7 @@ class FusedOp:
     vectors: tuple[str, ...]  #: vector arguments, in call order
     written: tuple[str, ...] = ()
     write_only: tuple[str, ...] = ()  #: written but never read: not loaded
-    scalars: tuple[tuple[str, str], ...] = ()  #: (name, "real" | "field")
+    scalars: tuple[tuple[str, str], ...] = ()  #: (name, "real" | "field" | "ratio")
     body: str = ""
     outputs: tuple[Output, ...] = ()
     combine: str = "sum"  #: "sum", "min" or "max"
@@ -182,8 +200,7 @@ class FusedTemplate:
     def _tune(cls, context: accel.Context, dtype: np.dtype, op_name: str) -> dict[str, Any]:
         op = cls.ops[op_name]
         queue = context.create_tuning_command_queue()
-        # + 3: not a multiple of any vector width, so every candidate's tail code is checked
-        n = (1 << 24 if context.device.is_gpu else 1 << 20) + 3
+        n = tuning_length(context.device, dtype, len(op.vectors))
         rng = np.random.default_rng(12345)
         host = {v: random_vector(rng, n, dtype) for v in op.vectors}
         # Reading back every element of every candidate would cost more than timing it: compare
@@ -192,6 +209,11 @@ class FusedTemplate:
         windows = [(start, start + width) for start in (0, n // 3, (2 * n) // 3, n - width)]
         sample = np.concatenate([np.arange(a, b) for a, b in windows])
         scalars = sample_scalars(op, dtype)
+        kernel_scalars = dict(scalars)
+        ratio_den = context.to_device(queue, np.array([0.5, 4.0]))
+        for name, kind in op.scalars:
+            if kind == "ratio":  # the same value, computed on the device
+                kernel_scalars[name] = DeviceRatio(scalars[name] * 4.0, ratio_den, 1)
         pristine = {v: context.to_device(queue, a) for v, a in host.items()}
         work = {v: context.allocate(n, dtype) for v in op.vectors}
         expected_vectors, expected_outputs = op.reference(
@@ -213,7 +235,7 @@ class FusedTemplate:
                     for v in op.vectors:
                         work[v].copy_from(queue, pristine[v])
                     state["first"] = False
-                inst.enqueue([work[v] for v in op.vectors], scalars)
+                inst.enqueue([work[v] for v in op.vectors], kernel_scalars, fetch=False)
 
             def check() -> bool:
                 outputs = inst.result()
@@ -226,6 +248,18 @@ class FusedTemplate:
             return tune.make_measure(queue, run, check)
 
         return tune.autotune(generate, **cls._space(context))
+
+
+def tuning_length(device: accel.DeviceIdentity, dtype: np.dtype, vectors: int) -> int:
+    """The vector length candidates are timed at (+ 3: not a multiple of any load width, so that
+    every candidate's tail code is checked too)."""
+    if not device.is_gpu:
+        return CPU_TUNING_LENGTH + 3
+    n = GPU_TUNING_BYTES // dtype.itemsize
+    # a pristine and a working copy of each vector, within a quarter of the device's memory
+    while n > CPU_TUNING_LENGTH and 2 * vectors * n * dtype.itemsize > device.global_memory // 4:
+        n //= 2
+    return n + 3
 
 
 class FusedPass:
@@ -248,11 +282,19 @@ class FusedPass:
         self._launch_pass = queue.launcher(self.kernel, self.groups * self.wgs, self.wgs)
         k = max(template.components, 1)
         self.partials = ctx.allocate(k * self.groups, template.acc_dtype)
+        self._launch_finish = None
+        self._reduction_args: list[Any] = [self.partials]
+        self._fetched = False  # whether the last enqueue also enqueued the copy of its results
         if template.components:
-            self.finish_kernel = template.program.get_kernel("fused_finish")
-            self._launch_finish = queue.launcher(self.finish_kernel, self.wgs, self.wgs)
             self.out = ctx.allocate(template.components, template.acc_dtype)
-            self._finish_args = [self.partials, np.uint32(self.groups), self.out]
+            self._host = ctx.empty_host(template.components, template.acc_dtype)
+            if ctx.backend == "cuda":  # the last work-group finishes (see fused.mako)
+                tickets = ctx.zeros(queue, 1, np.uint32)
+                self._reduction_args += [tickets, self.out]
+            else:
+                self._launch_finish = queue.launcher(
+                    template.program.get_kernel("fused_finish"), self.wgs, self.wgs)
+                self._finish_args = [self.partials, np.uint32(self.groups), self.out]
         self._last: tuple[tuple, list] = ((), [])  # vectors last passed, and their checked arrays
         real = np.float32 if template.dtype in (np.float32, np.complex64) else np.float64
         self._real = real
@@ -265,7 +307,9 @@ class FusedPass:
             raise TypeError(f"{op.name} needs scalar(s) {', '.join(missing)}")
         for name, kind in op.scalars:
             value = scalars[name]
-            if kind == "field" and self.template.is_complex:
+            if kind == "ratio":
+                args += self._ratio_args(name, value)
+            elif kind == "field" and self.template.is_complex:
                 value = complex(value)
                 args += [self._real(value.real), self._real(value.imag)]
             else:
@@ -274,17 +318,40 @@ class FusedPass:
                 args.append(self._real(value))
         return args
 
-    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any]) -> None:
-        """Enqueue the pass (asynchronously); :meth:`result` then reads the reductions."""
+    def _ratio_args(self, name: str, value: Any) -> list[Any]:
+        op = self.template.op
+        if not isinstance(value, DeviceRatio):
+            raise TypeError(f"{op.name}: scalar {name} is computed on the device; pass "
+                            f"DeviceRatio(numerator, denominator_array), not {type(value).__name__}")
+        den = value.denominator
+        if not isinstance(den, accel.DeviceArray) or den.dtype != np.float64:
+            raise TypeError(f"{op.name}: the denominator of {name} must be a float64 device array")
+        if den.context is not self.template.context:
+            raise ValueError(f"{op.name}: the denominator of {name} belongs to another context")
+        if not 0 <= value.at < den.size:
+            raise IndexError(f"{op.name}: {name} reads element {value.at} of a denominator of "
+                             f"{den.size} elements")
+        return [np.float64(value.numerator), den, np.uint32(value.at)]
+
+    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any], *, fetch: bool = True) -> None:
+        """Enqueue the pass (asynchronously); :meth:`result` then reads the reductions.
+
+        With ``fetch`` the copy of the results to the host is enqueued right behind the kernel,
+        so that :meth:`result` only waits; without it (to time the kernels alone) :meth:`result`
+        enqueues the copy itself.
+        """
         vectors = tuple(vectors)
         last_vectors, arrays = self._last
         if len(vectors) != len(last_vectors) or any(a is not b for a, b in zip(vectors, last_vectors)):
             arrays = self._checked(vectors)
             self._last = (vectors, arrays)
-        args = [*arrays, *self._scalar_args(scalars), self.partials, np.uint64(self.n)]
-        self._launch_pass(args)
-        if self.template.components:
+        self._launch_pass([*arrays, *self._scalar_args(scalars), *self._reduction_args,
+                           np.uint64(self.n)])
+        if self._launch_finish is not None:
             self._launch_finish(self._finish_args)
+        self._fetched = fetch and bool(self.template.components)
+        if self._fetched:
+            self.out.get(self.queue, self._host, wait=False)
 
     def _checked(self, vectors: tuple) -> list[accel.DeviceArray]:
         """Validate (and for CuPy/PyTorch, wrap) the vectors of a call."""
@@ -309,16 +376,24 @@ class FusedPass:
         if not self.template.components:
             self.queue.finish()
             return ()
-        values = self.out.get(self.queue)
-        return unpack_outputs(self.template.op, values, self.template.is_complex,
+        if not self._fetched:
+            self.out.get(self.queue, self._host, wait=False)
+            self._fetched = True
+        self.queue.finish()
+        return unpack_outputs(self.template.op, self._host, self.template.is_complex,
                               self.template.dtype)
 
     def __call__(self, *vectors: Any, **scalars: Any) -> Any:
-        """Run the pass; returns its single output, a tuple of outputs, or None."""
+        """Run the pass; returns its single output or a tuple of outputs, after waiting for them.
+
+        An operation without outputs (``axpy``, ``axpy_zpbx``, ...) is only enqueued and returns
+        None at once, like a kernel launch: the host can queue the next work while it runs.
+        Reading a vector back (``get``) or ``queue.finish()`` waits for it.
+        """
         self.enqueue(vectors, scalars)
-        outputs = self.result()
-        if not outputs:
+        if not self.template.components:
             return None
+        outputs = self.result()
         return outputs[0] if len(outputs) == 1 else outputs
 
 

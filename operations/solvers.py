@@ -18,7 +18,7 @@ import numpy as np
 
 from autotune import accel
 
-from .blas import BlasTemplate
+from .blas import BlasTemplate, DeviceRatio
 from .precision import ConvertTemplate
 from .reduce import ReduceTemplate
 
@@ -64,6 +64,10 @@ class VectorOps:
         if inst is None:
             inst = self._passes[key] = family(self.context, self.dtype, op).instantiate(self.queue, self.size)
         return inst
+
+    def fused(self, family: type, op: str) -> Any:
+        """The instantiated pass (for ``enqueue``/``result`` without waiting in between)."""
+        return self._pass(family, op)
 
     def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
         return self._pass(BlasTemplate, op)(*vectors, **scalars)
@@ -119,13 +123,27 @@ def _flat(v: accel.DeviceArray) -> accel.DeviceArray:
     return v if len(v.shape) == 1 else v.view(0, v.size)
 
 
+def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
+          r: accel.DeviceArray, rr: float) -> tuple[float, float]:
+    """<p, A p>, then r -= (rr / <p, A p>) A p; returns (<p, A p>, |r|^2) after one wait.
+
+    The update reads <p, A p> on the device, so the host waits once per CG step, not twice;
+    the dot product's copy to the host, enqueued behind its kernel, is complete by then.
+    """
+    dot.enqueue([p, ap], {})
+    rr_new = ops.blas("axpy_norm_ratio", ap, r, a=DeviceRatio(-rr, dot.out))
+    pap = dot.result()[0]
+    return (pap.real if isinstance(pap, complex) else pap), rr_new
+
+
 def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
        x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """Conjugate gradients for a Hermitian positive-definite ``A``; stops at |r| / |b| < tol."""
     _check(A, b)
     start = time.perf_counter()
     ops = VectorOps(A.context, A.queue, A.dtype, A.size)
-    ops.prepare(blas=("xmy_norm", "axpy_norm", "axpy_zpbx"), reduce=("sumsq", "dot"))
+    ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
+    dot = ops.fused(ReduceTemplate, "dot")
     x, r, p, ap = ops.new(), ops.new(), ops.new(), ops.new()
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
@@ -139,13 +157,11 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     while not converged and iterations < maxiter:
         A.apply(ap, p)
         applications += 1
-        pap = ops.reduce("dot", p, ap)
-        pap = pap.real if isinstance(pap, complex) else pap
+        pap, rr_new = _step(ops, dot, p, ap, r, rr)  # r -= alpha A p
         if not pap > 0:
             raise SolverBreakdown(f"CG: <p, A p> = {pap} at iteration {iterations}; the operator "
                                   "is not Hermitian positive-definite")
         alpha = rr / pap
-        rr_new = ops.blas("axpy_norm", ap, r, a=-alpha)  # r -= alpha A p
         beta = rr_new / rr
         ops.blas("axpy_zpbx", x, p, r, a=alpha, b=beta)  # x += alpha p; p = r + beta p
         rr = rr_new
@@ -241,7 +257,8 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     hi = VectorOps(A.context, A.queue, A.dtype, A.size)
     lo = VectorOps(A_low.context, A_low.queue, A_low.dtype, A_low.size)
     hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
-    lo.prepare(blas=("axpy_norm", "axpy", "xpay", "axpy_zpbx"), reduce=("dot",))
+    lo.prepare(blas=("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"), reduce=("dot",))
+    dot = lo.fused(ReduceTemplate, "dot")
     down = ConvertTemplate(A.context, A.dtype, A_low.dtype)
     up = ConvertTemplate(A.context, A_low.dtype, A.dtype)
     queue = A.queue
@@ -264,12 +281,10 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     while iterations < maxiter:
         A_low.apply(aps, ps)
         applications += 1
-        pap = lo.reduce("dot", ps, aps)
-        pap = pap.real if isinstance(pap, complex) else pap
+        pap, rr_new = _step(lo, dot, ps, aps, rs, rr)
         if not pap > 0:
             raise SolverBreakdown(f"mixed CG: <p, A p> = {pap} at iteration {iterations}")
         alpha = rr / pap
-        rr_new = lo.blas("axpy_norm", aps, rs, a=-alpha)
         iterations += 1
         if rr_new < delta ** 2 * r_max or rr_new / bb < tol ** 2:
             lo.blas("axpy", ps, xs, a=alpha)  # x_low += alpha p

@@ -37,6 +37,9 @@ CASES = {
     "caxpy": (("x", "y"), {"a": "ca"}, lambda v, s: ({"y": s["ca"] * v["x"] + v["y"]}, ())),
     "axpy_norm": (("x", "y"), {"a": "a"},
                   lambda v, s: ({"y": (y := s["a"] * v["x"] + v["y"])}, (_n2(y),))),
+    # a = 0.75 computed on the device as 2.25 / 3.0 (see _kernel_scalars)
+    "axpy_norm_ratio": (("x", "y"), {"a": "ratio"},
+                        lambda v, s: ({"y": (y := s["a"] * v["x"] + v["y"])}, (_n2(y),))),
     "caxpy_norm": (("x", "y"), {"a": "ca"},
                    lambda v, s: ({"y": (y := s["ca"] * v["x"] + v["y"])}, (_n2(y),))),
     "xmy_norm": (("x", "y"), {}, lambda v, s: ({"y": (y := v["x"] - v["y"])}, (_n2(y),))),
@@ -52,6 +55,17 @@ CASES = {
 }
 
 
+def _kernel_scalars(context, queue, scalar_map, s):
+    """The scalars a kernel takes; "ratio" is s["a"] computed on the device."""
+    out = {}
+    for name, key in scalar_map.items():
+        if key == "ratio":
+            out[name] = B.DeviceRatio(s["a"] * 3.0, context.to_device(queue, np.array([7.0, 3.0])), 1)
+        else:
+            out[name] = s[key]
+    return out
+
+
 def test_every_op_has_a_test_case():
     assert set(CASES) == set(BlasTemplate.ops)
 
@@ -65,7 +79,7 @@ def _check(context, queue, op, dtype, n, rng):
     updates, outputs = expected_fn(wide, s)
     device = {k: context.to_device(queue, v) for k, v in host.items()}
     fn = BlasTemplate(context, dtype, op).instantiate(queue, n)
-    got = fn(*[device[k] for k in names], **{k: s[v] for k, v in scalar_map.items()})
+    got = fn(*[device[k] for k in names], **_kernel_scalars(context, queue, scalar_map, s))
     got = () if got is None else (got if isinstance(got, tuple) else (got,))
     assert len(got) == len(outputs)
     for g, e in zip(got, outputs):
@@ -106,6 +120,18 @@ def test_scalar_errors(context, command_queue):
         fn(x, y)
     with pytest.raises(TypeError, match="must be real"):
         fn(x, y, a=1j)
+
+
+def test_device_ratio_errors(context, command_queue):
+    fn = BlasTemplate(context, np.float32, "axpy_norm_ratio").instantiate(command_queue, 4)
+    x = context.to_device(command_queue, np.ones(4, np.float32))
+    y = context.to_device(command_queue, np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="DeviceRatio"):
+        fn(x, y, a=0.5)
+    with pytest.raises(TypeError, match="float64 device array"):
+        fn(x, y, a=B.DeviceRatio(1.0, context.to_device(command_queue, np.ones(2, np.float32))))
+    with pytest.raises(IndexError, match="element 2"):
+        fn(x, y, a=B.DeviceRatio(1.0, context.to_device(command_queue, np.ones(2)), 2))
 
 
 def test_host_entry_points_update_in_place(context):

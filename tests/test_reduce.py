@@ -75,6 +75,26 @@ def test_dot_conjugates_x(context, command_queue, dtype):
             assert abs(got - np.sum(_wide(x) * _wide(y))) > 1e-6, "x must be conjugated"
 
 
+@pytest.mark.parametrize("wgs", [64, 256])
+def test_one_pass_answers_right_on_every_call(context, command_queue, wgs):
+    """Reused passes over many work-groups (on CUDA the last group to finish combines the others'
+    partials and resets its ticket counter for the next call): each call sees its own data."""
+    n = 300_001
+    tuning = {"wgs": wgs, "ipt": 2, "groups_per_cu": 16, "vec": 1,
+              "shuffle": context.backend == "cuda"}
+    fn = ReduceTemplate(context, np.float64, "dot", tuning).instantiate(command_queue, n)
+    assert fn.groups > 1
+    rng = np.random.default_rng(11)
+    x = context.allocate(n, np.float64)
+    y = context.allocate(n, np.float64)
+    for call in range(5):
+        a, b = rng.standard_normal(n), rng.standard_normal(n) + call
+        x.set(command_queue, a)
+        y.set(command_queue, b)
+        got = fn(x, y)
+        assert abs(got - np.dot(a, b)) <= 1e-12 * np.sum(np.abs(a * b)), call
+
+
 def test_the_largest_vector_ci_holds(context, command_queue):
     n = 2**25 + 3  # 128 MiB of float32
     x = np.random.default_rng(1).random(n, dtype=np.float32)

@@ -19,6 +19,16 @@ class ConvertTemplate:
 
     autotune_version = 1
 
+    @classmethod
+    def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
+        """Both directions between single and double precision, real and complex (the
+        conversions of mixed-precision solvers), where the device has double precision."""
+        if not context.device.double_precision:
+            return []
+        pairs = ((np.complex128, np.complex64), (np.float64, np.float32))
+        return [{"src": np.dtype(a), "dst": np.dtype(b)} for hi, lo in pairs
+                for a, b in ((hi, lo), (lo, hi))]
+
     def __init__(self, context: accel.Context, src: Any, dst: Any,
                  tuning: dict[str, Any] | None = None):
         self.src, self.dst = np.dtype(src), np.dtype(dst)

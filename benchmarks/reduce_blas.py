@@ -8,7 +8,7 @@ moves four vectors). Each column is timed with CUDA events (median of 7 batches 
 each of --rounds interleaved rounds, and reports the median over the rounds. The last column is
 the speed-up axpy_norm would have if it moved its 3 vectors at the copy's bandwidth: an upper
 bound, which shows how far below bandwidth cuBLAS runs.
-The tuned parameters come from a fresh database (tuned at 2^24 elements, used at every size).
+The tuned parameters come from a fresh database (tuned on 256 MiB vectors, used at every size).
 """
 
 from __future__ import annotations

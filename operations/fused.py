@@ -425,7 +425,7 @@ def unpack_outputs(op: FusedOp, values: np.ndarray, is_complex: bool, dtype: np.
 
 
 def random_vector(rng: np.random.Generator, n: int, dtype: np.dtype) -> np.ndarray:
-    """Uniform in [-1, 1) (and in the imaginary part for complex): quick to make at 2^24."""
+    """Uniform in [-1, 1) (and in the imaginary part for complex): quick to make at tuning sizes."""
     dtype = np.dtype(dtype)
     real = np.float32 if dtype in (np.float32, np.complex64) else np.float64
     values = rng.random(n * (2 if dtype.kind == "c" else 1), dtype=real) * 2 - 1

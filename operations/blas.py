@@ -39,10 +39,10 @@ from typing import Any
 import numpy as np
 
 from .fused import DeviceRatio, FusedOp, FusedTemplate, Output
+from .host import host_call
 
 __all__ = ["BlasTemplate", "DeviceRatio", "OPS", "axpby", "axpy", "axpy_norm", "axpy_zpbx",
            "bicgstab_p", "bicgstab_xs", "caxpy", "caxpy_norm", "cdot_norm", "xmy_norm", "xpay"]
-from .host import host_call
 
 _NORM_Y = Output("real", ("NORM2(y)",))
 

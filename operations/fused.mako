@@ -13,11 +13,10 @@
 ##   wgs, ipt, vec     work-group size; chunks per work-item per step; elements per chunk (one
 ##                     vector load of vec elements, at most 16 bytes)
 ##   shuffle           warp-shuffle final stage of the work-group reduction (CUDA)
-## On CUDA the last work-group to finish combines every group's partial result (a ticket counter
-## after a memory fence), so a reduction is one launch; OpenCL 1.2 does not promise that one
-## work-group sees another's writes within a launch, so there a second kernel combines them.
+##   single_pass       (CUDA, with reductions) the last work-group to finish combines every
+##                     group's partial result (a ticket counter after a memory fence), so a
+##                     reduction is one launch; otherwise a second kernel, fused_finish, does
 <%
-    single_pass = backend == "cuda" and len(reductions) > 0
     k = len(reductions)
     identity = {"sum": "0", "min": "INFINITY", "max": "-INFINITY"}[combine]
     width = vec * (2 if is_complex else 1)          # reals per chunk

@@ -170,6 +170,9 @@ class FusedTemplate:
         self.is_complex = is_complex
         reductions = self.op.reductions(is_complex)
         self.components = len(reductions)
+        # OpenCL 1.2 does not promise that one work-group sees another's writes within a
+        # launch, so only CUDA reduces in one launch (fused.mako).
+        self.single_pass = context.backend == "cuda" and self.components > 0
         # Sums accumulate in double; min/max stay in the data's own precision.
         self.acc_dtype = np.dtype(np.float64 if self.op.combine == "sum" or real == "double"
                                   else np.float32)
@@ -181,7 +184,7 @@ class FusedTemplate:
             "scalars": list(self.op.scalars),
             "body": self.op.body, "reductions": reductions,
             "wgs": self.tuning["wgs"], "ipt": self.tuning["ipt"], "vec": self.tuning["vec"],
-            "shuffle": self.tuning["shuffle"],
+            "shuffle": self.tuning["shuffle"], "single_pass": self.single_pass,
         })
 
     def instantiate(self, queue: accel.CommandQueue, n: int) -> FusedPass:
@@ -210,10 +213,10 @@ class FusedTemplate:
         sample = np.concatenate([np.arange(a, b) for a, b in windows])
         scalars = sample_scalars(op, dtype)
         kernel_scalars = dict(scalars)
-        ratio_den = context.to_device(queue, np.array([0.5, 4.0]))
-        for name, kind in op.scalars:
-            if kind == "ratio":  # the same value, computed on the device
-                kernel_scalars[name] = DeviceRatio(scalars[name] * 4.0, ratio_den, 1)
+        ratios = [name for name, kind in op.scalars if kind == "ratio"]
+        if ratios:  # the same values, computed on the device
+            den = context.to_device(queue, np.array([0.5, 4.0]))
+            kernel_scalars.update({name: DeviceRatio(scalars[name] * 4.0, den, 1) for name in ratios})
         pristine = {v: context.to_device(queue, a) for v, a in host.items()}
         work = {v: context.allocate(n, dtype) for v in op.vectors}
         expected_vectors, expected_outputs = op.reference(
@@ -288,7 +291,7 @@ class FusedPass:
         if template.components:
             self.out = ctx.allocate(template.components, template.acc_dtype)
             self._host = ctx.empty_host(template.components, template.acc_dtype)
-            if ctx.backend == "cuda":  # the last work-group finishes (see fused.mako)
+            if template.single_pass:
                 tickets = ctx.zeros(queue, 1, np.uint32)
                 self._reduction_args += [tickets, self.out]
             else:

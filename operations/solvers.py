@@ -58,22 +58,19 @@ class VectorOps:
         self.context, self.queue, self.dtype, self.size = context, queue, np.dtype(dtype), size
         self._passes: dict[tuple[str, str], Any] = {}
 
-    def _pass(self, family: type, op: str) -> Any:
+    def fused(self, family: type, op: str) -> Any:
+        """The instantiated pass of ``op`` (``family``: BlasTemplate or ReduceTemplate), made once."""
         key = (family.__name__, op)
         inst = self._passes.get(key)
         if inst is None:
             inst = self._passes[key] = family(self.context, self.dtype, op).instantiate(self.queue, self.size)
         return inst
 
-    def fused(self, family: type, op: str) -> Any:
-        """The instantiated pass (for ``enqueue``/``result`` without waiting in between)."""
-        return self._pass(family, op)
-
     def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
-        return self._pass(BlasTemplate, op)(*vectors, **scalars)
+        return self.fused(BlasTemplate, op)(*vectors, **scalars)
 
     def reduce(self, op: str, *vectors: Any) -> Any:
-        return self._pass(ReduceTemplate, op)(*vectors)
+        return self.fused(ReduceTemplate, op)(*vectors)
 
     def new(self) -> accel.DeviceArray:
         return self.context.allocate(self.size, self.dtype)
@@ -81,9 +78,9 @@ class VectorOps:
     def prepare(self, blas: tuple[str, ...] = (), reduce: tuple[str, ...] = ()) -> None:
         """Instantiate (compile, allocate) the passes a loop will use, before it starts."""
         for op in blas:
-            self._pass(BlasTemplate, op)
+            self.fused(BlasTemplate, op)
         for op in reduce:
-            self._pass(ReduceTemplate, op)
+            self.fused(ReduceTemplate, op)
 
 
 def _check(A: LinearOperator, b: accel.DeviceArray) -> None:
@@ -92,11 +89,21 @@ def _check(A: LinearOperator, b: accel.DeviceArray) -> None:
                          f"elements of {A.dtype}")
 
 
-def _finish(A: LinearOperator, ops: VectorOps, b: accel.DeviceArray, x: accel.DeviceArray,
-            bb: float, tmp: accel.DeviceArray) -> float:
-    """|b - A x| / |b|, computed afresh."""
+def _finish(solver: str, A: LinearOperator, ops: VectorOps, b: accel.DeviceArray,
+            x: accel.DeviceArray, bb: float, tmp: accel.DeviceArray, converged: bool,
+            iterations: int, applications: int, history: list[float], start: float,
+            maxiter: int, reliable_updates: int = 0) -> tuple[accel.DeviceArray, SolveInfo]:
+    """The solver's answer: the true residual |b - A x| / |b| computed afresh (one more
+    application of A, into ``tmp``), and a warning if the solve did not converge."""
     A.apply(tmp, x)
-    return math.sqrt(ops.blas("xmy_norm", b, tmp) / bb)
+    true = math.sqrt(ops.blas("xmy_norm", b, tmp) / bb)
+    info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
+                     time.perf_counter() - start, reliable_updates=reliable_updates)
+    if not converged:
+        info.message = (f"{solver} did not converge in {maxiter} iterations "
+                        f"(|r|/|b| = {history[-1]:.3e})")
+        warnings.warn(info.message, RuntimeWarning, stacklevel=3)
+    return x, info
 
 
 def _zero_solution(queue: accel.CommandQueue, x: accel.DeviceArray,
@@ -170,13 +177,8 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
         if not math.isfinite(rr):
             raise SolverBreakdown(f"CG: the residual became {rr} at iteration {iterations}")
         converged = history[-1] < tol
-    true = _finish(A, ops, b, x, bb, ap)
-    info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
-                     time.perf_counter() - start)
-    if not converged:
-        info.message = f"CG did not converge in {maxiter} iterations (|r|/|b| = {history[-1]:.3e})"
-        warnings.warn(info.message, RuntimeWarning, stacklevel=2)
-    return x, info
+    return _finish("CG", A, ops, b, x, bb, ap, converged, iterations, applications,
+                   history, start, maxiter)
 
 
 def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
@@ -233,13 +235,8 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
         beta = (rho_new / rho) * (alpha / omega)
         ops.blas("bicgstab_p", p, r, v, b=beta, w=omega)
         rho = rho_new
-    true = _finish(A, ops, b, x, bb, v)
-    info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
-                     time.perf_counter() - start)
-    if not converged:
-        info.message = f"BiCGstab did not converge in {maxiter} iterations (|r|/|b| = {history[-1]:.3e})"
-        warnings.warn(info.message, RuntimeWarning, stacklevel=2)
-    return x, info
+    return _finish("BiCGstab", A, ops, b, x, bb, v, converged, iterations, applications,
+                   history, start, maxiter)
 
 
 def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10,
@@ -309,11 +306,6 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         rr = rr_new
         if not math.isfinite(rr):
             raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
-    true = _finish(A, hi, b, x, bb, tmp)
-    info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
-                     time.perf_counter() - start, reliable_updates=updates)
-    if not converged:
-        info.message = f"mixed CG did not converge in {maxiter} iterations (|r|/|b| = {history[-1]:.3e})"
-        warnings.warn(info.message, RuntimeWarning, stacklevel=2)
-    return x, info
+    return _finish("mixed CG", A, hi, b, x, bb, tmp, converged, iterations, applications,
+                   history, start, maxiter, reliable_updates=updates)
 

@@ -40,7 +40,7 @@ def test_every_fused_op_compiles_for_sm90(module):
                 "vectors": list(op.vectors), "written": list(op.written),
                 "write_only": list(op.write_only), "scalars": list(op.scalars), "body": op.body,
                 "reductions": op.reductions(is_complex), "wgs": wgs, "ipt": ipt,
-                "vec": vec, "shuffle": shuffle})
+                "vec": vec, "shuffle": shuffle, "single_pass": bool(op.outputs)})
             try:
                 nvrtc.compile_source(source.text, "fused.cu", (9, 0))
             except nvrtc.NvrtcError as exc:

@@ -8,7 +8,7 @@ template can leave out, say, double precision on a device without it).
 
 from __future__ import annotations
 
-import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -42,10 +42,9 @@ class RegisteredTemplate:
     def key(self, context: Any, config: dict[str, Any]) -> TuningKey:
         return self.tuner.key(self.cls, context, **config)
 
-    def tune(self, context: Any, config: dict[str, Any], *, force: bool) -> dict[str, Any]:
-        if force:
-            return self.tuner.retune(self.cls, context, **config)
-        return self.tuner(self.cls, context, **config)
+    def retune(self, context: Any, config: dict[str, Any]) -> dict[str, Any]:
+        """Tune ``config`` on ``context`` afresh, replacing any stored result."""
+        return self.tuner.retune(self.cls, context, **config)
 
     @property
     def function(self) -> str:
@@ -73,10 +72,8 @@ def load_template(spec: str) -> RegisteredTemplate:
     if not module_name or not attr:
         raise RegistryError(f"template {spec!r} must be written module:Class")
     try:
-        obj: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+        obj: Any = pkgutil.resolve_name(spec)
+    except (ImportError, AttributeError, ValueError) as exc:
         raise RegistryError(f"cannot load template {spec}: {exc}") from None
     return _check(attr.rsplit(".", 1)[-1], obj)
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from .. import accel
 from ..registry import RegistryError
 from ..tune import ConfigurationError
-from ..tune.store import DEFAULT_DB_ENV, StoreError, database_url
+from ..tune.store import DEFAULT_DB_ENV, StoreError, database_url, sqlite_file
 
 EPILOG_DB = (
     "The database is AUTOTUNE_DB (a file path or an SQLAlchemy URL), or --db, default "
@@ -110,13 +110,12 @@ def _devices() -> int:
 
 def _require_existing(url: str) -> None:
     """Reading commands never create a database: a missing SQLite file is an error."""
-    if url.startswith("sqlite:///") and not url.endswith(":memory:"):
-        path = url[len("sqlite:///"):]
-        if not os.path.exists(path):
-            raise FileNotFoundError(
-                f"no tuning database at {path}; run `python -m autotune warm` first, or point "
-                "AUTOTUNE_DB/--db at an existing one"
-            )
+    path = sqlite_file(url)
+    if path is not None and not path.exists():
+        raise FileNotFoundError(
+            f"no tuning database at {path}; run `python -m autotune warm` first, or point "
+            "AUTOTUNE_DB/--db at an existing one"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

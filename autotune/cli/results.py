@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from datetime import datetime, timezone
@@ -9,35 +10,26 @@ from pathlib import Path
 from typing import Any
 
 from ..tune import TuningKey, TuningRecord
-from ..tune.store import ResultStore
+from ..tune.store import KEY_FIELDS, ResultStore
 from .formatting import arguments_text, parameters_text, seconds_text, short_function
 
-_KEY_FIELDS = ("function", "version", "device_name", "device_platform", "driver_version",
-               "arguments")
-_EXPORT_FIELDS = (*_KEY_FIELDS, "parameters", "score", "created_at", "package_version")
+_EXPORT_FIELDS = (*KEY_FIELDS, "parameters", "score", "created_at", "package_version")
+_REQUIRED_FIELDS = (*KEY_FIELDS, "parameters", "score")
 
 
 def record_to_dict(record: TuningRecord) -> dict[str, Any]:
-    k = record.key
-    return {
-        "function": k.function, "version": k.version, "device_name": k.device_name,
-        "device_platform": k.device_platform, "driver_version": k.driver_version,
-        "arguments": k.arguments, "parameters": record.parameters, "score": record.score,
-        "created_at": record.created_at.isoformat(), "package_version": record.package_version,
-    }
+    return {**dataclasses.asdict(record.key), "parameters": record.parameters,
+            "score": record.score, "created_at": record.created_at.isoformat(),
+            "package_version": record.package_version}
 
 
 def record_from_dict(row: dict[str, Any], where: str) -> TuningRecord:
     """Validate one imported row; raises ValueError naming the row and the field."""
-    missing = [f for f in _EXPORT_FIELDS[:8] if f not in row]
+    missing = [f for f in _REQUIRED_FIELDS if f not in row]
     if missing:
         raise ValueError(f"{where}: missing field(s) {', '.join(missing)}")
     try:
-        key = TuningKey(
-            function=str(row["function"]), version=int(row["version"]),
-            device_name=str(row["device_name"]), device_platform=str(row["device_platform"]),
-            driver_version=str(row["driver_version"]), arguments=str(row["arguments"]),
-        )
+        key = TuningKey(**{f: (int if f == "version" else str)(row[f]) for f in KEY_FIELDS})
         parameters = str(row["parameters"])
         if not isinstance(json.loads(parameters), dict) or not isinstance(json.loads(key.arguments), dict):
             raise ValueError("parameters and arguments must be JSON objects")

@@ -17,7 +17,7 @@ from ..tune import encode_arguments, match_mode
 from ..tune.search import observers
 from ..tune.decorator import get_store
 from ..tune.encoding import encode_parameters
-from ..tune.store import database_url
+from ..tune.store import database_url, sqlite_file
 from .formatting import arguments_text, parameters_text, seconds_text
 
 
@@ -101,10 +101,10 @@ def _test_score(store: Any, key: Any, test: dict[str, Any]) -> float | None:
     return times[-1] if times else None
 
 
-def warm_device(selector: str, templates: list[RegisteredTemplate], *, force: bool,
+def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, force: bool,
                 dry_run: bool, quiet: bool) -> list[WarmOutcome]:
-    """Warm every template's configurations on one device (by selector)."""
-    context = accel.select_devices(selector)[0].create_context()
+    """Warm every template's configurations on one device."""
+    context = spec.create_context()
     device = context.device.name
     url = database_url()
     store = None if dry_run and _missing_sqlite_file(url) else get_store(url)
@@ -125,7 +125,7 @@ def warm_device(selector: str, templates: list[RegisteredTemplate], *, force: bo
                 continue
             try:
                 with progress.key(f"{template.name} {args} on {device}"):
-                    template.tune(context, config, force=True)
+                    template.retune(context, config)
             except Exception as exc:  # AutotuneError and others: reported in the table, warm goes on
                 outcomes.append(WarmOutcome(template.name, device, args, "failed",
                                             message=f"{type(exc).__name__}: {exc}"))
@@ -139,13 +139,14 @@ def warm_device(selector: str, templates: list[RegisteredTemplate], *, force: bo
 
 def _missing_sqlite_file(url: str) -> bool:
     """A dry run must not create the database it reports on."""
-    return url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///"):])
+    path = sqlite_file(url)
+    return path is not None and not path.exists()
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    selector, specs, names, force, dry_run = job
-    templates = _select_templates(names, specs)
-    return warm_device(selector, templates, force=force, dry_run=dry_run, quiet=True)
+    spec, extra, names, force, dry_run = job
+    templates = _select_templates(names, extra)
+    return warm_device(spec, templates, force=force, dry_run=dry_run, quiet=True)
 
 
 def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemplate]:
@@ -165,19 +166,18 @@ def run_warm(args: Any) -> int:
     match_mode()  # a bad AUTOTUNE_MATCH is one clear error, not a failure per key
     templates = _select_templates(args.operations, args.template)
     if args.all_devices:
-        selectors = [s.selector for s in accel.select_devices(None)]
+        specs = accel.select_devices(None)
     else:
-        selector = args.device or os.environ.get(accel.ENV_DEVICE)
-        selectors = [accel.select_devices(selector)[0].selector]
-    jobs = max(1, min(args.jobs, len(selectors)))
+        specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[:1]
+    jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:
-        work = [(s, args.template, args.operations, args.force, args.dry_run) for s in selectors]
+        work = [(s, args.template, args.operations, args.force, args.dry_run) for s in specs]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             outcomes = [o for part in pool.map(_warm_worker, work) for o in part]
     else:
         outcomes = []
-        for selector in selectors:
-            outcomes += warm_device(selector, templates, force=args.force,
+        for spec in specs:
+            outcomes += warm_device(spec, templates, force=args.force,
                                     dry_run=args.dry_run, quiet=args.quiet)
     _print_table(outcomes, dry_run=args.dry_run)
     failed = [o for o in outcomes if o.status == "failed"]

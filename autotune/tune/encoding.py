@@ -8,7 +8,7 @@ against the template's ``test=`` dictionary before anything can reach kernel sou
 from __future__ import annotations
 
 import enum
-import importlib
+import pkgutil
 import json
 import math
 import re
@@ -78,11 +78,7 @@ def _decode(value: Any) -> Any:
         spec = value["__dtype__"]
         return np.dtype([tuple(d) for d in spec] if isinstance(spec, list) else spec)
     if set(value) == {"__enum__", "name"}:
-        module, _, qualname = value["__enum__"].partition(":")
-        obj: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-        return obj[value["name"]]
+        return pkgutil.resolve_name(value["__enum__"])[value["name"]]
     return {k: _decode(v) for k, v in value.items()}
 
 

@@ -76,7 +76,8 @@ BUSY_TIMEOUT_SECONDS = 60.0
 #: Result of :meth:`ResultStore.put_if_better`.
 MergeOutcome = Literal["added", "replaced", "kept"]
 
-_KEY_FIELDS = ("function", "version", "device_name", "device_platform", "driver_version", "arguments")
+#: The columns of a TuningKey, in its field order.
+KEY_FIELDS = ("function", "version", "device_name", "device_platform", "driver_version", "arguments")
 _WRITE_OPTION = "autotune_write"
 
 
@@ -127,15 +128,24 @@ def _sqlite_url(path: pathlib.Path) -> str:
     return f"sqlite:///{path}"
 
 
-def _create_sqlite_parent(url: str) -> None:
-    """Create the directory that will hold the SQLite file of ``url``, if it is one."""
+def sqlite_file(url: str) -> pathlib.Path | None:
+    """The file of an SQLite database URL; None for other databases, in-memory ones and SQLite
+    URI filenames (which SQLite interprets itself)."""
     parsed = _parse_url(url)
     database = parsed.database
     if parsed.get_backend_name() != "sqlite" or not database or database == ":memory:":
-        return
+        return None
     if parsed.query.get("uri") or database.startswith("file:"):
-        return  # an SQLite URI filename: leave it to SQLite
-    parent = pathlib.Path(database).expanduser().parent
+        return None
+    return pathlib.Path(database).expanduser()
+
+
+def _create_sqlite_parent(url: str) -> None:
+    """Create the directory that will hold the SQLite file of ``url``, if it is one."""
+    path = sqlite_file(url)
+    if path is None:
+        return
+    parent = path.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -209,7 +219,7 @@ tuning_results = Table(
     Column("score", Float, nullable=False),
     Column("created_at", UTCDateTime, nullable=False),
     Column("package_version", Text, nullable=False),
-    UniqueConstraint(*_KEY_FIELDS, name="uq_tuning_results_key"),
+    UniqueConstraint(*KEY_FIELDS, name="uq_tuning_results_key"),
     Index("ix_tuning_results_function", "function"),
 )
 
@@ -311,7 +321,7 @@ def _display(url: str) -> str:
 
 
 def _key_values(key: TuningKey) -> dict[str, Any]:
-    return {name: getattr(key, name) for name in _KEY_FIELDS}
+    return {name: getattr(key, name) for name in KEY_FIELDS}
 
 
 def _key_filter(table: Table, key: TuningKey) -> list[ColumnElement[bool]]:
@@ -344,7 +354,7 @@ def _trial_values(trial: TrialRecord) -> dict[str, Any]:
 
 
 def _key_from_row(row: Row[Any]) -> TuningKey:
-    return TuningKey(**{name: row._mapping[name] for name in _KEY_FIELDS})
+    return TuningKey(**{name: row._mapping[name] for name in KEY_FIELDS})
 
 
 def _record_from_row(row: Row[Any]) -> TuningRecord:
@@ -622,10 +632,10 @@ class ResultStore:
         insert_for_dialect = _native_insert(connection)
         if insert_for_dialect is not None:
             statement = insert_for_dialect(tuning_results).values(values)
-            replaced = {name: statement.excluded[name] for name in values if name not in _KEY_FIELDS}
-            connection.execute(statement.on_conflict_do_update(index_elements=list(_KEY_FIELDS), set_=replaced))
+            replaced = {name: statement.excluded[name] for name in values if name not in KEY_FIELDS}
+            connection.execute(statement.on_conflict_do_update(index_elements=list(KEY_FIELDS), set_=replaced))
             return
-        key_filter = [tuning_results.c[name] == values[name] for name in _KEY_FIELDS]
+        key_filter = [tuning_results.c[name] == values[name] for name in KEY_FIELDS]
         existing = connection.execute(select(tuning_results.c.id).where(*key_filter).with_for_update()).first()
         if existing is None:
             connection.execute(insert(tuning_results).values(values))
@@ -640,7 +650,7 @@ class ResultStore:
             connection.execute(insert(tuning_results).values(values))
             return True
         statement = insert_for_dialect(tuning_results).values(values)
-        result = connection.execute(statement.on_conflict_do_nothing(index_elements=list(_KEY_FIELDS)))
+        result = connection.execute(statement.on_conflict_do_nothing(index_elements=list(KEY_FIELDS)))
         return result.rowcount == 1
 
 

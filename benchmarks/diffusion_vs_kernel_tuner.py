@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -38,6 +37,8 @@ from autotune import accel, tune
 from autotune.tune.store import ResultStore
 from operations import diffusion
 from operations.diffusion import DiffusionTemplate
+
+from timing import queue_time
 
 DT = 0.225
 FUNCTION = "operations.diffusion.DiffusionTemplate.autotune"
@@ -119,20 +120,6 @@ def _kernel_tuner_version() -> str:
         return str(getattr(kernel_tuner, "__version__", "unknown"))
 
 
-def median_step_seconds(queue: accel.CommandQueue, step: Any, src: Any, dst: Any,
-                        repeats: int = 20, batches: int = 7) -> float:
-    """Median over batches of ``repeats`` back-to-back steps, timed with device events."""
-    step(src, dst)
-    queue.finish()
-    times = []
-    for _ in range(batches):
-        queue.start_tuning()
-        for _ in range(repeats):
-            step(src, dst)
-        times.append(queue.stop_tuning() / repeats)
-    return statistics.median(times)
-
-
 def retime(context: accel.Context, n: int, field: np.ndarray,
            configs: dict[str, dict[str, Any]], rounds: int = 3) -> dict[str, float]:
     """Check each configuration once, then time them interleaved; best median per label (s)."""
@@ -151,7 +138,7 @@ def retime(context: accel.Context, n: int, field: np.ndarray,
     best = {label: float("inf") for label in configs}
     for _ in range(rounds):
         for label, step in steps.items():
-            best[label] = min(best[label], median_step_seconds(queue, step, src, dst))
+            best[label] = min(best[label], queue_time(queue, lambda: step(src, dst)))
     return best
 
 

@@ -158,7 +158,7 @@ def against_cupy(context, dims):
     A = WilsonLinearOperator(op, "MdagM")
     field = op.to_device(b)
     rhs_ours = context.allocate(A.size, op.dtype)
-    op._full(SpinorField(rhs_ours), field, True, True)  # M^dag b: the same normal equations
+    op.apply_dagger(field, out=SpinorField(rhs_ours))  # M^dag b: the same normal equations
     solvers.cg(A, rhs_ours, 1e-4)
     x, info = solvers.cg(A, rhs_ours, 1e-9, 5000)
     m = csr_wilson(cupy, sparse, u, dims)

@@ -3,8 +3,7 @@
 ##   real, elem        C types of the scalar and the element ("float"/"cfloat", "double"/"cdouble")
 ##   is_complex        whether elements are complex
 ##   acc, combine      accumulator type and how partial results combine ("sum", "min", "max")
-##   vectors           names of the vector arguments; written: those the body assigns;
-##                     write_only: written and never read, so never loaded
+##   vectors           names of the vector arguments; written: those the body assigns
 ##   scalars           (name, kind) pairs; kind "real" or "field" (the element type), or "ratio":
 ##                     a real computed on the device as num / den[at] (den: float64 device data,
 ##                     such as another pass's results, so the host need not wait for them)
@@ -22,7 +21,6 @@
     width = vec * (2 if is_complex else 1)          # reals per chunk
     raw = real if width == 1 else f"{real}{width}"  # the type of one chunk load
     comps = "xyzw"
-    read = [v for v in vectors if v not in write_only]
 
     def element(v, e):
         if width == 1:
@@ -77,11 +75,7 @@ typedef ulong u64;
 ## The body on one element: declare the element variables, run the body, accumulate.
 <%def name="process(source)">\
 % for v in vectors:
-    % if v in write_only:
-                ${elem} ${v};
-    % else:
                 ${elem} ${v} = ${source(v)};
-    % endif
 % endfor
                 ${body}
 % for c, expr in enumerate(reductions):
@@ -178,13 +172,13 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void fused_pass(
     for (u64 base = (u64) get_group_id(0) * ${wgs * ipt} + lid; base < chunks; base += stride)
     {
         /* Load every chunk first so that ${ipt} loads per vector are in flight at once. */
-% for v in read:
+% for v in vectors:
         ${raw} ${v}_chunk[${ipt}];
 % endfor
 % for j in range(ipt):
         if (base + ${j * wgs} < chunks)
         {
-    % for v in read:
+    % for v in vectors:
             ${v}_chunk[${j}] = ((GLOBAL const ${raw} *) ${v}_ptr)[base + ${j * wgs}];
     % endfor
         }
@@ -192,7 +186,7 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void fused_pass(
 % for j in range(ipt):
         if (base + ${j * wgs} < chunks)
         {
-    % for v in read:
+    % for v in vectors:
             const ${raw} ${v}_raw = ${v}_chunk[${j}];
     % endfor
     % for v in written:

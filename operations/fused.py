@@ -74,7 +74,6 @@ class FusedOp:
     name: str
     vectors: tuple[str, ...]  #: vector arguments, in call order
     written: tuple[str, ...] = ()
-    write_only: tuple[str, ...] = ()  #: written but never read: not loaded
     scalars: tuple[tuple[str, str], ...] = ()  #: (name, "real" | "field" | "ratio")
     body: str = ""
     outputs: tuple[Output, ...] = ()
@@ -180,7 +179,7 @@ class FusedTemplate:
             "real": real, "elem": elem, "is_complex": is_complex,
             "acc": "double" if self.op.combine == "sum" else real,
             "combine": self.op.combine, "vectors": list(self.op.vectors),
-            "written": list(self.op.written), "write_only": list(self.op.write_only),
+            "written": list(self.op.written),
             "scalars": list(self.op.scalars),
             "body": self.op.body, "reductions": reductions,
             "wgs": self.tuning["wgs"], "ipt": self.tuning["ipt"], "vec": self.tuning["vec"],

@@ -64,8 +64,8 @@ class Scale:
         self.x = template.context.allocate(n, template.dtype)
         self.y = template.context.allocate(n, template.dtype)
         self.global_size = -(-n // template.wgs) * template.wgs
-        self.kernel.check_launch(self.global_size, template.wgs)
+        self._launch = queue.launcher(self.kernel, self.global_size, template.wgs)
+        self._args = [self.y, self.x, self.alpha, np.uint32(self.n)]
 
     def __call__(self) -> None:
-        self.queue.enqueue_kernel(self.kernel, [self.y, self.x, self.alpha, np.uint32(self.n)],
-                                  self.global_size, self.template.wgs)
+        self._launch(self._args)

@@ -38,7 +38,7 @@ def test_every_fused_op_compiles_for_sm90(module):
                 "real": real, "elem": elem, "is_complex": is_complex,
                 "acc": "double" if op.combine == "sum" else real, "combine": op.combine,
                 "vectors": list(op.vectors), "written": list(op.written),
-                "write_only": list(op.write_only), "scalars": list(op.scalars), "body": op.body,
+                "scalars": list(op.scalars), "body": op.body,
                 "reductions": op.reductions(is_complex), "wgs": wgs, "ipt": ipt,
                 "vec": vec, "shuffle": shuffle, "single_pass": bool(op.outputs)})
             try:

@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+@functools.lru_cache(maxsize=8)
+def _parity_orders(dims: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The lexicographic site indices of each parity (read-only; shared by equal lattices, since
+    an operator, its tuning and its other precisions each make a Lattice of the same extents)."""
+    x, y, z, t = np.meshgrid(*(np.arange(d) for d in dims), indexing="ij")
+    parity = ((x + y + z + t) % 2).transpose(3, 2, 1, 0).reshape(-1)  # lexicographic [t,z,y,x]
+    orders = tuple(np.nonzero(parity == p)[0] for p in (0, 1))
+    for order in orders:
+        order.flags.writeable = False
+    return orders
 
 
 @dataclass(frozen=True)
@@ -21,10 +34,7 @@ class Lattice:
         if any(d % 2 for d in dims):
             raise ValueError(f"every extent must be even for even-odd checkerboarding, got {dims}")
         object.__setattr__(self, "dims", dims)
-        x, y, z, t = np.meshgrid(*(np.arange(d) for d in dims), indexing="ij")
-        parity = ((x + y + z + t) % 2).transpose(3, 2, 1, 0).reshape(-1)  # lexicographic [t,z,y,x]
-        orders = tuple(np.nonzero(parity == p)[0] for p in (0, 1))
-        object.__setattr__(self, "_orders", orders)
+        object.__setattr__(self, "_orders", _parity_orders(dims))
 
     @property
     def shape(self) -> tuple[int, int, int, int]:

@@ -166,8 +166,8 @@ class WilsonOperator:
         even = self.context.to_device(self.queue, self.lattice.spinor_to_device(psi, 0, self.dtype))
         result = self.context.allocate(even.shape, self.dtype)
         self._pc(result, even, dagger)
-        zeros = np.zeros_like(result.get(self.queue))
-        return self.lattice.spinor_from_device((result.get(self.queue), zeros))
+        even = result.get(self.queue)
+        return self.lattice.spinor_from_device((even, np.zeros_like(even)))
 
     def apply_pc_dagger(self, psi: Any, out: accel.DeviceArray | None = None) -> Any:
         """M_pc^dag on the even sites."""
@@ -264,7 +264,10 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     A = WilsonLinearOperator(high, kind)
     if normal is not None:  # CG solves the normal equations A^dag A x = A^dag rhs
         rhs_n = high.context.allocate(A.size, high.dtype)
-        _apply_dagger(high, normal, rhs_n, rhs)
+        if normal == "Mpc":
+            high.apply_pc_dagger(rhs, out=rhs_n)
+        else:
+            high.apply_dagger(SpinorField(rhs), out=SpinorField(rhs_n))
         rhs = rhs_n
     # The normal equations' residual bounds the true one only up to the condition number:
     # ask for a tenth of the tolerance, then check the true residual of M x = b at the end.
@@ -282,15 +285,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     else:
         out.flat.copy_from(queue, x.view(0, x.size, out.flat.shape))
     result = high.from_device(out)
-    check = high.apply(result.astype(high.dtype))
+    check = high.from_device(high.apply(out, out=high.new_field()))
     info.true_residual = float(np.linalg.norm(b - check) / np.linalg.norm(b))
     info.seconds = time.perf_counter() - start
     return result, info
-
-
-def _apply_dagger(op: WilsonOperator, kind: str, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
-    if kind == "Mpc":
-        op._pc(out, inp, True)
-    else:
-        full_in, full_out = SpinorField(inp), SpinorField(out)
-        op._full(full_out, full_in, True, True)

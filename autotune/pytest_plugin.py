@@ -2,8 +2,11 @@
 
 - ``context`` and ``command_queue`` fixtures, parametrized over the devices chosen with
   ``--devices=first|all|cuda|opencl`` (default ``first``: the first device of each backend).
-- Inside tests ``@autotuner`` returns its ``test=`` parameters without touching a database;
-  ``@pytest.mark.force_autotune`` really tunes, into a temporary database.
+- Inside tests ``@autotuner`` returns its ``test=`` parameters without touching a database.
+  ``@pytest.mark.force_autotune`` runs the tuning function on every call, with no caching
+  (katsdpsigproc's contract), storing into a temporary database;
+  ``@pytest.mark.autotune_database`` behaves as outside tests (tune on a miss, then serve from
+  the memo and the database), with a fresh temporary database.
 - ``@pytest.mark.cuda_only`` / ``@pytest.mark.opencl_only`` skip on the other backend.
 """
 
@@ -30,7 +33,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     for line in (
-        "force_autotune: really tune (into a temporary database) instead of using test=",
+        "force_autotune: run the tuning function on every call (no caching), into a temporary database",
+        "autotune_database: tune on a miss and serve hits, as outside tests, with a temporary database",
         "cuda_only: run only with a CUDA context",
         "opencl_only: run only with an OpenCL context",
     ):
@@ -105,14 +109,21 @@ def command_queue(context: accel.Context) -> accel.CommandQueue:
 @pytest.fixture(autouse=True)
 def _autotune_mode(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
                    monkeypatch: pytest.MonkeyPatch):
-    """Test mode by default; ``force_autotune`` tunes into a fresh temporary database."""
-    if request.node.get_closest_marker("force_autotune") is None:
+    """Test mode by default; ``force_autotune`` and ``autotune_database`` tune into a fresh
+    temporary database."""
+    force = request.node.get_closest_marker("force_autotune") is not None
+    cached = request.node.get_closest_marker("autotune_database") is not None
+    if not (force or cached):
         yield
         return
     db = tmp_path_factory.mktemp("autotune-db") / "tuning.db"
     monkeypatch.setenv("AUTOTUNE_DB", str(db))
-    _decorator.test_mode.force = True
+    _decorator.test_mode.force = force
+    _decorator.test_mode.cached = cached
+    _decorator.clear_memo()
     try:
         yield db
     finally:
         _decorator.test_mode.force = False
+        _decorator.test_mode.cached = False
+        _decorator.clear_memo()

@@ -50,7 +50,7 @@ def main() -> None:
         tuned[("sum", dtype)] = ReduceTemplate.autotune(context, dtype, "sum")
         tuned[("axpy_norm", dtype)] = BlasTemplate.autotune(context, dtype, "axpy_norm")
     tuning_seconds = time.perf_counter() - started
-    test_params = ReduceTemplate.autotune.__func__.autotune_test
+    test_params = tune.tuner_of(ReduceTemplate).test
     for log2 in args.sizes:
         n = 1 << log2
         for dtype in (np.float32, np.float64):

@@ -2,8 +2,9 @@
 
 - Compile time of a small kernel: our in-process NVRTC path against pycuda's nvcc path (CUDA),
   or the OpenCL compiler (OpenCL). Each build uses a distinct source so no cache is hit.
-- Cost of a tuning-database hit: in-process memo, and a fresh process's first lookup (database).
 - Whole tuning time of the example ScaleTemplate.
+
+What serving a stored result costs (memo, database, a fresh process) is ``serving.py``'s.
 
 Usage: python benchmarks/tuner_overhead.py [--device SELECTOR] [--json FILE]
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -40,25 +40,11 @@ def compile_times(context: accel.Context, compiler: str | None, count: int) -> l
     return times
 
 
-def hit_costs(context: accel.Context) -> dict[str, float]:
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["AUTOTUNE_DB"] = str(Path(tmp) / "bench.db")
+def tuning_time(context: accel.Context) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp, tune.use_database(Path(tmp) / "bench.db"):
         start = time.perf_counter()
-        ScaleTemplate.autotune(context, np.float32)
-        tuning = time.perf_counter() - start
-        n = 20000
-        start = time.perf_counter()
-        for _ in range(n):
-            ScaleTemplate.autotune(context, np.float32)
-        memo = (time.perf_counter() - start) / n
-        db_times = []
-        for _ in range(50):
-            tune.clear_memo()
-            start = time.perf_counter()
-            ScaleTemplate.autotune(context, np.float32)
-            db_times.append(time.perf_counter() - start)
-        return {"tuning_seconds": tuning, "memo_hit_seconds": memo,
-                "database_hit_seconds": statistics.median(db_times)}
+        tune.tuner_of(ScaleTemplate).retune(ScaleTemplate, context, np.dtype(np.float32))
+        return {"tuning_seconds": time.perf_counter() - start}
 
 
 def main() -> None:
@@ -76,7 +62,7 @@ def main() -> None:
         context.compiler = "nvrtc"
     else:
         result["compile_opencl_seconds"] = statistics.median(compile_times(context, None, args.count))
-    result.update(hit_costs(context))
+    result.update(tuning_time(context))
     print(f"device: {result['device']}  date: {result['date']}")
     print("| measurement | value |\n|---|---|")
     for name, value in result.items():

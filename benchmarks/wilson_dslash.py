@@ -67,7 +67,7 @@ def main() -> None:
         rng = np.random.default_rng(3)
         psi = rng.standard_normal(lattice.shape + (4, 3)) + 1j * rng.standard_normal(lattice.shape + (4, 3))
         for precision in ("single", "double"):
-            real_dtype, dtype, _, _ = PRECISIONS[precision]
+            real_dtype, dtype = PRECISIONS[precision]
             item = np.dtype(real_dtype).itemsize
             src = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
             out = context.allocate((12, vh), dtype)
@@ -93,8 +93,9 @@ def main() -> None:
                           "cupy_GFLOPs": cupy_gflops, "tuned": tuned,
                           "tuning_seconds": tuning_seconds}
                 for label, params in (("tuned", tuned), ("default", {"wgs": 64})):
-                    template = DslashTemplate(context, dims, precision, reconstruct, -1, params)
-                    t = event_time(queue, lambda: template.enqueue(queue, out, src, links, 0))
+                    dslash = DslashTemplate(context, dims, precision, reconstruct, -1,
+                                            params).instantiate(queue)
+                    t = event_time(queue, lambda: dslash(out, src, links, 0))
                     result[f"{label}_GFLOPs"] = FLOPS * vh / t / 1e9
                     result[f"{label}_GBps"] = site_bytes * vh / t / 1e9
                     result[f"{label}_us"] = t * 1e6

@@ -12,7 +12,6 @@ source (``diffusion.mako``) with both tuners.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -60,26 +59,6 @@ def check_size(nx: Any, ny: Any) -> tuple[int, int]:
     return int(nx), int(ny)
 
 
-def validated(tuning: dict[str, Any]) -> dict[str, Any]:
-    """A clean copy of tuning parameters, or ``ValueError`` naming the first bad one."""
-    if not isinstance(tuning, dict) or set(tuning) != set(TEST_PARAMETERS):
-        keys = sorted(tuning) if isinstance(tuning, dict) else tuning
-        raise ValueError(f"tuning must be a dict with the keys {', '.join(TEST_PARAMETERS)}; "
-                         f"got {keys!r}")
-    out: dict[str, Any] = {}
-    for name, limit in (("block_x", MAX_BLOCK), ("block_y", MAX_BLOCK),
-                        ("tile_x", MAX_TILE), ("tile_y", MAX_TILE)):
-        value = tuning[name]
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
-                or not 1 <= value <= limit:
-            raise ValueError(f"{name} must be an int from 1 to {limit}, got {value!r}")
-        out[name] = int(value)
-    if not isinstance(tuning["local"], (bool, np.bool_)):
-        raise ValueError(f"local must be a bool, got {tuning['local']!r}")
-    out["local"] = bool(tuning["local"])
-    return out
-
-
 def work_group_size(params: dict[str, Any]) -> int:
     """Work-items per work-group."""
     return params["block_x"] * params["block_y"]
@@ -107,6 +86,19 @@ def device_limit_exceeded(device: accel.DeviceIdentity, params: dict[str, Any]) 
     return None
 
 
+def restrictions(device: accel.DeviceIdentity) -> list:
+    """What a launch must satisfy: blocks and tiles in range, and the device's work-group size
+    and local memory."""
+    return [
+        tune.restriction(f"blocks of 1 to {MAX_BLOCK} items a side",
+                         lambda p: all(1 <= p[n] <= MAX_BLOCK for n in ("block_x", "block_y"))),
+        tune.restriction(f"tiles of 1 to {MAX_TILE} points a side",
+                         lambda p: all(1 <= p[n] <= MAX_TILE for n in ("tile_x", "tile_y"))),
+        tune.restriction(f"a work-group and its local memory fit {device.name}",
+                         lambda p: device_limit_exceeded(device, p) is None),
+    ]
+
+
 def render_kws(nx: int, ny: int, params: dict[str, Any] | None) -> dict[str, Any]:
     """Template variables: ``params`` compiled in, or ``None`` to leave the tunable parameters
     to the macros Kernel Tuner defines (``block_size_x``, ..., ``use_local``)."""
@@ -131,6 +123,7 @@ class DiffusionTemplate:
     """One explicit diffusion step on an ``ny x nx`` float32 field; tunes the launch shape."""
 
     autotune_version = 1
+    autotune_sources = (TEMPLATE,)
     #: Configurations worth pre-tuning with ``python -m autotune warm``.
     warm_configurations = [{"nx": 4096, "ny": 4096}, {"nx": 1024, "ny": 1024}]
 
@@ -142,18 +135,9 @@ class DiffusionTemplate:
                 or not math.isfinite(dt):
             raise ValueError(f"dt must be a finite number, got {dt!r}")
         self.dt = float(dt)
-        from_database = tuning is None
-        if from_database:
+        if tuning is None:
             tuning = self.autotune(context, self.nx, self.ny)
-        self.tuning = validated(tuning)
-        why = device_limit_exceeded(context.device, self.tuning)
-        if why is not None and from_database:  # a nearest match's, from another device
-            logging.getLogger("operations").warning(
-                "DiffusionTemplate: stored parameters %s do not fit %s (%s); using the test= "
-                "parameters", self.tuning, context.device.name, why)
-            self.tuning = validated(dict(TEST_PARAMETERS))
-        elif why is not None:
-            raise ValueError(f"tuning {self.tuning} does not fit the device: {why}")
+        self.tuning = tune.checked_tuning(DiffusionTemplate, context, tuning, nx=self.nx, ny=self.ny)
         self.program = context.build(TEMPLATE, render_kws(self.nx, self.ny, self.tuning))
 
     @classmethod
@@ -161,7 +145,7 @@ class DiffusionTemplate:
     def autotune(cls, context: accel.Context, nx: int, ny: int) -> dict[str, Any]:
         """Tune at ``ny x nx``: every candidate's step is checked against numpy, then timed."""
         nx, ny = check_size(nx, ny)
-        space = cls._space(context)
+        space = cls.autotune_space(context, nx, ny).parameters
         queue = context.create_tuning_command_queue()
         field = np.random.default_rng(2024).random((ny, nx), dtype=np.float32)
         src = context.to_device(queue, field)
@@ -175,16 +159,13 @@ class DiffusionTemplate:
         bands = _row_bands(ny, height)
         tolerance = CHECK_TOLERANCE * max(float(np.max(np.abs(field))), 1.0)
 
-        def generate(**params: Any):
-            if device_limit_exceeded(context.device, params) is not None:
-                return None
+        def generate(**params: Any) -> tune.Measurement:
             step = cls(context, nx, ny, 0.225, params).instantiate(queue)
-            state = {"first": True}
+
+            def setup() -> None:  # unwritten points then show up as NaN in the check
+                dst.copy_from(queue, poison)
 
             def run() -> None:
-                if state["first"]:  # unwritten points then show up as NaN in the check
-                    dst.copy_from(queue, poison)
-                    state["first"] = False
                 step(src, dst)
 
             def check() -> bool:
@@ -194,13 +175,18 @@ class DiffusionTemplate:
                         return False
                 return True
 
-            return tune.make_measure(queue, run, check)
+            # one read and one write of every point; 7 flops per interior point
+            return tune.make_measure(queue, run, check, setup=setup, bytes=2 * nx * ny * DTYPE.itemsize,
+                                     flops=7 * (nx - 2) * (ny - 2))
 
-        return tune.autotune(generate, **space)
+        return tune.autotune(generate)
 
     @classmethod
-    def _space(cls, context: accel.Context) -> dict[str, Sequence[Any]]:
-        return dict(GPU_SPACE if context.device.is_gpu else CPU_SPACE)
+    def autotune_space(cls, context: accel.Context, nx: int, ny: int) -> tune.Space:
+        """Kernel Tuner's tutorial space with tiling and local memory on GPUs (a smaller one on
+        CPU devices), restricted to what the device can launch."""
+        return tune.Space(GPU_SPACE if context.device.is_gpu else CPU_SPACE,
+                          restrictions(context.device))
 
     def instantiate(self, queue: accel.CommandQueue) -> Diffusion:
         return Diffusion(self, queue)

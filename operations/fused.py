@@ -9,7 +9,6 @@ Accumulation is in double precision for sums of single-precision data.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -21,15 +20,9 @@ import numpy as np
 from autotune import accel, tune
 
 TEMPLATE = Path(__file__).with_name("fused.mako")
-logger = logging.getLogger("operations")
 
-#: element dtype -> (real C type, element C type, complex?)
-CTYPES = {
-    np.dtype(np.float32): ("float", "float", False),
-    np.dtype(np.float64): ("double", "double", False),
-    np.dtype(np.complex64): ("float", "cfloat", True),
-    np.dtype(np.complex128): ("double", "cdouble", True),
-}
+#: The element types of fused passes.
+DTYPES = tuple(np.dtype(d) for d in (np.float32, np.float64, np.complex64, np.complex128))
 WGS_SPACE = (128, 256, 512, 1024)
 IPT_SPACE = (1, 2, 4, 8)
 GROUPS_PER_CU_SPACE = (2, 4, 8, 16)
@@ -94,36 +87,30 @@ class FusedOp:
         return exprs
 
 
-def _unfit(tuning: dict[str, Any], context: accel.Context) -> str | None:
-    if tuning.get("shuffle") and context.backend != "cuda":
-        return "warp shuffles need CUDA"
-    if tuning.get("wgs", 0) > context.device.max_work_group_size:
-        return f"work-group of {tuning['wgs']} above the device's {context.device.max_work_group_size}"
-    return None
-
-
-def _validated(tuning: dict[str, Any], backend: str, dtype: np.dtype) -> dict[str, Any]:
-    wgs, ipt, gpc, vec, shuffle = (tuning["wgs"], tuning["ipt"], tuning["groups_per_cu"],
-                                   tuning["vec"], tuning["shuffle"])
-    if not (isinstance(wgs, int) and 1 <= wgs <= 1024 and wgs & (wgs - 1) == 0):
-        raise ValueError(f"wgs must be a power of two up to 1024, got {wgs!r}")
-    if ipt not in (1, 2, 4, 8, 16):
-        raise ValueError(f"ipt must be 1, 2, 4, 8 or 16, got {ipt!r}")
-    if not (isinstance(gpc, int) and 1 <= gpc <= 64):
-        raise ValueError(f"groups_per_cu must be 1 to 64, got {gpc!r}")
-    if vec not in (1, 2, 4) or vec * dtype.itemsize > 16:
-        raise ValueError(f"vec must be 1, 2 or 4 with loads of at most 16 bytes, got {vec!r} "
-                         f"for {dtype}")
-    if shuffle and (backend != "cuda" or wgs < 64):
-        raise ValueError("shuffle needs CUDA and a work-group of at least 64")
-    return {"wgs": wgs, "ipt": ipt, "groups_per_cu": gpc, "vec": vec, "shuffle": bool(shuffle)}
+def restrictions(context: accel.Context, dtype: np.dtype) -> list:
+    """What a fused pass's launch parameters must satisfy on ``context`` for ``dtype``: what the
+    kernel assumes (power-of-two work-groups, loads of at most 16 bytes, warp shuffles on CUDA
+    with whole warps) and what the device allows."""
+    limit = min(1024, context.device.max_work_group_size)
+    cuda = context.backend == "cuda"
+    return [
+        tune.restriction(f"wgs a power of two up to {limit} (the device's limit)",
+                         lambda p: 1 <= p["wgs"] <= limit and p["wgs"] & (p["wgs"] - 1) == 0),
+        tune.restriction("ipt is 1, 2, 4, 8 or 16", lambda p: p["ipt"] in (1, 2, 4, 8, 16)),
+        tune.restriction("groups_per_cu from 1 to 64", lambda p: 1 <= p["groups_per_cu"] <= 64),
+        tune.restriction("vec is 1, 2 or 4, loading at most 16 bytes",
+                         lambda p: p["vec"] in (1, 2, 4) and p["vec"] * dtype.itemsize <= 16),
+        tune.restriction("warp shuffles need CUDA and a work-group of at least 64",
+                         lambda p: not p["shuffle"] or (cuda and p["wgs"] >= 64)),
+    ]
 
 
 class FusedTemplate:
-    """Base of the tuned fused-pass templates; subclasses set ``ops`` and decorate ``autotune``."""
+    """Base of the tuned fused-pass templates; subclasses set ``ops`` and ``autotune_version``."""
 
     ops: dict[str, FusedOp] = {}
     autotune_version = 1
+    autotune_sources = (TEMPLATE,)
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
@@ -144,7 +131,7 @@ class FusedTemplate:
                  tuning: dict[str, Any] | None = None):
         self.context = context
         self.dtype = np.dtype(dtype)
-        if self.dtype not in CTYPES:
+        if self.dtype not in DTYPES:
             raise TypeError(f"{type(self).__name__} supports float32, float64, complex64 and "
                             f"complex128, not {self.dtype}")
         if op not in self.ops:
@@ -157,15 +144,9 @@ class FusedTemplate:
             raise TypeError(f"{context.device.name} has no double precision")
         if tuning is None:
             tuning = self.autotune(context, self.dtype, op)
-            # AUTOTUNE_MATCH=nearest may serve another device's result: keep it only if it fits.
-            why = _unfit(tuning, context)
-            if why:
-                logger.warning("%s %s on %s: stored parameters %s do not fit this device (%s); "
-                               "using the test= parameters", type(self).__name__, op,
-                               context.device.name, tuning, why)
-                tuning = dict(TEST_PARAMETERS)
-        self.tuning = _validated(tuning, context.backend, self.dtype)
-        real, elem, is_complex = CTYPES[self.dtype]
+        self.tuning = tune.checked_tuning(type(self), context, tuning, dtype=self.dtype, op=op)
+        real, elem = accel.c_type(accel.real_dtype(self.dtype)), accel.c_type(self.dtype)
+        is_complex = self.dtype.kind == "c"
         self.is_complex = is_complex
         reductions = self.op.reductions(is_complex)
         self.components = len(reductions)
@@ -190,13 +171,18 @@ class FusedTemplate:
         return FusedPass(self, queue, n)
 
     @classmethod
-    def _space(cls, context: accel.Context) -> dict[str, Sequence[Any]]:
+    def autotune_space(cls, context: accel.Context, dtype: Any, op: str) -> tune.Space:
+        """The launch parameters worth trying on ``context`` (a smaller space on CPU devices,
+        which compile slowly and gain little), restricted to what can run."""
         if context.device.is_gpu:
-            return {"wgs": WGS_SPACE, "ipt": IPT_SPACE, "groups_per_cu": GROUPS_PER_CU_SPACE,
-                    "vec": VEC_SPACE,
-                    "shuffle": (False, True) if context.backend == "cuda" else (False,)}
-        return {"wgs": CPU_WGS_SPACE, "ipt": CPU_IPT_SPACE,
-                "groups_per_cu": CPU_GROUPS_PER_CU_SPACE, "vec": CPU_VEC_SPACE, "shuffle": (False,)}
+            lists = {"wgs": WGS_SPACE, "ipt": IPT_SPACE, "groups_per_cu": GROUPS_PER_CU_SPACE,
+                     "vec": VEC_SPACE,
+                     "shuffle": (False, True) if context.backend == "cuda" else (False,)}
+        else:
+            lists = {"wgs": CPU_WGS_SPACE, "ipt": CPU_IPT_SPACE,
+                     "groups_per_cu": CPU_GROUPS_PER_CU_SPACE, "vec": CPU_VEC_SPACE,
+                     "shuffle": (False,)}
+        return tune.Space(lists, restrictions(context, np.dtype(dtype)))
 
     @classmethod
     def _tune(cls, context: accel.Context, dtype: np.dtype, op_name: str) -> dict[str, Any]:
@@ -217,26 +203,21 @@ class FusedTemplate:
             den = context.to_device(queue, np.array([0.5, 4.0]))
             kernel_scalars.update({name: DeviceRatio(scalars[name] * 4.0, den, 1) for name in ratios})
         pristine = {v: context.to_device(queue, a) for v, a in host.items()}
-        work = {v: context.allocate(n, dtype) for v in op.vectors}
+        # Written vectors get a working copy, put back before each candidate's check.
+        work = {v: context.allocate(n, dtype) if v in op.written else pristine[v] for v in op.vectors}
         expected_vectors, expected_outputs = op.reference(
             {v: a.astype(np.complex128 if dtype.kind == "c" else np.float64) for v, a in host.items()},
             scalars)
         expected_vectors = {v: a[sample] for v, a in expected_vectors.items()}
 
-        def generate(wgs: int, ipt: int, groups_per_cu: int, vec: int, shuffle: bool):
-            if (wgs > context.device.max_work_group_size or (shuffle and wgs < 64)
-                    or vec * dtype.itemsize > 16):
-                return None
-            inst = cls(context, dtype, op_name, {
-                "wgs": wgs, "ipt": ipt, "groups_per_cu": groups_per_cu, "vec": vec,
-                "shuffle": shuffle}).instantiate(queue, n)
-            state = {"first": True}
+        def generate(**params: Any) -> tune.Measurement:
+            inst = cls(context, dtype, op_name, params).instantiate(queue, n)
+
+            def setup() -> None:  # every candidate starts from the same data
+                for v in op.written:
+                    work[v].copy_from(queue, pristine[v])
 
             def run() -> None:
-                if state["first"]:  # every candidate starts from the same data
-                    for v in op.vectors:
-                        work[v].copy_from(queue, pristine[v])
-                    state["first"] = False
                 inst.enqueue([work[v] for v in op.vectors], kernel_scalars, fetch=False)
 
             def check() -> bool:
@@ -247,9 +228,10 @@ class FusedTemplate:
                         return False
                 return outputs_close(outputs, expected_outputs, dtype, op.combine)
 
-            return tune.make_measure(queue, run, check)
+            moved = (len(op.vectors) + len(op.written)) * n * dtype.itemsize
+            return tune.make_measure(queue, run, check, setup=setup, bytes=moved)
 
-        return tune.autotune(generate, **cls._space(context))
+        return tune.autotune(generate)
 
 
 def tuning_length(device: accel.DeviceIdentity, dtype: np.dtype, vectors: int) -> int:
@@ -258,7 +240,7 @@ def tuning_length(device: accel.DeviceIdentity, dtype: np.dtype, vectors: int) -
     if not device.is_gpu:
         return CPU_TUNING_LENGTH + 3
     n = GPU_TUNING_BYTES // dtype.itemsize
-    # a pristine and a working copy of each vector, within a quarter of the device's memory
+    # a pristine and a working copy of each vector (at most), within a quarter of the device's memory
     while n > CPU_TUNING_LENGTH and 2 * vectors * n * dtype.itemsize > device.global_memory // 4:
         n //= 2
     return n + 3
@@ -271,6 +253,9 @@ class FusedPass:
         n = int(n)
         if n < 1:
             raise ValueError(f"{template.op.name}: empty input (n = {n}); there is nothing to reduce")
+        # No upper limit on n: fused.mako counts elements and indexes vectors with 64-bit
+        # integers (u64: n, chunks, base, stride); only the number of work-groups, a few
+        # thousand at most, is passed as a 32-bit unsigned int (to fused_finish).
         self.template = template
         self.queue = queue
         self.n = n
@@ -300,23 +285,33 @@ class FusedPass:
         self._last: tuple[tuple, list] = ((), [])  # vectors last passed, and their checked arrays
         real = np.float32 if template.dtype in (np.float32, np.complex64) else np.float64
         self._real = real
+        self._real_max = float(np.finfo(real).max)  # larger scalars would become inf on the device
 
     def _scalar_args(self, scalars: dict[str, Any]) -> list[Any]:
+        """The kernel arguments of the scalars: each a finite number (None, NaN and inf are
+        refused here, once for every fused op, rather than computed with)."""
         args: list[Any] = []
         op = self.template.op
         missing = [name for name, _ in op.scalars if name not in scalars]
         if missing:
             raise TypeError(f"{op.name} needs scalar(s) {', '.join(missing)}")
+        limit = self._real_max
         for name, kind in op.scalars:
             value = scalars[name]
             if kind == "ratio":
                 args += self._ratio_args(name, value)
             elif kind == "field" and self.template.is_complex:
-                value = complex(value)
+                # the common case (a Python complex from a solver) costs three tests
+                if type(value) is not complex or not (abs(value.real) <= limit
+                                                      and abs(value.imag) <= limit):
+                    value = finite_complex_scalar(op.name, f"scalar {name}", value, self._real)
                 args += [self._real(value.real), self._real(value.imag)]
             else:
-                if isinstance(value, complex) or np.iscomplexobj(value):
-                    raise TypeError(f"{op.name}: scalar {name} must be real for {self.template.dtype} data")
+                # the common case (a Python float from a solver) costs two tests; NaN fails
+                # abs(value) <= limit, and so do inf and what would overflow the data's precision
+                if type(value) is not float or not abs(value) <= limit:
+                    value = finite_real_scalar(op.name, f"scalar {name}", value, self._real,
+                                               self.template.dtype)
                 args.append(self._real(value))
         return args
 
@@ -333,7 +328,11 @@ class FusedPass:
         if not 0 <= value.at < den.size:
             raise IndexError(f"{op.name}: {name} reads element {value.at} of a denominator of "
                              f"{den.size} elements")
-        return [np.float64(value.numerator), den, np.uint32(value.at)]
+        numerator = value.numerator
+        if type(numerator) is not float or not math.isfinite(numerator):
+            numerator = finite_real_scalar(op.name, f"the numerator of scalar {name}",
+                                           numerator, np.float64, np.dtype(np.float64))
+        return [np.float64(numerator), den, np.uint32(value.at)]
 
     def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any], *, fetch: bool = True) -> None:
         """Enqueue the pass (asynchronously); :meth:`result` then reads the reductions.
@@ -463,3 +462,69 @@ def outputs_close(got: tuple, expected: tuple, dtype: np.dtype, combine: str) ->
         elif not np.isclose(g, e, rtol=tolerance(dtype) * 10, atol=0, equal_nan=True):
             return False
     return True
+
+
+def _scalar_type_error(op: str, what: str, value: Any) -> TypeError:
+    if value is None:
+        return TypeError(f"{op}: {what} is None; pass a finite number")
+    if isinstance(value, np.ndarray):
+        return TypeError(f"{op}: {what} is an array of shape {value.shape}, not a number; "
+                         "pass a finite number")
+    return TypeError(f"{op}: {what} is a {type(value).__name__} ({value!r}), not a number; "
+                     "pass a finite number")
+
+
+def _out_of_range(op: str, what: str, value: float | complex, real: type) -> ValueError:
+    name = np.dtype(real).name
+    parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
+    if not all(math.isfinite(part) for part in parts):
+        return ValueError(f"{op}: {what} is {value}; pass a finite number")
+    return ValueError(f"{op}: {what} = {value:g} overflows {name} (largest "
+                      f"{float(np.finfo(real).max):.4g}); pass a finite number in range")
+
+
+def _scalar_value(value: Any) -> Any:
+    """A 0-d numpy array's element; anything else as is."""
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
+def finite_real_scalar(op: str, what: str, value: Any, real: type, dtype: np.dtype) -> float:
+    """``value`` as a float that ``real`` (np.float32 or np.float64) holds finitely.
+
+    TypeError for None, non-numbers and complex numbers (``dtype`` is the data's, for the
+    message); ValueError for NaN, infinities and magnitudes beyond ``real``'s range. ``what``
+    names the scalar in messages ("scalar a").
+    """
+    value = _scalar_value(value)
+    if isinstance(value, (complex, np.complexfloating)):
+        raise TypeError(f"{op}: {what} must be real for {dtype} data, got {value!r}")
+    if not isinstance(value, (int, float, np.integer, np.floating)):
+        if isinstance(value, (str, bytes, np.ndarray)) or not hasattr(value, "__float__"):
+            raise _scalar_type_error(op, what, value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond any float
+        raise ValueError(f"{op}: {what} = {value} overflows {np.dtype(real).name}; pass a "
+                         "finite number in range") from None
+    if not abs(number) <= float(np.finfo(real).max):
+        raise _out_of_range(op, what, number, real)
+    return number
+
+
+def finite_complex_scalar(op: str, what: str, value: Any, real: type) -> complex:
+    """``value`` as a complex number whose parts ``real`` holds finitely (TypeError for None and
+    non-numbers, ValueError for a NaN or infinite part, or one beyond ``real``'s range)."""
+    value = _scalar_value(value)
+    if not isinstance(value, (int, float, complex, np.number)):
+        if isinstance(value, (str, bytes, np.ndarray)) or not (
+                hasattr(value, "__complex__") or hasattr(value, "__float__")):
+            raise _scalar_type_error(op, what, value)
+    try:
+        number = complex(value)
+    except OverflowError:
+        raise ValueError(f"{op}: {what} = {value} overflows {np.dtype(real).name}; pass a "
+                         "finite number in range") from None
+    limit = float(np.finfo(real).max)
+    if not (abs(number.real) <= limit and abs(number.imag) <= limit):
+        raise _out_of_range(op, what, number, real)
+    return number

@@ -1,4 +1,9 @@
-"""Converting vectors between single and double precision on the device (mixed-precision solvers)."""
+"""Converting vectors between single and double precision on the device (mixed-precision solvers).
+
+>>> down = ConvertTemplate(context, np.complex128, np.complex64).instantiate(queue)
+>>> down(out, inp)            # out = inp in single precision
+>>> up.add(x, x_low)          # x += x_low in double precision
+"""
 
 from __future__ import annotations
 
@@ -10,14 +15,14 @@ import numpy as np
 from autotune import accel, tune
 
 TEMPLATE = Path(__file__).with_name("precision.mako")
-_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
-           np.dtype(np.complex64): "cfloat", np.dtype(np.complex128): "cdouble"}
+DTYPES = tuple(np.dtype(d) for d in (np.float32, np.float64, np.complex64, np.complex128))
 
 
 class ConvertTemplate:
-    """``convert(out, in)`` and ``add_converted(out, in)`` between two dtypes of the same kind."""
+    """``out = in`` and ``out += in`` between two dtypes of the same kind (real or complex)."""
 
     autotune_version = 1
+    autotune_sources = (TEMPLATE,)
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
@@ -32,35 +37,27 @@ class ConvertTemplate:
     def __init__(self, context: accel.Context, src: Any, dst: Any,
                  tuning: dict[str, Any] | None = None):
         self.src, self.dst = np.dtype(src), np.dtype(dst)
-        if self.src not in _CTYPES or self.dst not in _CTYPES or self.src.kind != self.dst.kind:
+        if self.src not in DTYPES or self.dst not in DTYPES or self.src.kind != self.dst.kind:
             raise TypeError(f"cannot convert {self.src} to {self.dst}: both must be float or "
                             "both complex, of single or double precision")
         self.context = context
         if tuning is None:
             tuning = self.autotune(context, self.src, self.dst)
-        self.wgs = int(tuning["wgs"])
-        program = context.build(TEMPLATE, {"src": _CTYPES[self.src], "dst": _CTYPES[self.dst],
-                                           "wgs": self.wgs})
-        self.kernels = {name: program.get_kernel(name) for name in ("convert", "add_converted")}
+        self.tuning = tune.checked_tuning(ConvertTemplate, context, tuning, src=self.src, dst=self.dst)
+        self.wgs = self.tuning["wgs"]
+        self.program = context.build(TEMPLATE, {"src": accel.c_type(self.src),
+                                                "dst": accel.c_type(self.dst), "wgs": self.wgs})
         self.groups = 4 * context.device.multiprocessors
 
-    def _enqueue(self, name: str, queue: accel.CommandQueue, out: accel.DeviceArray,
-                 inp: accel.DeviceArray) -> None:
-        if out.size != inp.size or out.dtype != self.dst or inp.dtype != self.src:
-            raise ValueError(f"{name}: expected {inp.size} elements {self.src} -> {self.dst}, "
-                             f"got {inp.dtype} -> {out.size} x {out.dtype}")
-        groups = max(1, min(self.groups, -(-out.size // self.wgs)))
-        queue.enqueue_kernel(self.kernels[name], [out, inp, np.uint64(out.size)],
-                             groups * self.wgs, self.wgs)
+    def instantiate(self, queue: accel.CommandQueue) -> Convert:
+        return Convert(self, queue)
 
-    def convert(self, queue: accel.CommandQueue, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
-        """out = inp in out's precision."""
-        self._enqueue("convert", queue, out, inp)
-
-    def add_converted(self, queue: accel.CommandQueue, out: accel.DeviceArray,
-                      inp: accel.DeviceArray) -> None:
-        """out += inp, converted to out's precision."""
-        self._enqueue("add_converted", queue, out, inp)
+    @classmethod
+    def autotune_space(cls, context: accel.Context, src: Any, dst: Any) -> tune.Space:
+        limit = context.device.max_work_group_size
+        return tune.Space({"wgs": [64, 128, 256, 512, 1024]},
+                          [tune.restriction(f"wgs from 1 to {limit} (the device's limit)",
+                                            lambda p: 1 <= p["wgs"] <= limit)])
 
     @classmethod
     @tune.autotuner(test={"wgs": 256})
@@ -73,11 +70,41 @@ class ConvertTemplate:
         inp = context.to_device(queue, data)
         out = context.allocate(n, dst)
 
-        def generate(wgs: int):
-            if wgs > context.device.max_work_group_size:
-                return None
-            template = cls(context, src, dst, {"wgs": wgs})
-            return tune.make_measure(queue, lambda: template.convert(queue, out, inp),
-                                     lambda: np.array_equal(out.get(queue), data.astype(dst)))
+        def generate(wgs: int) -> tune.Measurement:
+            convert = cls(context, src, dst, {"wgs": wgs}).instantiate(queue)
+            return tune.make_measure(queue, lambda: convert(out, inp),
+                                     lambda: np.array_equal(out.get(queue), data.astype(dst)),
+                                     bytes=n * (src.itemsize + dst.itemsize))
 
-        return tune.autotune(generate, wgs=[64, 128, 256, 512, 1024])
+        return tune.autotune(generate)
+
+
+class Convert:
+    """One conversion on one queue: ``convert(out, inp)`` sets ``out = inp``,
+    ``convert.add(out, inp)`` does ``out += inp``, both in ``out``'s precision."""
+
+    def __init__(self, template: ConvertTemplate, queue: accel.CommandQueue):
+        self.template = template
+        self.queue = queue
+        self._kernels = {name: template.program.get_kernel(name) for name in ("convert", "add_converted")}
+        self._launchers: dict[tuple[str, int], Any] = {}
+
+    def _enqueue(self, name: str, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        t = self.template
+        if out.size != inp.size or out.dtype != t.dst or inp.dtype != t.src:
+            raise ValueError(f"{name}: expected {inp.size} elements {t.src} -> {t.dst}, "
+                             f"got {inp.dtype} -> {out.size} x {out.dtype}")
+        groups = max(1, min(t.groups, -(-out.size // t.wgs)))
+        launch = self._launchers.get((name, groups))
+        if launch is None:
+            launch = self._launchers[(name, groups)] = self.queue.launcher(
+                self._kernels[name], groups * t.wgs, t.wgs)
+        launch([out, inp, np.uint64(out.size)])
+
+    def __call__(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        """out = inp in out's precision."""
+        self._enqueue("convert", out, inp)
+
+    def add(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        """out += inp, converted to out's precision."""
+        self._enqueue("add_converted", out, inp)

@@ -9,42 +9,53 @@ import numpy as np
 
 from autotune import accel, tune
 
-_TEMPLATE = Path(__file__).with_name("scale.mako")
-_CTYPES = {np.dtype(np.float32): "float", np.dtype(np.float64): "double"}
+TEMPLATE = Path(__file__).with_name("scale.mako")
+DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 class ScaleTemplate:
     """Scales a vector by a constant; tunes the work-group size."""
 
     autotune_version = 1
+    #: The kernel templates it renders: editing one expires its stored results.
+    autotune_sources = (TEMPLATE,)
     #: Configurations worth pre-tuning with ``python -m autotune warm``.
     warm_configurations = [{"dtype": np.float32}, {"dtype": np.float64}]
 
     def __init__(self, context: accel.Context, dtype: Any, tuning: dict[str, Any] | None = None):
         self.context = context
         self.dtype = np.dtype(dtype)
-        if self.dtype not in _CTYPES:
+        if self.dtype not in DTYPES:
             raise TypeError(f"ScaleTemplate supports float32 and float64, not {self.dtype}")
         if tuning is None:
             tuning = self.autotune(context, self.dtype)
-        self.wgs = int(tuning["wgs"])
-        self.program = context.build(_TEMPLATE, {"wgs": self.wgs, "ctype": _CTYPES[self.dtype]})
+        tuning = tune.checked_tuning(ScaleTemplate, context, tuning, dtype=self.dtype)
+        self.wgs = tuning["wgs"]
+        self.program = context.build(TEMPLATE, {"wgs": self.wgs, "ctype": accel.c_type(self.dtype)})
+
+    @classmethod
+    def autotune_space(cls, context: accel.Context, dtype: Any) -> tune.Space:
+        """Work-group sizes from 32 to 1024 that the device allows."""
+        limit = context.device.max_work_group_size
+        return tune.Space({"wgs": [32, 64, 128, 256, 512, 1024]},
+                          [tune.restriction(f"wgs from 1 to {limit} (the device's limit)",
+                                            lambda p: 1 <= p["wgs"] <= limit)])
 
     @classmethod
     @tune.autotuner(test={"wgs": 64})
     def autotune(cls, context: accel.Context, dtype: Any) -> dict[str, Any]:
         queue = context.create_tuning_command_queue()
         n = 1 << 20 if context.device.is_gpu else 1 << 16
+        dtype = np.dtype(dtype)
+        x = np.arange(n, dtype=dtype) % 97
 
-        def generate(wgs: int):
-            if wgs > context.device.max_work_group_size:
-                return None
+        def generate(wgs: int) -> tune.Measurement:
             fn = cls(context, dtype, {"wgs": wgs}).instantiate(queue, n)
-            x = np.arange(n, dtype=dtype) % 97
             fn.x.set(queue, x)
-            return tune.make_measure(queue, fn, check=lambda: np.array_equal(fn.y.get(queue), 2 * x))
+            return tune.make_measure(queue, fn, check=lambda: np.array_equal(fn.y.get(queue), 2 * x),
+                                     bytes=2 * n * dtype.itemsize, flops=n)
 
-        return tune.autotune(generate, wgs=[32, 64, 128, 256, 512, 1024])
+        return tune.autotune(generate)
 
     def instantiate(self, queue: accel.CommandQueue, n: int, alpha: float = 2.0) -> Scale:
         return Scale(self, queue, n, alpha)
@@ -53,9 +64,18 @@ class ScaleTemplate:
 class Scale:
     """One instance: owns its buffers ``x`` and ``y``; calling it enqueues ``y = alpha * x``."""
 
+    #: The kernel takes n as an ``unsigned int`` (scale.mako; it indexes with size_t).
+    MAX_N = 2**32 - 1
+
     def __init__(self, template: ScaleTemplate, queue: accel.CommandQueue, n: int, alpha: float):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"n must be an int, not {type(n).__name__} {n!r}")
         if n < 1:
             raise ValueError(f"n must be at least 1, got {n}")
+        if n > self.MAX_N:  # before allocating 2 n elements
+            raise ValueError(f"n = {n} is more than the scale kernel's 32-bit unsigned length "
+                             f"holds (at most 2^32 - 1 = {self.MAX_N}); scale shorter pieces")
+        n = int(n)
         self.template = template
         self.queue = queue
         self.n = n

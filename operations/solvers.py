@@ -83,6 +83,29 @@ class VectorOps:
             self.fused(ReduceTemplate, op)
 
 
+def check_stopping(tol: Any, maxiter: Any) -> tuple[float, int]:
+    """``(tol, maxiter)`` as a float and an int, or a clear error: ``tol`` a finite number > 0
+    (a NaN, zero or negative tolerance is never reached, and the solve would run to
+    ``maxiter``), ``maxiter`` an int of at least 1."""
+    if not _is_real(tol):
+        raise TypeError(f"tol must be a real number (the relative residual |r| / |b| to reach, "
+                        f"such as 1e-10), not {type(tol).__name__} {tol!r}")
+    if not (math.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0 (the relative residual |r| / |b| to "
+                         f"reach, such as 1e-10), got {tol!r}")
+    if isinstance(maxiter, bool) or not isinstance(maxiter, (int, np.integer)):
+        raise TypeError(f"maxiter must be an int (the most iterations to run), not "
+                        f"{type(maxiter).__name__} {maxiter!r}")
+    if maxiter < 1:
+        raise ValueError(f"maxiter must be at least 1, got {maxiter}")
+    return float(tol), int(maxiter)
+
+
+def _is_real(value: Any) -> bool:
+    """Whether ``value`` is a real number (not a bool, complex, string or None)."""
+    return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
+
+
 def _check(A: LinearOperator, b: accel.DeviceArray) -> None:
     if b.size != A.size or b.dtype != A.dtype:
         raise ValueError(f"b has {b.size} elements of {b.dtype}; the operator acts on {A.size} "
@@ -146,6 +169,7 @@ def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
 def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
        x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """Conjugate gradients for a Hermitian positive-definite ``A``; stops at |r| / |b| < tol."""
+    tol, maxiter = check_stopping(tol, maxiter)
     _check(A, b)
     start = time.perf_counter()
     ops = VectorOps(A.context, A.queue, A.dtype, A.size)
@@ -184,6 +208,7 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
 def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
              x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """BiCGstab for a general ``A``; breakdown (rho or omega zero) raises :class:`SolverBreakdown`."""
+    tol, maxiter = check_stopping(tol, maxiter)
     _check(A, b)
     start = time.perf_counter()
     ops = VectorOps(A.context, A.queue, A.dtype, A.size)
@@ -247,6 +272,13 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     is accumulated in high precision, the true residual b - A x is recomputed there, and the
     iteration continues from it with the same search direction.
     """
+    tol, maxiter = check_stopping(tol, maxiter)
+    if not _is_real(delta):
+        raise TypeError(f"delta must be a real number (the fall of the residual that triggers a "
+                        f"reliable update, such as 0.1), not {type(delta).__name__} {delta!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be between 0 and 1 (the fall of the residual that "
+                         f"triggers a reliable update, such as 0.1), got {delta!r}")
     _check(A, b)
     if A_low.size != A.size:
         raise ValueError("the two operators act on vectors of different lengths")
@@ -256,9 +288,9 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
     lo.prepare(blas=("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"), reduce=("dot",))
     dot = lo.fused(ReduceTemplate, "dot")
-    down = ConvertTemplate(A.context, A.dtype, A_low.dtype)
-    up = ConvertTemplate(A.context, A_low.dtype, A.dtype)
     queue = A.queue
+    down = ConvertTemplate(A.context, A.dtype, A_low.dtype).instantiate(queue)
+    up = ConvertTemplate(A.context, A_low.dtype, A.dtype).instantiate(queue)
     b = _flat(b)
     x, r, tmp = hi.new(), hi.new(), hi.new()
     xs, rs, ps, aps = lo.new(), lo.new(), lo.new(), lo.new()
@@ -267,7 +299,7 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         return _zero_solution(queue, x, start)
     x.zero(queue)
     r.copy_from(queue, b)
-    down.convert(queue, rs, r)
+    down(rs, r)
     xs.zero(queue)
     ps.copy_from(queue, rs)
     rr = bb
@@ -285,13 +317,13 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         iterations += 1
         if rr_new < delta ** 2 * r_max or rr_new / bb < tol ** 2:
             lo.blas("axpy", ps, xs, a=alpha)  # x_low += alpha p
-            up.add_converted(queue, x, xs)  # x += x_low in high precision
+            up.add(x, xs)  # x += x_low in high precision
             xs.zero(queue)
             A.apply(r, x)
             applications += 1
             rr_new = hi.blas("xmy_norm", b, r)  # r = b - A x, in high precision
             updates += 1
-            down.convert(queue, rs, r)
+            down(rs, r)
             r_max = rr_new
             history.append(math.sqrt(rr_new / bb))
             if history[-1] < tol:

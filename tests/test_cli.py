@@ -99,7 +99,7 @@ def test_unreadable_database_is_one_clear_line(capsys, tmp_path):
     bad = tmp_path / "bad.db"
     bad.write_bytes(b"garbage" * 1000)
     code, _, err = run(capsys, "show", "--db", bad)
-    assert code == 2 and "cannot open tuning database" in err and "Traceback" not in err
+    assert code == 2 and "tuning database" in err and "not a database" in err and "Traceback" not in err
     code, _, err = run(capsys, "show", "--db", tmp_path / "missing.db")
     assert code == 2 and "no tuning database" in err
     assert not (tmp_path / "missing.db").exists()
@@ -121,23 +121,33 @@ def test_export_import_round_trip(capsys, db, tmp_path, fmt):
     assert [r.created_at for r in mine] == [r.created_at for r in theirs]
 
 
-def test_import_keeps_the_better_score(capsys, db, tmp_path):
+def test_import_keeps_ours_unless_told_otherwise(capsys, db, tmp_path):
     run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
     exported = json.loads(_export_json(capsys))
     assert len(exported) == 3
-    exported[0]["score"] /= 2           # better than ours: replaces
-    exported[0]["parameters"] = '{"block": 2}'
-    exported[1]["score"] *= 2           # worse: ours kept
-    exported[2]["arguments"] = '{"size": 99}'  # new key: added
+    exported[0]["score"] /= 2           # better than ours
+    exported[0]["parameters"] = '{"block":2}'
+    exported[1]["score"] *= 2           # worse than ours
+    exported[1]["parameters"] = '{"block":4}'
+    exported[2]["arguments"] = '{"size":99}'  # a key we lack: added
     path = tmp_path / "theirs.json"
     path.write_text(json.dumps(exported))
+
+    def params():
+        rows = {r.key.arguments: r for r in ResultStore(f"sqlite:///{db}").records()}
+        return [json.loads(rows[e["arguments"]].parameters)["block"] for e in exported[:2]], len(rows)
+
     code, out, _ = run(capsys, "import", path)
-    assert code == 0
-    assert "1 added" in out and "1 replaced" in out and "1 kept" in out
-    rows = {r.key.arguments: r for r in ResultStore(f"sqlite:///{db}").records()}
-    assert json.loads(rows[exported[0]["arguments"]].parameters) == {"block": 2}
-    assert json.loads(rows[exported[1]["arguments"]].parameters) == {"block": 3}
-    assert len(rows) == 4
+    assert code == 0 and "keep ours" in out
+    assert "1 added" in out and "0 replaced" in out and "2 kept" in out
+    assert params() == ([3, 3], 4)
+    code, out, _ = run(capsys, "import", path, "--on-conflict", "better")
+    assert code == 0 and "if the imported score is lower" in out
+    assert "0 added" in out and "1 replaced" in out and "2 kept" in out
+    assert params() == ([2, 3], 4)
+    code, out, _ = run(capsys, "import", path, "--replace")
+    assert code == 0 and "replace ours" in out and "3 replaced" in out
+    assert params() == ([2, 4], 4)
 
 
 def _export_json(capsys) -> str:

@@ -28,10 +28,11 @@ def test_compiling_leaves_shared_bytes_objects_alone():
 
 @pytest.mark.parametrize("module", [reduce, blas], ids=["reduce", "blas"])
 def test_every_fused_op_compiles_for_sm90(module):
-    for op, dtype in itertools.product(module.OPS.values(), fused.CTYPES):
+    for op, dtype in itertools.product(module.OPS.values(), fused.DTYPES):
         if not op.supports(dtype):
             continue
-        real, elem, is_complex = fused.CTYPES[dtype]
+        real, elem = accel.c_type(accel.real_dtype(dtype)), accel.c_type(dtype)
+        is_complex = dtype.kind == "c"
         vec = 16 // np.dtype(dtype).itemsize
         for wgs, ipt, vec, shuffle in ((64, 1, 1, True), (1024, 8, vec, False), (128, 2, vec, True)):
             source = accel.render(fused.TEMPLATE, "cuda", {

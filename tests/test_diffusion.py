@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 import pytest
 
-from autotune import accel
+from autotune import accel, tune
 from autotune.accel import nvrtc
 from autotune.tune.store import ResultStore
 from operations import diffusion
@@ -132,11 +132,12 @@ def test_bad_input_gives_clear_errors(context, command_queue):
 
 
 @pytest.mark.parametrize("change,match", [
-    ({"block_x": 0}, "block_x must be an int from 1"),
-    ({"block_y": 2048}, "block_y must be an int from 1"),
-    ({"tile_x": 2.0}, "tile_x must be an int"),
-    ({"tile_y": True}, "tile_y must be an int"),
-    ({"local": "yes"}, "local must be a bool"),
+    ({"block_x": 0}, "blocks of 1 to 1024 items a side"),
+    ({"block_y": 2048}, "blocks of 1 to 1024 items a side"),
+    ({"tile_x": 2.0}, "'tile_x' = 2.0 is not a int"),
+    ({"tile_y": True}, "'tile_y' = True is not a int"),
+    ({"tile_y": 17}, "tiles of 1 to 16 points a side"),
+    ({"local": "yes"}, "'local' = 'yes' is not a bool"),
     ({"extra": 1}, "keys"),
 ])
 def test_bad_tunings_are_rejected_before_rendering(context, change, match):
@@ -159,7 +160,7 @@ def test_device_limits_are_checked_before_compiling(context):
     assert "local memory" in diffusion.device_limit_exceeded(tiny, staged)
     assert diffusion.device_limit_exceeded(tiny, dict(staged, local=False)) is None
     too_big = dict(params, block_x=1024, block_y=1024)
-    with pytest.raises(ValueError, match="does not fit"):
+    with pytest.raises(ValueError, match="cannot run on .*work-group and its local memory fit"):
         DiffusionTemplate(context, 10, 10, tuning=too_big)
 
 
@@ -193,14 +194,14 @@ def test_cuda_source_compiles_for_sm90_also_as_kernel_tuner_renders_it():
 
 
 def _space_size(context) -> int:
-    space = DiffusionTemplate._space(context)
-    names = list(space)
-    fits = [dict(zip(names, values)) for values in itertools.product(*space.values())]
+    lists = DiffusionTemplate.autotune_space(context, 203, 150).parameters
+    names = list(lists)
+    fits = [dict(zip(names, values)) for values in itertools.product(*lists.values())]
     fits = [p for p in fits if diffusion.device_limit_exceeded(context.device, p) is None]
     return len(fits) + (diffusion.TEST_PARAMETERS not in fits)
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_every_candidate_computes_the_same_answer(context):
     params = DiffusionTemplate.autotune(context, 203, 150)
     trials = ResultStore.open().trials(function="operations.diffusion.DiffusionTemplate.autotune")
@@ -208,7 +209,7 @@ def test_every_candidate_computes_the_same_answer(context):
     assert not bad
     # every configuration that fits the device was compiled, checked and timed; no other
     assert len(trials) == _space_size(context)
-    assert diffusion.validated(params) == params
+    assert tune.checked_tuning(DiffusionTemplate, context, params, nx=203, ny=150) == params
     field = random_field(203, 150, seed=5)
     op = DiffusionTemplate(context, 203, 150).instantiate(context.create_command_queue())
     assert op.template.tuning == params

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import sqlalchemy as sa
 
 from autotune import tune
 from autotune.registry import registered_templates
-from autotune.tune.store import SCHEMA_VERSION, ResultStore, metadata
+from autotune.tune.store import SCHEMA_VERSION, ResultStore
+from autotune.tune.store.sql import metadata
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "tune.db.example"
 
@@ -43,14 +45,13 @@ def test_every_registered_template_has_valid_rows(example):
         mine = [r for r in rows if r.key.function == function]
         assert mine, f"tune.db.example has no rows for {template.name}; rerun warm and import"
         for row in mine:
-            tune.validate_parameters(json.loads(row.parameters), template.test_parameters)
-            assert row.score > 0
+            assert tune.record_problem(row, template.test_parameters) is None, row
     assert any(r.key.device_platform == "CUDA" for r in rows), "GPU results are missing"
     assert any(r.key.device_platform != "CUDA" for r in rows), "CPU OpenCL results are missing"
     store.dispose()
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_nearest_match_serves_every_warm_key_without_tuning(example, context, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_DB", str(example))
     monkeypatch.setenv("AUTOTUNE_MATCH", "nearest")
@@ -62,9 +63,10 @@ def test_nearest_match_serves_every_warm_key_without_tuning(example, context, mo
     assert len(ResultStore(f"sqlite:///{example}").trials()) == before, "something was tuned"
 
 
-@pytest.mark.force_autotune
-def test_another_devices_parameters_that_do_not_fit_fall_back_to_test(context, monkeypatch, caplog):
-    """Nearest matching may serve a GPU's result to a CPU: templates must still construct."""
+@pytest.mark.autotune_database
+def test_nearest_skips_another_devices_parameters_that_do_not_fit(context, monkeypatch, caplog):
+    """Nearest matching may find a GPU's result for a CPU: a row that does not fit this device
+    is skipped for the next candidate, never compiled."""
     import logging
 
     import numpy as np
@@ -75,16 +77,22 @@ def test_another_devices_parameters_that_do_not_fit_fall_back_to_test(context, m
     if context.backend == "cuda":
         pytest.skip("the foreign parameters here are CUDA ones")
     store = ResultStore.open()
-    key = TuningKey("operations.reduce.ReduceTemplate.autotune", ReduceTemplate.autotune_version,
-                    "Some GPU", "CUDA", "13.0",
-                    encode_arguments({"dtype": np.dtype(np.float32), "op": "sum"}))
-    store.put(TuningRecord(key, json.dumps({"wgs": 4096 * 4, "ipt": 4, "groups_per_cu": 2,
-                                            "vec": 4, "shuffle": True}), 1e-5, "test"))
+    arguments = encode_arguments({"dtype": np.dtype(np.float32), "op": "sum"})
+    function = "operations.reduce.ReduceTemplate.autotune"
+    version = ReduceTemplate.autotune_version
+    unfit = TuningKey(function, version, "Some GPU", "CUDA", "13.0", arguments)
+    store.put(TuningRecord(unfit, json.dumps({"wgs": 4096 * 4, "ipt": 4, "groups_per_cu": 2,
+                                              "vec": 4, "shuffle": True}), 1e-5, "test"))
+    fits = TuningKey(function, version, "Older CPU", "Portable Computing Language", "1", arguments)
+    space = ReduceTemplate.autotune_space(context, np.float32, "sum")
+    good = space.configurations()[-1]
+    store.put(TuningRecord(fits, json.dumps(good), 1e-3, "test",
+                           created_at=datetime.now(timezone.utc) - timedelta(days=1)))
     monkeypatch.setenv("AUTOTUNE_MATCH", "nearest")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO, logger="autotune.tune"):
         template = ReduceTemplate(context, np.float32, "sum")
-    assert "do not fit" in caplog.text
-    assert template.tuning["shuffle"] is False
+    assert "skipping the result" in caplog.text and "Some GPU" in caplog.text
+    assert template.tuning == good
     queue = context.create_command_queue()
     x = np.arange(1000, dtype=np.float32)
     assert template.instantiate(queue, 1000)(context.to_device(queue, x)) == x.sum()

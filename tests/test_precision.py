@@ -20,16 +20,16 @@ def _data(rng, n, dtype):
 
 @pytest.mark.parametrize("src, dst", PAIRS, ids=lambda d: np.dtype(d).name)
 def test_convert_and_add_converted_match_numpy(context, command_queue, src, dst):
-    conv = ConvertTemplate(context, src, dst)
+    conv = ConvertTemplate(context, src, dst).instantiate(command_queue)
     rng = np.random.default_rng(5)
     for n in (1, 33, 1000, 2**20 + 5):
         x, y = _data(rng, n, src), _data(rng, n, dst)
         inp = context.to_device(command_queue, x)
         out = context.to_device(command_queue, np.full(n, np.nan, dst))  # every element written
-        conv.convert(command_queue, out, inp)
+        conv(out, inp)
         np.testing.assert_array_equal(out.get(command_queue), x.astype(dst), err_msg=f"n={n}")
         out.set(command_queue, y)
-        conv.add_converted(command_queue, out, inp)
+        conv.add(out, inp)
         # numpy adds in dst's precision after converting, as the kernel does
         np.testing.assert_array_equal(out.get(command_queue), y + x.astype(dst), err_msg=f"n={n}")
 
@@ -39,12 +39,12 @@ def test_bad_conversions_are_clear_errors(context, command_queue):
         ConvertTemplate(context, np.float64, np.complex64)
     with pytest.raises(TypeError, match="cannot convert"):
         ConvertTemplate(context, np.int32, np.float32)
-    conv = ConvertTemplate(context, np.float64, np.float32)
+    conv = ConvertTemplate(context, np.float64, np.float32).instantiate(command_queue)
     inp = context.allocate(10, np.float64)
     with pytest.raises(ValueError, match="expected 10 elements"):
-        conv.convert(command_queue, context.allocate(9, np.float32), inp)
+        conv(context.allocate(9, np.float32), inp)
     with pytest.raises(ValueError, match="float64 -> float32"):
-        conv.convert(command_queue, context.allocate(10, np.float64), inp)
+        conv.add(context.allocate(10, np.float64), inp)
 
 
 def test_warm_covers_both_directions_where_doubles_exist(context):

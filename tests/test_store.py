@@ -77,7 +77,10 @@ def test_file_path_becomes_absolute_sqlite_url_and_parent_is_created(tmp_path, m
     url = database_url("sub/dir/x.db")
     assert url == f"sqlite:///{tmp_path.resolve()}/sub/dir/x.db"
     assert not (tmp_path / "sub").exists(), "naming a database must not create anything"
-    ResultStore(url).dispose()
+    with ResultStore(url) as store:
+        assert store.records() == []
+        assert not (tmp_path / "sub").exists(), "opening and reading must not create anything"
+        store.put(make_record(make_key()))
     assert (tmp_path / "sub" / "dir" / "x.db").is_file()
 
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -89,8 +92,9 @@ def test_url_is_used_as_is(tmp_path, monkeypatch):
     postgres = "postgresql+psycopg://user:secret@host:5432/tuning"
     assert database_url(postgres) == postgres
     assert database_url("sqlite:///rel/x.db") == "sqlite:///rel/x.db"
-    ResultStore("sqlite:///rel/x.db").dispose()
-    assert (tmp_path / "rel").is_dir()
+    with ResultStore("sqlite:///rel/x.db") as store:
+        store.put(make_record(make_key()))
+    assert (tmp_path / "rel" / "x.db").is_file()
     assert database_url("sqlite://") == "sqlite://"
 
 
@@ -114,7 +118,8 @@ def test_unset_or_empty_environment_means_default_path(tmp_path, monkeypatch, va
     expected = tmp_path / "cache" / "autotune" / "tuning.db"
     assert default_database_path() == expected
     assert database_url() == f"sqlite:///{expected}"
-    ResultStore.open().dispose()
+    with ResultStore.open() as store:
+        store.put(make_record(make_key()))
     assert expected.is_file()
 
 
@@ -122,6 +127,7 @@ def test_unset_or_empty_environment_means_default_path(tmp_path, monkeypatch, va
 
 
 def test_tables_and_columns(store, url):
+    store.put(make_record(make_key()))
     engine = sqlalchemy.create_engine(url)
     try:
         inspector = sqlalchemy.inspect(engine)
@@ -129,7 +135,8 @@ def test_tables_and_columns(store, url):
         key_columns = ["function", "version", "device_name", "device_platform", "driver_version", "arguments"]
 
         result_columns = {c["name"] for c in inspector.get_columns("tuning_results")}
-        assert result_columns == {"id", *key_columns, "parameters", "score", "created_at", "package_version"}
+        assert result_columns == {"id", *key_columns, "parameters", "score", "created_at", "package_version",
+                                  "fingerprint", "sources", "search", "origin", "gbps", "gflops"}
         unique = inspector.get_unique_constraints("tuning_results")
         assert [u["column_names"] for u in unique] == [key_columns]
         assert ["function"] in [i["column_names"] for i in inspector.get_indexes("tuning_results")]
@@ -145,6 +152,9 @@ def test_tables_and_columns(store, url):
             "median_seconds",
             "max_seconds",
             "created_at",
+            "fingerprint",
+            "gbps",
+            "gflops",
         }
         assert ["function", "version"] in [i["column_names"] for i in inspector.get_indexes("tuning_trials")]
         assert inspector.get_unique_constraints("tuning_trials") == []
@@ -166,24 +176,29 @@ def test_reopening_is_idempotent(store, url):
 
 
 def test_newer_schema_version_asks_to_upgrade(store, url):
+    store.put(make_record(make_key()))
     engine = sqlalchemy.create_engine(url)
     with engine.begin() as connection:
         connection.execute(sqlalchemy.text("UPDATE autotune_schema SET schema_version = :v"), {"v": SCHEMA_VERSION + 1})
     engine.dispose()
     with pytest.raises(StoreError, match="upgrade autotune"):
-        ResultStore(url)
+        ResultStore(url).records()
+    with pytest.raises(StoreError, match="upgrade autotune"):
+        ResultStore(url).put(make_record(make_key("other")))
 
 
 def test_garbage_file_is_a_store_error(tmp_path):
     path = tmp_path / "garbage.db"
     path.write_bytes(b"this is not an SQLite database\n" * 200)
-    with pytest.raises(StoreError, match=r"cannot open tuning database .*garbage\.db.*AUTOTUNE_DB or --db"):
-        ResultStore.open(str(path))
+    with pytest.raises(StoreError, match=r"tuning database .*garbage\.db.*AUTOTUNE_DB or --db"):
+        ResultStore.open(str(path)).records()
+    with pytest.raises(StoreError, match=r"tuning database .*garbage\.db.*AUTOTUNE_DB or --db"):
+        ResultStore.open(str(path)).put(make_record(make_key()))
 
 
 def test_directory_instead_of_file_is_a_store_error(tmp_path):
-    with pytest.raises(StoreError, match="cannot open tuning database"):
-        ResultStore(f"sqlite:///{tmp_path}")
+    with pytest.raises(StoreError, match="tuning database .* is a directory"):
+        ResultStore(f"sqlite:///{tmp_path}").get(make_key())
 
 
 # -- results ------------------------------------------------------------------------------------
@@ -242,16 +257,38 @@ def test_find_matches_device_wildcards_newest_first(store):
     assert store.find(key.function, 1, key.arguments, driver_version="nope") == []
 
 
-def test_put_if_better(store):
+def _merged(store, record, policy="better") -> str:
+    counts = store.merge([record], policy)
+    return next(name for name in ("added", "replaced", "kept") if getattr(counts, name))
+
+
+def test_merge_policies(store):
     key = make_key()
-    assert store.put_if_better(make_record(key, 2.0, parameters='{"a": 1}')) == "added"
-    assert store.put_if_better(make_record(key, 3.0, parameters='{"a": 2}')) == "kept"
-    assert store.put_if_better(make_record(key, 2.0, parameters='{"a": 3}')) == "kept"
+    assert _merged(store, make_record(key, 2.0, parameters='{"a": 1}')) == "added"
+    assert _merged(store, make_record(key, 3.0, parameters='{"a": 2}')) == "kept"
+    assert _merged(store, make_record(key, 2.0, parameters='{"a": 3}')) == "kept"
     assert store.get(key).parameters == '{"a": 1}'
     better = make_record(key, 1.5, parameters='{"a": 4}', created_at=T0 + timedelta(days=1))
-    assert store.put_if_better(better) == "replaced"
+    assert _merged(store, better, "keep") == "kept"
+    assert _merged(store, better) == "replaced"
     assert store.get(key) == better
+    worse = make_record(key, 9.0, parameters='{"a": 5}')
+    assert _merged(store, worse, "replace") == "replaced"
+    assert store.get(key) == worse
     assert len(store.records()) == 1
+
+
+def test_merge_is_all_or_nothing(store):
+    store.put(make_record(make_key(arguments='{"n": 0}')))
+    new = [make_record(make_key(arguments=f'{{"n": {i}}}')) for i in range(1, 4)]
+    with pytest.raises(ValueError, match="two results for one key"):
+        store.merge([*new, new[0]])
+    assert len(store.records()) == 1
+    with pytest.raises(ValueError, match="timezone-aware"):  # a bad row found while writing
+        store.merge([*new, make_record(make_key(arguments='{"n": 9}'), created_at=datetime(2024, 1, 1))])
+    assert len(store.records()) == 1
+    counts = store.merge(new)
+    assert (counts.added, counts.replaced, counts.kept) == (3, 0, 0)
 
 
 # -- trials -------------------------------------------------------------------------------------
@@ -374,7 +411,9 @@ def _hammer(url: str, worker: int, start: multiprocessing.synchronize.Barrier, r
                 store.get(_shared_key(slot))
             else:
                 record = make_record(_merged_key(slot), score=_merge_score(worker, operation))
-                merges.append((record.key.arguments, store.put_if_better(record)))
+                counts = store.merge([record], "better")
+                outcome = next(n for n in ("added", "replaced", "kept") if getattr(counts, n))
+                merges.append((record.key.arguments, outcome))
         store.dispose()
         results.put((worker, merges, None))
     except BaseException:
@@ -407,7 +446,7 @@ def test_many_processes_write_one_fresh_file(tmp_path):
         assert len(trials) == PROCESSES * OPERATIONS // 4
         assert len({t.parameters for t in trials}) == len(trials)
 
-        # put_if_better is atomic: each key was added once and ends with the best score offered.
+        # merge is atomic: each key was added once and ends with the best score offered.
         outcomes = [outcome for _, merges, _ in reports for outcome in merges]
         assert sum(outcome == "added" for _, outcome in outcomes) == SHARED_KEYS
         best: dict[str, float] = {}
@@ -417,3 +456,61 @@ def test_many_processes_write_one_fresh_file(tmp_path):
                 best[arguments] = min(best.get(arguments, 1e9), _merge_score(worker, operation))
         merged = {r.key.arguments: r.score for r in stored if r.key.function == "concurrent.merge"}
         assert merged == best
+
+
+# -- older layouts ------------------------------------------------------------------------------
+
+V1_SCHEMA = """
+CREATE TABLE tuning_results (id INTEGER NOT NULL, function TEXT NOT NULL, version INTEGER NOT NULL,
+    device_name TEXT NOT NULL, device_platform TEXT NOT NULL, driver_version TEXT NOT NULL,
+    arguments TEXT NOT NULL, parameters TEXT NOT NULL, score FLOAT NOT NULL,
+    created_at DATETIME NOT NULL, package_version TEXT NOT NULL, PRIMARY KEY (id),
+    CONSTRAINT uq_tuning_results_key UNIQUE (function, version, device_name, device_platform,
+                                             driver_version, arguments));
+CREATE TABLE tuning_trials (id INTEGER NOT NULL, function TEXT NOT NULL, version INTEGER NOT NULL,
+    device_name TEXT NOT NULL, device_platform TEXT NOT NULL, driver_version TEXT NOT NULL,
+    arguments TEXT NOT NULL, parameters TEXT NOT NULL, status TEXT NOT NULL, message TEXT NOT NULL,
+    min_seconds FLOAT, median_seconds FLOAT, max_seconds FLOAT, created_at DATETIME NOT NULL,
+    PRIMARY KEY (id));
+CREATE TABLE autotune_schema (id INTEGER NOT NULL, schema_version INTEGER NOT NULL, PRIMARY KEY (id));
+INSERT INTO autotune_schema VALUES (1, 1);
+INSERT INTO tuning_results VALUES (1, 'ops.Reduce.autotune', 1, 'NVIDIA H100', 'cuda', '12.4',
+    '{"n": 1024}', '{"wgs": 64}', 0.5, '2024-05-01 12:00:00.000000', '0.1.0');
+INSERT INTO tuning_trials VALUES (1, 'ops.Reduce.autotune', 1, 'NVIDIA H100', 'cuda', '12.4',
+    '{"n": 1024}', '{"wgs": 64}', 'ok', '', 0.4, 0.5, 0.6, '2024-05-01 12:00:00.000000');
+"""
+
+
+def _version_1_file(path: pathlib.Path) -> pathlib.Path:
+    import sqlite3
+
+    with sqlite3.connect(path) as connection:
+        connection.executescript(V1_SCHEMA)
+    connection.close()
+    return path
+
+
+def test_a_version_1_database_is_upgraded_in_place_on_first_use(tmp_path):
+    path = _version_1_file(tmp_path / "old.db")
+    with ResultStore(f"sqlite:///{path}") as store:
+        (row,) = store.records()
+        assert row.key == make_key() and row.score == 0.5 and row.created_at == T0
+        assert row.fingerprint == "" and row.origin == "offline" and row.gbps is None
+        assert store.trials()[0].median_seconds == 0.5
+        store.put(make_record(make_key(arguments='{"n": 2}')))
+    engine = sqlalchemy.create_engine(f"sqlite:///{path}")
+    with engine.connect() as connection:
+        assert connection.execute(sqlalchemy.text("SELECT schema_version FROM autotune_schema")).scalar() == 2
+        columns = {c["name"] for c in sqlalchemy.inspect(connection).get_columns("tuning_results")}
+        assert {"fingerprint", "sources", "search", "origin", "gbps", "gflops"} <= columns
+    engine.dispose()
+
+
+def test_a_version_1_database_opened_read_only_is_read_as_it_is(tmp_path):
+    path = _version_1_file(tmp_path / "old.db")
+    before = path.read_bytes()
+    with ResultStore(f"sqlite:///{path}", read_only=True) as store:
+        (row,) = store.records()
+        assert row.key == make_key() and row.fingerprint == ""
+        assert len(store.trials()) == 1 and store.is_autotune_database()
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["old.db"]

@@ -40,7 +40,7 @@ def test_test_mode_returns_test_parameters_without_a_database(context, tmp_path,
     assert not db.exists()
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_tunes_once_then_serves_from_memo_and_database(context):
     calls.clear()
     first = ToyTemplate(context).tuning
@@ -53,7 +53,7 @@ def test_tunes_once_then_serves_from_memo_and_database(context):
     assert calls["ToyTemplate"] == generated
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_result_and_trial_tables_hold_the_key(context):
     ToyTemplate(context, np.float64, Flavour.FANCY, shape=(2, 3)).tuning
     row = _only_result()
@@ -61,7 +61,7 @@ def test_result_and_trial_tables_hold_the_key(context):
     assert row.key.device_name == context.device.name
     assert row.key.device_platform == context.device.platform
     assert row.key.driver_version == context.device.driver_version
-    arguments = tune.decode_arguments(row.key.arguments)
+    arguments = tune.decode_arguments(row.key.arguments, enum_types=(Flavour,))
     assert arguments == {"dtype": np.dtype(np.float64), "flavour": Flavour.FANCY,
                          "shape": (2, 3), "extra": None}
     assert row.score > 0 and row.package_version
@@ -82,7 +82,7 @@ def test_result_and_trial_tables_hold_the_key(context):
     assert "toy.mako:6" in broken.message
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_versions_and_arguments_are_kept_apart(context):
     calls.clear()
     ToyTemplate(context)
@@ -95,7 +95,7 @@ def test_versions_and_arguments_are_kept_apart(context):
     assert len({v[1] for v in versions}) == 2
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_all_failures_raise_with_counts_and_first_messages(context):
     with pytest.raises(tune.AutotuneError) as info:
         FailingTemplate.autotune(context, ("invalid", "compile", "plain"))
@@ -142,7 +142,7 @@ def _fake_key(context, **changes):
     return replace(key, **changes)
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_nearest_match_relaxes_driver_then_platform_then_device(context, monkeypatch, caplog):
     from datetime import datetime, timedelta, timezone
 
@@ -174,7 +174,7 @@ def test_nearest_match_relaxes_driver_then_platform_then_device(context, monkeyp
     assert store.get(_fake_key(context)) is not None
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_nearest_never_crosses_function_version_or_arguments(context, monkeypatch):
     store = _store()
     monkeypatch.setenv("AUTOTUNE_MATCH", "nearest")
@@ -185,7 +185,7 @@ def test_nearest_never_crosses_function_version_or_arguments(context, monkeypatc
     assert FakeTimedTemplate.autotune(context, 10) == {"block": 3}
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 @pytest.mark.parametrize("stored", [
     {"block": 5, "evil": 1},                       # unknown key
     {},                                            # missing key
@@ -204,7 +204,7 @@ def test_tampered_rows_are_ignored_and_retuned(context, stored, caplog):
     assert json.loads(store.get(_fake_key(context)).parameters) == {"block": 3}
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_malformed_json_is_ignored(context):
     store = _store()
     store.put(tune.TuningRecord(key=_fake_key(context), parameters="{not json", score=1.0,
@@ -212,7 +212,7 @@ def test_malformed_json_is_ignored(context):
     assert FakeTimedTemplate.autotune(context, 10) == {"block": 3}
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_bad_environment_values_are_clear_errors(context, monkeypatch, tmp_path):
     monkeypatch.setenv("AUTOTUNE_MATCH", "fuzzy")
     with pytest.raises(tune.ConfigurationError, match="AUTOTUNE_MATCH='fuzzy'"):
@@ -225,7 +225,7 @@ def test_bad_environment_values_are_clear_errors(context, monkeypatch, tmp_path)
         FakeTimedTemplate.autotune(context, 10)
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_a_hit_costs_well_under_a_millisecond(context):
     FakeTimedTemplate.autotune(context, 10)
     start = time.perf_counter()
@@ -259,7 +259,7 @@ _values = st.recursive(
 @given(st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), _values, max_size=4))
 def test_argument_encoding_round_trips_and_is_canonical(arguments):
     text = tune.encode_arguments(arguments)
-    assert tune.decode_arguments(text) == arguments
+    assert tune.decode_arguments(text, enum_types=(Flavour,)) == arguments
     assert tune.encode_arguments(dict(reversed(list(arguments.items())))) == text
 
 
@@ -349,14 +349,14 @@ class InheritsToy(ToyTemplate):
     pass
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_untimed_parameters_store_an_infinite_score(context):
     assert HandPicked.autotune(context) == {"block": 7}
     (row,) = _store().records(function="%HandPicked%")
     assert row.score == float("inf")
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_a_subclass_gets_keys_of_its_own(context):
     calls.clear()
     ToyTemplate(context)
@@ -373,7 +373,7 @@ class OutsideSpace:
         return tune.autotune(lambda block: (lambda iterations: block * 1e-6), block=[1, 2])
 
 
-@pytest.mark.force_autotune
+@pytest.mark.autotune_database
 def test_the_test_parameters_are_timed_even_outside_the_space(context):
     assert OutsideSpace.autotune(context) == {"block": 1}
     timed = {json.loads(t.parameters)["block"] for t in _store().trials() if t.status == "ok"}

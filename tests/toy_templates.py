@@ -19,10 +19,21 @@ class Flavour(enum.Enum):
     FANCY = "fancy"
 
 
+class Protocol:
+    """What the template protocol asks of a template that ``warm --template`` loads."""
+
+    autotune_version = 0
+    autotune_sources: tuple = ()
+
+    def instantiate(self, queue):
+        return lambda: None
+
+
 class ToyTemplate:
     """y = 2 x; the space mixes good, failing and skipped configurations."""
 
     autotune_version = 1
+    autotune_sources = (KERNEL,)
 
     def __init__(self, context, dtype=np.float32, flavour=Flavour.PLAIN, shape=(4, 4),
                  tuning=None):
@@ -69,8 +80,14 @@ class VersionedToy(ToyTemplate):
     autotune_version = 2
 
 
-class FailingTemplate:
+class FailingTemplate(Protocol):
     """Nothing in this space works."""
+
+    autotune_sources = (KERNEL,)
+
+    @classmethod
+    def autotune_space(cls, context, kinds):
+        return tune.Space({"wgs": list(range(6))})
 
     @classmethod
     @tune.autotuner(test={"wgs": 64})
@@ -83,11 +100,15 @@ class FailingTemplate:
                 context.build(KERNEL, {"wrong": False, "factor": "}"})
             raise ValueError(f"plain failure for {wgs}")
 
-        return tune.autotune(generate, wgs=list(range(6)))
+        return tune.autotune(generate)
 
 
-class FakeTimedTemplate:
+class FakeTimedTemplate(Protocol):
     """A template with its own measure (no device work): fast, for many-process tests."""
+
+    @classmethod
+    def autotune_space(cls, context, size):
+        return tune.Space({"block": [1, 2, 3, 4, 5]})
 
     @classmethod
     @tune.autotuner(test={"block": 1})
@@ -101,15 +122,19 @@ class FakeTimedTemplate:
 
             return measure
 
-        return tune.autotune(generate, block=[1, 2, 3, 4, 5])
+        return tune.autotune(generate)
 
 
 FakeTimedTemplate.warm_configurations = [{"size": s} for s in (1, 2, 3)]
 FailingTemplate.warm_configurations = [{"kinds": ("plain",)}]
 
 
-class SlowTemplate:
+class SlowTemplate(Protocol):
     """Each key takes a while to tune, and every generate call is logged to a file."""
+
+    @classmethod
+    def autotune_space(cls, context, index):
+        return tune.Space({"block": [1, 2, 3]})
 
     warm_configurations = [{"index": i} for i in range(6)]
 
@@ -128,4 +153,4 @@ class SlowTemplate:
             time.sleep(0.15)
             return lambda iterations: (block + index) * 1e-6
 
-        return tune.autotune(generate, block=[1, 2, 3])
+        return tune.autotune(generate)

@@ -9,7 +9,8 @@ Operations use only this module; they never import pycuda or pyopencl themselves
 >>> kernel = program.get_kernel("scale")
 """
 
-from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program
+from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program, tuning_turn
+from .ctype import C_TYPES, c_type, real_dtype
 from .errors import (
     AccelError,
     BackendUnavailableError,
@@ -19,9 +20,11 @@ from .errors import (
 )
 from .identity import DeviceIdentity
 from .render import RenderedSource, render
+from .sources import SourceFile, recording, template_sources
 from .selection import ENV_DEVICE, DeviceSpec, create_some_context, list_devices, select_devices
 
 __all__ = [
+    "C_TYPES",
     "AccelError",
     "BackendUnavailableError",
     "CommandQueue",
@@ -37,8 +40,14 @@ __all__ = [
     "LaunchError",
     "Program",
     "RenderedSource",
+    "SourceFile",
+    "c_type",
     "create_some_context",
     "list_devices",
+    "real_dtype",
+    "recording",
     "render",
     "select_devices",
+    "template_sources",
+    "tuning_turn",
 ]

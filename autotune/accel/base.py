@@ -13,6 +13,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,29 @@ import numpy as np
 from .errors import AccelError, LaunchError
 from .identity import DeviceIdentity
 from .render import RenderedSource, render
+from .sources import note_used
 
 logger = logging.getLogger("autotune.accel")
 
 Shape = tuple[int, ...]
+
+_turn: ContextVar[Callable[[], None] | None] = ContextVar("autotune_tuning_turn", default=None)
+
+
+@contextlib.contextmanager
+def tuning_turn(wait: Callable[[], None]) -> Iterator[None]:
+    """Within the block, work this thread puts on a *tuning* queue first calls ``wait()``.
+
+    A caller that prepares work ahead of time in other threads (the tuner compiles candidates
+    in a pool) uses it to keep that work's device commands in order: ``wait`` returns when it is
+    this thread's turn. Compiling and allocating do not wait; uploads, copies, fills, launches,
+    downloads and ``finish`` on a tuning queue do.
+    """
+    token = _turn.set(wait)
+    try:
+        yield
+    finally:
+        _turn.reset(token)
 
 
 def _as_shape(shape: int | Sequence[int]) -> Shape:
@@ -156,6 +176,7 @@ class DeviceArray(ABC):
     def set(self, queue: CommandQueue, host: np.ndarray) -> None:
         """Copy a numpy array of the same shape and dtype to the device (waits for it)."""
         host = np.ascontiguousarray(self._check_host(host, "host array"))
+        queue._wait_turn()
         if self.nbytes:
             queue._record(self._upload(queue, host))
             queue.finish()
@@ -174,6 +195,7 @@ class DeviceArray(ABC):
             self._check_host(out, "out")
             if not out.flags.c_contiguous:
                 raise ValueError("out must be C-contiguous")
+        queue._wait_turn()
         if self.nbytes:
             queue._record(self._download(queue, out))
             if wait:
@@ -185,6 +207,7 @@ class DeviceArray(ABC):
         if not 0 <= start <= stop <= self.size:
             raise IndexError(f"range {start}:{stop} is outside an array of {self.size} elements")
         out = np.empty(stop - start, self.dtype)
+        queue._wait_turn()
         if stop > start:
             queue._record(self._download_range(queue, out, start * self.dtype.itemsize))
             queue.finish()
@@ -208,12 +231,14 @@ class DeviceArray(ABC):
 
     def zero(self, queue: CommandQueue) -> None:
         """Set every byte to zero (asynchronously, on ``queue``)."""
+        queue._wait_turn()
         if self.nbytes:
             queue._record(self._fill_zero(queue))
 
     def copy_from(self, queue: CommandQueue, other: DeviceArray) -> None:
         """Device-to-device copy of ``other`` into this array (asynchronously, on ``queue``)."""
         self._check_peer(other)
+        queue._wait_turn()
         if self.nbytes:
             queue._record(self._copy_from(queue, other))
 
@@ -261,6 +286,7 @@ class CommandQueue(ABC):
         g = _as_sizes(global_size, "global_size")
         loc = _as_sizes(local_size, "local_size")
         self._check_args(kernel, args)
+        self._wait_turn()
         self._record(self._launch(kernel, list(args), g, loc))
 
     def launcher(self, kernel: Kernel, global_size: int | Sequence[int],
@@ -274,12 +300,15 @@ class CommandQueue(ABC):
         g = _as_sizes(global_size, "global_size")
         loc = _as_sizes(local_size, "local_size")
         checked: list[tuple] = []
+        ordered = self.tuning
 
         def launch(args: Sequence[Any]) -> None:
             types = tuple(map(type, args))
             if not checked or checked[0] != types:
                 self._check_args(kernel, args)
                 checked[:] = [types]
+            if ordered:
+                self._wait_turn()
             self._record(self._launch(kernel, args, g, loc))
 
         return launch
@@ -299,9 +328,19 @@ class CommandQueue(ABC):
     def _launch(self, kernel: Kernel, args: list[Any], global_size: tuple[int, ...],
                 local_size: tuple[int, ...]) -> Any: ...
 
-    @abstractmethod
     def finish(self) -> None:
         """Wait until everything enqueued so far has completed."""
+        self._wait_turn()
+        self._finish()
+
+    @abstractmethod
+    def _finish(self) -> None: ...
+
+    def _wait_turn(self) -> None:
+        if self.tuning:
+            wait = _turn.get()
+            if wait is not None:
+                wait()
 
     def start_tuning(self) -> None:
         if not self.tuning:
@@ -342,14 +381,12 @@ def _frozen(value: Any) -> Any:
 def _build_key(template: str | Path, render_kws: dict[str, Any] | None,
                extra_dirs: tuple[str | Path, ...], options: Sequence[str]) -> tuple | None:
     """What identifies a build without rendering it, or None where that cannot be told: objects
-    other than plain values could change behind an equal-looking key. The file's modification
-    time is part of the key, so an edited template is rendered again."""
+    other than plain values could change behind an equal-looking key. (A cached build is reused
+    only while every template file it was rendered from is unchanged.)"""
     try:
-        path = Path(template).resolve()
-        stat = path.stat()
-        return (str(path), stat.st_mtime_ns, stat.st_size, _frozen(render_kws or {}),
+        return (str(Path(template).resolve()), _frozen(render_kws or {}),
                 tuple(str(d) for d in extra_dirs), tuple(options))
-    except (TypeError, OSError):
+    except TypeError:
         return None
 
 
@@ -361,7 +398,8 @@ class Context(ABC):
     def __init__(self, device: DeviceIdentity):
         self.device = device
         self._programs: dict[tuple[str, tuple[str, ...]], Program] = {}
-        self._built: dict[tuple, Program] = {}  #: build() arguments -> program
+        #: build() arguments -> (program, the template files it was rendered from)
+        self._built: dict[tuple, tuple[Program, tuple]] = {}
         self._programs_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -374,15 +412,16 @@ class Context(ABC):
         key = _build_key(template, render_kws, extra_dirs, options)
         if key is not None:  # skip re-rendering: a template's construction stays cheap in loops
             with self._programs_lock:
-                program = self._built.get(key)
-            if program is not None:
-                return program
+                built = self._built.get(key)
+            if built is not None and all(f.unchanged() for f in built[1]):
+                note_used(built[1])
+                return built[0]
         source = render(template, self.backend, render_kws, extra_dirs=extra_dirs,
                         header_kws={"backend": self.backend})
         program = self.compile(source, options)
-        if key is not None:
+        if key is not None:  # with the files of this render (the program may be an equal one's)
             with self._programs_lock:
-                self._built[key] = program
+                self._built[key] = (program, source.files)
         return program
 
     def compile(self, source: RenderedSource, options: Sequence[str] = ()) -> Program:

@@ -212,7 +212,7 @@ class CudaQueue(CommandQueue):
         values = [a.pointer if isinstance(a, DeviceArray) else a for a in args]
         kernel.handle.prepared_async_call(grid, block, self.stream, *values)
 
-    def finish(self) -> None:
+    def _finish(self) -> None:
         self.stream.synchronize()
 
     def _start_timing(self) -> None:

@@ -161,7 +161,7 @@ class OpenCLQueue(CommandQueue):
         kernel.handle.set_args(*cl_args)
         return cl.enqueue_nd_range_kernel(self.handle, kernel.handle, global_size, local_size)
 
-    def finish(self) -> None:
+    def _finish(self) -> None:
         self.handle.finish()
 
     def _record(self, event: Any) -> None:

@@ -8,6 +8,7 @@ generated text.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import re
 import sys
@@ -16,26 +17,39 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mako.exceptions import MakoException
-from mako.lookup import TemplateLookup
-from mako.runtime import Context
-
 from .errors import CompileError
+from .sources import PORTABILITY_HEADER, SourceFile, lookup_dirs, note_used, source_file
 
-#: The directory of this package, which holds ``portability.mako``.
-ACCEL_DIR = Path(__file__).resolve().parent
-PORTABILITY_HEADER = "portability.mako"
-
-_lookups: dict[tuple[str, ...], TemplateLookup] = {}
+_lookups: dict[tuple[str, ...], Any] = {}
 _lookups_lock = threading.Lock()
 _line_maps: dict[str, tuple[str, list[int], list[int]]] = {}
+_rendering = threading.local()  # .files: {uri: path} of the render running on this thread
 
 
-def _lookup(directories: tuple[str, ...]) -> TemplateLookup:
+@functools.lru_cache(maxsize=1)
+def _recording_lookup_class() -> type:
+    """A Mako lookup that notes every template a render loads (the main one and its includes).
+
+    Mako is imported here, on the first render, not when autotune is imported.
+    """
+    from mako.lookup import TemplateLookup
+
+    class RecordingLookup(TemplateLookup):
+        def get_template(self, uri: str):
+            template = super().get_template(uri)
+            files = getattr(_rendering, "files", None)
+            if files is not None and template.filename:
+                files.setdefault(uri.lstrip("/"), template.filename)
+            return template
+
+    return RecordingLookup
+
+
+def _lookup(directories: tuple[str, ...]) -> Any:
     with _lookups_lock:
         lookup = _lookups.get(directories)
         if lookup is None:
-            lookup = TemplateLookup(directories=list(directories), strict_undefined=True)
+            lookup = _recording_lookup_class()(directories=list(directories), strict_undefined=True)
             _lookups[directories] = lookup
         return lookup
 
@@ -97,11 +111,13 @@ class _MappingBuffer:
 
 @dataclass(frozen=True)
 class RenderedSource:
-    """Kernel source text plus, for each of its lines, the template file and line it came from."""
+    """Kernel source text plus, for each of its lines, the template file and line it came from,
+    and the template files it was rendered from."""
 
     text: str
     origins: tuple[tuple[str, int], ...]
     template: str
+    files: tuple[SourceFile, ...] = ()  #: every template file the render read, by name
 
     def origin(self, line: int) -> tuple[str, int] | None:
         """Template (file, line) for a 1-based line of the generated source."""
@@ -145,16 +161,21 @@ def render(
     ``render_kws`` become template variables; ``backend`` is always available too. Undefined
     variables are errors. Raises :class:`CompileError` for template syntax or render errors.
     """
+    from mako.exceptions import MakoException
+    from mako.runtime import Context
+
     path = Path(template).resolve()
     if not path.is_file():
         raise FileNotFoundError(f"kernel template {path} does not exist")
-    dirs = tuple(str(d) for d in (path.parent, *map(Path, extra_dirs), ACCEL_DIR))
+    dirs = lookup_dirs(path, extra_dirs)
     lookup = _lookup(dirs)
     kws = dict(render_kws or {})
     kws.setdefault("backend", backend)
     buf = _MappingBuffer()
     header = dict(header_kws or {})
     header.setdefault("backend", backend)
+    outer = getattr(_rendering, "files", None)
+    _rendering.files = used = {}
     try:
         lookup.get_template(PORTABILITY_HEADER).render_context(Context(buf, **header))
         lookup.get_template(path.name).render_context(Context(buf, **kws))  # dirs[0] is its folder
@@ -165,8 +186,12 @@ def render(
         ) from exc
     except MakoException as exc:
         raise CompileError(f"{path.name}: template error: {exc}") from exc
+    finally:
+        _rendering.files = outer
+    files = tuple(source_file(name, file) for name, file in sorted(used.items()))
+    note_used(files)
     text = buf.getvalue()
     origins = list(buf.origins)
     n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     origins += [("<unknown>", 0)] * max(0, n_lines - len(origins))
-    return RenderedSource(text=text, origins=tuple(origins), template=str(path))
+    return RenderedSource(text=text, origins=tuple(origins), template=str(path), files=files)

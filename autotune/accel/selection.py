@@ -6,7 +6,6 @@ import os
 import re
 from dataclasses import dataclass
 
-from . import cuda, opencl
 from .base import Context
 from .errors import DeviceNotFoundError
 from .identity import DeviceIdentity
@@ -28,7 +27,11 @@ class DeviceSpec:
     def create_context(self) -> Context:
         parts = self.selector.split(":")
         if parts[0] == "cuda":
+            from . import cuda
+
             return cuda.CudaContext(int(parts[1]))
+        from . import opencl
+
         return opencl.create_context(int(parts[1]), int(parts[2]))
 
     def __str__(self) -> str:
@@ -36,7 +39,13 @@ class DeviceSpec:
 
 
 def list_devices() -> list[DeviceSpec]:
-    """Every usable device: CUDA devices first, then OpenCL devices by platform."""
+    """Every usable device: CUDA devices first, then OpenCL devices by platform.
+
+    The backends (pycuda, pyopencl) are imported here, not when autotune is imported: serving
+    a stored result does not need them.
+    """
+    from . import cuda, opencl
+
     specs = [DeviceSpec(f"cuda:{i}", ident) for i, ident in cuda.list_devices()]
     specs += [DeviceSpec(f"opencl:{p}:{d}", ident) for p, d, ident in opencl.list_devices()]
     return specs

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from collections.abc import Sequence
 
 from .. import accel
 from ..registry import RegistryError
-from ..tune import ConfigurationError
-from ..tune.store import DEFAULT_DB_ENV, StoreError, database_url, sqlite_file
+from ..tune import AutotuneError, ConfigurationError, StoreError, database_url
+from ..tune.store import sqlite_file
+from ..tune.store.transfer import NotAnExportError
 
 EPILOG_DB = (
     "The database is AUTOTUNE_DB (a file path or an SQLAlchemy URL), or --db, default "
@@ -68,16 +68,25 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--device", help="part of a device name (case-insensitive)")
 
     export = _sub(sub, "export", "write stored results as CSV or JSON",
-                  "python -m autotune export --format json --out results.json")
-    export.add_argument("--format", choices=("csv", "json"), default="csv")
+                  "python -m autotune export --out results.json")
+    export.add_argument("--format", choices=("csv", "json"),
+                        help="csv or json (default: from the --out extension, else csv)")
     export.add_argument("--out", metavar="FILE", help="output file (default: standard output)")
     export.add_argument("--function", help="qualified function name, or a pattern with %%")
     export.add_argument("--device", help="part of a device name")
 
-    imp = _sub(sub, "import", "merge results from another database or an export; on a "
-                              "conflict the better (lower) score wins",
+    imp = _sub(sub, "import", "merge results from another database or an export: every row is "
+                              "checked first, and one bad row refuses the file; keys we lack are "
+                              "added and, by default, ours are kept",
                "python -m autotune import tune.db.example")
-    imp.add_argument("file", metavar="FILE", help="an autotune SQLite database, .csv or .json")
+    imp.add_argument("file", metavar="FILE", help="an autotune SQLite database (only read), .csv or .json")
+    policy = imp.add_mutually_exclusive_group()
+    policy.add_argument("--on-conflict", choices=("keep", "replace", "better"), default="keep",
+                        help="when a key has a result here: keep ours (default; timings from "
+                             "another machine are not comparable), replace it, or replace it "
+                             "if the imported score is lower")
+    policy.add_argument("--replace", dest="on_conflict", action="store_const", const="replace",
+                        help="same as --on-conflict replace")
 
     clear = _sub(sub, "clear", "delete stored results (and their trials)",
                  "python -m autotune clear --device 'EPYC' --yes")
@@ -123,17 +132,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    previous_db = os.environ.get(DEFAULT_DB_ENV)
     try:
-        if args.db:
-            os.environ[DEFAULT_DB_ENV] = args.db  # read by the tuner at call time
         if args.command == "devices":
             return _devices()
+        url = database_url(args.db)
         if args.command == "warm":
             from .warm import run_warm
 
-            return run_warm(args)
-        url = database_url()
+            return run_warm(args, url)
         if args.command in ("show", "export", "plot", "clear"):
             _require_existing(url)
         from . import results
@@ -143,18 +149,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "import": results.run_import, "clear": results.run_clear, "plot": run_plot}
         return handlers[args.command](args, url)
     except (StoreError, ConfigurationError, RegistryError, accel.DeviceNotFoundError,
-            FileNotFoundError, ValueError) as exc:
+            FileNotFoundError, NotAnExportError, AutotuneError, ValueError) as exc:
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"autotune {args.command}: interrupted; finished keys are stored, rerun to resume",
               file=sys.stderr)
         return 130
-    finally:
-        if previous_db is None:
-            os.environ.pop(DEFAULT_DB_ENV, None)
-        else:
-            os.environ[DEFAULT_DB_ENV] = previous_db
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from ..tune.store import ResultStore
-from .formatting import arguments_text
+from ..tune import describe_arguments, trial_problem
+from .results import write_output
 
 
 def run_plot(args: Any, url: str) -> int:
@@ -20,7 +21,8 @@ def run_plot(args: Any, url: str) -> int:
         raise ValueError("plot needs matplotlib: pip install 'autotune[plot]'") from None
     store = ResultStore(url)
     pattern = args.function if "%" in args.function or "." in args.function else f"%{args.function}%"
-    trials = [t for t in store.trials(function=pattern) if t.status == "ok"]
+    trials = [t for t in store.trials(function=pattern)
+              if t.status == "ok" and not trial_problem(t) and t.median_seconds]
     if not trials:
         raise ValueError(f"no successful trials stored for {args.function!r}; "
                          "see `python -m autotune show` for what is there")
@@ -28,7 +30,7 @@ def run_plot(args: Any, url: str) -> int:
     names = sorted({name for p in parameters for name in p})
     series: dict[str, list[tuple[dict, float]]] = {}
     for t, p in zip(trials, parameters):
-        label = f"{t.key.device_name}: {arguments_text(t.key.arguments)}"
+        label = f"{t.key.device_name}: {describe_arguments(t.key.arguments)}"
         series.setdefault(label, []).append((p, t.median_seconds * 1e6))
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
     for ax, name in zip(axes[0], names):
@@ -45,8 +47,16 @@ def run_plot(args: Any, url: str) -> int:
     axes[0][0].legend(fontsize=7)
     fig.suptitle(f"{args.function}: {len(trials)} configurations")
     fig.tight_layout()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    out = Path(args.out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create the folder of {out}: {exc.strerror or exc}") from None
+    write_output(out, buffer.getvalue())
     plt.close(fig)
     print(f"wrote {args.out}")
     return 0

@@ -13,12 +13,9 @@ from typing import Any
 
 from .. import accel
 from ..registry import RegisteredTemplate, load_template, registered_templates
-from ..tune import encode_arguments, match_mode
+from ..tune import Freshness, describe_arguments, encode_arguments, encode_parameters, get_store, match_mode, use_database
 from ..tune.search import observers
-from ..tune.decorator import get_store
-from ..tune.encoding import encode_parameters
-from ..tune.store import database_url, sqlite_file
-from .formatting import arguments_text, parameters_text, seconds_text
+from .formatting import parameters_text, seconds_text
 
 
 @dataclass(frozen=True)
@@ -28,7 +25,7 @@ class WarmOutcome:
     template: str
     device: str
     arguments: str  #: human-readable arguments
-    status: str  #: ``tuned``, ``stored`` (already there), ``would tune``, ``failed``
+    status: str  #: ``tuned``, ``stored`` (fresh already), ``would tune``, ``failed``
     parameters: str = ""
     score: float | None = None
     test_score: float | None = None  #: time of the template's ``test=`` parameters, if tried
@@ -101,52 +98,52 @@ def _test_score(store: Any, key: Any, test: dict[str, Any]) -> float | None:
     return times[-1] if times else None
 
 
-def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, force: bool,
-                dry_run: bool, quiet: bool) -> list[WarmOutcome]:
-    """Warm every template's configurations on one device."""
+def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, url: str,
+                force: bool, dry_run: bool, quiet: bool) -> list[WarmOutcome]:
+    """Warm every template's configurations on one device, into the database ``url``.
+
+    A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
+    is tuned again, like a missing one.
+    """
     context = spec.create_context()
     device = context.device.name
-    url = database_url()
-    store = None if dry_run and _missing_sqlite_file(url) else get_store(url)
+    store = get_store(url)
     progress = _Progress(sys.stderr, quiet)
     outcomes = []
-    for template in templates:
-        for config in template.configurations(context):
-            key = template.key(context, config)
-            args = arguments_text(encode_arguments(config))
-            stored = store.get(key) if store is not None else None
-            if stored is not None and not force:
+    with use_database(url):
+        for template in templates:
+            for config in template.configurations(context):
+                args = describe_arguments(encode_arguments(config))
+                verdict = template.judge(context, config)
+                if verdict is not None and verdict.freshness is Freshness.FRESH and not force:
+                    record = verdict.record
+                    outcomes.append(WarmOutcome(
+                        template.name, device, args, "stored", parameters_text(record.parameters),
+                        record.score, _test_score(store, record.key, template.test_parameters)))
+                    continue
+                why = "" if verdict is None else f" ({verdict.freshness}: {verdict.reason})"
+                if dry_run:
+                    outcomes.append(WarmOutcome(template.name, device, args, "would tune",
+                                                message=why.strip(" ()")))
+                    continue
+                try:
+                    with progress.key(f"{template.name} {args} on {device}{why}"):
+                        outcome = template.retune(context, config)
+                except Exception as exc:  # AutotuneError and others: reported, warm goes on
+                    outcomes.append(WarmOutcome(template.name, device, args, "failed",
+                                                message=f"{type(exc).__name__}: {exc}"))
+                    continue
                 outcomes.append(WarmOutcome(
-                    template.name, device, args, "stored", parameters_text(stored.parameters),
-                    stored.score, _test_score(store, key, template.test_parameters)))
-                continue
-            if dry_run:
-                outcomes.append(WarmOutcome(template.name, device, args, "would tune"))
-                continue
-            try:
-                with progress.key(f"{template.name} {args} on {device}"):
-                    template.retune(context, config)
-            except Exception as exc:  # AutotuneError and others: reported in the table, warm goes on
-                outcomes.append(WarmOutcome(template.name, device, args, "failed",
-                                            message=f"{type(exc).__name__}: {exc}"))
-                continue
-            record = store.get(key)
-            outcomes.append(WarmOutcome(
-                template.name, device, args, "tuned", parameters_text(record.parameters),
-                record.score, _test_score(store, key, template.test_parameters)))
+                    template.name, device, args, "tuned" if outcome.stored else "tuned, not stored",
+                    parameters_text(encode_parameters(outcome.parameters)), outcome.score,
+                    outcome.test_score))
     return outcomes
 
 
-def _missing_sqlite_file(url: str) -> bool:
-    """A dry run must not create the database it reports on."""
-    path = sqlite_file(url)
-    return path is not None and not path.exists()
-
-
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, force, dry_run = job
+    spec, extra, names, url, force, dry_run = job
     templates = _select_templates(names, extra)
-    return warm_device(spec, templates, force=force, dry_run=dry_run, quiet=True)
+    return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True)
 
 
 def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemplate]:
@@ -162,7 +159,7 @@ def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemp
     return templates
 
 
-def run_warm(args: Any) -> int:
+def run_warm(args: Any, url: str) -> int:
     match_mode()  # a bad AUTOTUNE_MATCH is one clear error, not a failure per key
     templates = _select_templates(args.operations, args.template)
     if args.all_devices:
@@ -171,13 +168,13 @@ def run_warm(args: Any) -> int:
         specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[:1]
     jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:
-        work = [(s, args.template, args.operations, args.force, args.dry_run) for s in specs]
+        work = [(s, args.template, args.operations, url, args.force, args.dry_run) for s in specs]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             outcomes = [o for part in pool.map(_warm_worker, work) for o in part]
     else:
         outcomes = []
         for spec in specs:
-            outcomes += warm_device(spec, templates, force=args.force,
+            outcomes += warm_device(spec, templates, url=url, force=args.force,
                                     dry_run=args.dry_run, quiet=args.quiet)
     _print_table(outcomes, dry_run=args.dry_run)
     failed = [o for o in outcomes if o.status == "failed"]

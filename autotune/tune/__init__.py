@@ -3,62 +3,122 @@
 >>> from autotune import tune
 >>> class ScaleTemplate:
 ...     autotune_version = 1
+...     autotune_sources = (TEMPLATE,)
+...     @classmethod
+...     def autotune_space(cls, context, dtype):
+...         return tune.Space({"wgs": [32, 64, 128, 256]},
+...                           [lambda p: p["wgs"] <= context.device.max_work_group_size])
 ...     @classmethod
 ...     @tune.autotuner(test={"wgs": 64})
 ...     def autotune(cls, context, dtype):
 ...         ...
-...         return tune.autotune(generate, wgs=[32, 64, 128, 256])
+...         return tune.autotune(generate)      # searches autotune_space
 """
 
 from .decorator import (
     ENV_MATCH,
+    MATCH_MODES,
     ConfigurationError,
+    Fingerprint,
+    Freshness,
+    MatchMode,
+    TunedFunction,
+    TuningOutcome,
+    Verdict,
     autotuner,
+    checked_tuning,
     clear_memo,
+    get_store,
     match_mode,
     test_mode,
+    tuner_of,
 )
 from .encoding import (
     ArgumentEncodingError,
     InvalidParametersError,
+    MalformedJSONError,
+    StoredEnum,
     decode_arguments,
+    describe_arguments,
     encode_arguments,
+    encode_parameters,
     validate_parameters,
 )
-from .records import TRIAL_STATUSES, TrialRecord, TuningKey, TuningRecord
+from .measurement import Measurement, WrongResult, make_measure
+from .records import TRIAL_STATUSES, ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
 from .search import (
     AutotuneError,
     InvalidConfiguration,
     SearchResult,
     Trial,
-    WrongResult,
     autotune,
-    make_measure,
     search,
 )
+from .space import Space, SpaceError, restriction
+from .store import (
+    MergeCounts,
+    MergePolicy,
+    ReadOnlyStoreError,
+    ResultStore,
+    StoreBusyError,
+    StoreError,
+    database_url,
+    use_database,
+)
+from .validation import record_problem, trial_problem
 
 __all__ = [
     "ENV_MATCH",
+    "MATCH_MODES",
     "TRIAL_STATUSES",
     "ArgumentEncodingError",
     "AutotuneError",
     "ConfigurationError",
+    "Fingerprint",
+    "Freshness",
     "InvalidConfiguration",
     "InvalidParametersError",
+    "MalformedJSONError",
+    "MatchMode",
+    "Measurement",
+    "MergeCounts",
+    "MergePolicy",
+    "ReadOnlyStoreError",
+    "ResultOrigin",
+    "ResultStore",
     "SearchResult",
+    "Space",
+    "SpaceError",
+    "StoreBusyError",
+    "StoreError",
+    "StoredEnum",
     "Trial",
     "TrialRecord",
+    "TrialStatus",
+    "TunedFunction",
     "TuningKey",
+    "TuningOutcome",
     "TuningRecord",
+    "Verdict",
     "WrongResult",
     "autotune",
     "autotuner",
+    "checked_tuning",
     "clear_memo",
+    "database_url",
     "decode_arguments",
+    "describe_arguments",
     "encode_arguments",
+    "encode_parameters",
+    "get_store",
     "make_measure",
     "match_mode",
+    "record_problem",
+    "restriction",
     "search",
     "test_mode",
+    "trial_problem",
+    "tuner_of",
+    "use_database",
     "validate_parameters",
 ]

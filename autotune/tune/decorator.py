@@ -1,25 +1,36 @@
 """The ``@autotuner(test=...)`` decorator: tune once per key, serve every later call from the store.
 
 A key is (function, version, device name, platform, driver version, arguments). On a call the
-decorator looks in an in-process memo, then in the database (exactly, or relaxing the device
-part under ``AUTOTUNE_MATCH=nearest``), and only then runs the tuning function, storing what it
-finds.
+tuned function looks in an in-process memo, then in the database (exactly, or relaxing the
+device part under ``AUTOTUNE_MATCH=nearest``), and only then runs the tuning function, storing
+what it finds.
+
+A stored result is served only if every cell of its row is well formed, its parameters lie in
+the space the template declares for this device, and (in exact mode) it was tuned against the
+kernel sources and space the template has now: its *fingerprint*. Anything else is logged and
+tuned again; the new result replaces it.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
+import hashlib
 import inspect
+import json
 import logging
 import math
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import autotune
 
+from .. import accel
 from . import search as _search
 from .encoding import (
     InvalidParametersError,
@@ -29,13 +40,27 @@ from .encoding import (
     validate_parameters,
     validate_test_parameters,
 )
-from .records import TrialRecord, TuningKey, TuningRecord
-from .store import ResultStore, database_url
+from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
+from .space import Space, SpaceError
+from .store import ReadOnlyStoreError, ResultStore, StoreBusyError, StoreError, database_url, display
+from .validation import record_problem
 
 logger = logging.getLogger("autotune.tune")
 
 ENV_MATCH = "AUTOTUNE_MATCH"
-MATCH_MODES = ("exact", "nearest")
+
+
+class MatchMode(str, enum.Enum):
+    """How a stored result is matched to this device (``AUTOTUNE_MATCH``)."""
+
+    EXACT = "exact"  #: this device, platform and driver only
+    NEAREST = "nearest"  #: else the same device on another driver, platform, then any device
+
+    def __str__(self) -> str:
+        return self.value
+
+
+MATCH_MODES = tuple(m.value for m in MatchMode)
 
 
 class ConfigurationError(ValueError):
@@ -44,10 +69,13 @@ class ConfigurationError(ValueError):
 
 @dataclass
 class _TestMode:
-    """Set by the pytest plugin: return ``test=`` instead of tuning, unless forced."""
+    """Set by the pytest plugin. Active: return ``test=`` instead of tuning, unless ``force``
+    (always run the tuning function, no caching) or ``cached`` (tune on a miss and serve
+    hits, as outside tests)."""
 
     active: bool = False
     force: bool = False
+    cached: bool = False
 
 
 test_mode = _TestMode()
@@ -56,13 +84,18 @@ _memo_lock = threading.Lock()
 _stores: dict[str, ResultStore] = {}
 _stores_lock = threading.Lock()
 _key_locks: dict[tuple[str, TuningKey], threading.Lock] = {}
+#: Results that could not be written (busy database): retried with the next write to it.
+_pending: dict[str, list[tuple[TuningRecord, list[TrialRecord]]]] = {}
+_pending_lock = threading.Lock()
+_warned_read_only: set[str] = set()
+_warned_sources: set[str] = set()
 
 
 def match_mode(value: str | None = None) -> str:
     """``AUTOTUNE_MATCH`` (read now): ``exact`` (default) or ``nearest``."""
     if value is None:
         value = os.environ.get(ENV_MATCH, "")
-    mode = value.strip().lower() or "exact"
+    mode = value.strip().lower() or MatchMode.EXACT.value
     if mode not in MATCH_MODES:
         raise ConfigurationError(
             f"{ENV_MATCH}={value!r} is not understood; use 'exact' (the default) or 'nearest'"
@@ -71,6 +104,7 @@ def match_mode(value: str | None = None) -> str:
 
 
 def get_store(url: str) -> ResultStore:
+    """The store for ``url``, opened once per process."""
     with _stores_lock:
         store = _stores.get(url)
         if store is None:
@@ -84,10 +118,6 @@ def clear_memo() -> None:
         _memo.clear()
 
 
-def _function_name(fn: Callable) -> str:
-    return f"{fn.__module__}.{fn.__qualname__}"
-
-
 def function_name(fn: Callable, owner: Any = None) -> str:
     """The ``function`` column for a tuning function called on ``owner`` (a class, or None).
 
@@ -96,69 +126,95 @@ def function_name(fn: Callable, owner: Any = None) -> str:
     """
     if isinstance(owner, type):
         return f"{owner.__module__}.{owner.__qualname__}.{fn.__name__}"
-    return _function_name(fn)
+    return f"{fn.__module__}.{fn.__qualname__}"
 
 
-def _nearest_steps(key: TuningKey) -> list[tuple[str, dict[str, str | None]]]:
-    return [
-        ("driver version", {"device_name": key.device_name, "device_platform": key.device_platform}),
-        ("platform", {"device_name": key.device_name}),
-        ("device", {}),
-    ]
+class Freshness(str, enum.Enum):
+    """What a stored result is worth here."""
+
+    FRESH = "fresh"  #: well formed, fits, tuned against the current sources and space
+    STALE = "stale"  #: well formed and fits, but tuned against other sources or another space
+    INVALID = "invalid"  #: malformed, or its parameters are not valid here: never used
+
+    def __str__(self) -> str:
+        return self.value
 
 
-def _usable(record: TuningRecord, test: dict[str, Any]) -> dict[str, Any] | None:
-    try:
-        return validate_parameters(decode_parameters(record.parameters), test)
-    except InvalidParametersError as exc:
-        logger.warning(
-            "ignoring stored tuning result for %s on %s (%s): %s; it will be re-tuned",
-            record.key.function, record.key.device_name, record.key.arguments, exc,
-        )
+@dataclass(frozen=True)
+class Verdict:
+    """A stored result judged for one call: its freshness, why, and its clean parameters."""
+
+    record: TuningRecord
+    freshness: Freshness
+    reason: str = ""
+    parameters: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a result is tuned against: the kernel sources and the declared space."""
+
+    digest: str
+    sources: dict[str, str]  #: template file name -> SHA-256 of its contents
+    space: Space | None
+
+    @property
+    def sources_json(self) -> str:
+        return json.dumps(self.sources, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class TuningOutcome:
+    """What :meth:`TunedFunction.retune` did."""
+
+    key: TuningKey
+    parameters: dict[str, Any]
+    score: float  #: median seconds per call of the winner (``inf`` if not timed)
+    test_score: float | None  #: the ``test=`` parameters' median, if timed
+    stored: bool  #: False if the database could not take it (kept in this process)
+    trials: int
+
+    @property
+    def speedup(self) -> float | None:
+        """How much faster the result is than ``test=``, if both were timed."""
+        if self.test_score and math.isfinite(self.score) and self.score > 0:
+            return self.test_score / self.score
         return None
 
 
-def _lookup(store: ResultStore, key: TuningKey, mode: str, test: dict[str, Any]) -> dict | None:
-    record = store.get(key)
-    if record is not None:
-        params = _usable(record, test)
-        if params is not None:
-            return params
-    if mode != "nearest":
-        return None
-    for relaxed, device_filter in _nearest_steps(key):
-        for candidate in store.find(key.function, key.version, key.arguments, **device_filter):
-            params = _usable(candidate, test)
-            if params is not None:
-                logger.warning(
-                    "AUTOTUNE_MATCH=nearest: no result for %s on %s; using the one tuned on "
-                    "%s [%s, driver %s] (ignoring %s)",
-                    key.function, key.device_name, candidate.key.device_name,
-                    candidate.key.device_platform, candidate.key.driver_version, relaxed,
-                )
-                return params
-    return None
+class _Call:
+    """What one call tells: the owner class, the context, the key's arguments and the key."""
 
-
-class _Bound:
-    """What the decorator learns from one call: the key and the context."""
-
-    def __init__(self, sig: inspect.Signature, has_cls: bool, fn: Callable,
-                 args: tuple, kwargs: dict):
-        bound = sig.bind(*args, **kwargs)
+    def __init__(self, tuned: TunedFunction, args: tuple, kwargs: dict):
+        try:
+            bound = tuned.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{tuned.__qualname__}: {exc}") from None
         bound.apply_defaults()
         items = list(bound.arguments.items())
-        owner = items[0][1] if has_cls else None
-        self.context = items[1 if has_cls else 0][1]
-        rest = dict(items[2 if has_cls else 1:])
-        for name, param in sig.parameters.items():
+        first = items[0][1] if items else None
+        has_owner = isinstance(first, type)  # called through @classmethod: the class comes first
+        self.owner = first if has_owner else None
+        position = 1 if has_owner else 0
+        if len(items) <= position:
+            raise TypeError(f"{tuned.__qualname__} needs a context argument")
+        self.context = items[position][1]
+        device = getattr(self.context, "device", None)
+        if not isinstance(device, accel.DeviceIdentity):
+            raise TypeError(
+                f"{tuned.__qualname__}: the argument after the class must be an accel.Context "
+                f"(its device is part of the tuning key), got {type(self.context).__name__} for "
+                f"{items[position][0]!r}; write def autotune(cls, context, ...) with "
+                "@classmethod above @tune.autotuner, or def autotune(context, ...) for a function")
+        rest = dict(items[position + 1:])
+        for name, param in tuned.signature.parameters.items():
             if param.kind is inspect.Parameter.VAR_KEYWORD and name in rest:
                 rest.update(rest.pop(name))
-        version = getattr(owner, "autotune_version", getattr(fn, "autotune_version", 0))
-        device = self.context.device
+        self.arguments = rest
+        self.args, self.kwargs = args, kwargs
         self.key = TuningKey(
-            function=function_name(fn, owner),
-            version=int(version),
+            function=tuned.name(self.owner),
+            version=tuned.version(self.owner),
             device_name=device.name,
             device_platform=device.platform,
             driver_version=device.driver_version,
@@ -166,101 +222,455 @@ class _Bound:
         )
 
 
-def autotuner(test: dict[str, Any]) -> Callable[[Callable], Callable]:
-    """Decorate a template's tuning function ``f(cls, context, *args)`` returning parameters.
+class TunedFunction:
+    """A tuning function under ``@tune.autotuner``: calling it returns the parameters to use,
+    tuned once per key and served from the database afterwards.
 
-    ``test`` gives the parameters used inside test suites (and the schema every stored result
-    must match). Put ``@classmethod`` above this decorator.
+    Read by the command line and by operations, never pinned on a wrapper:
+
+    - :attr:`test`: the ``test=`` parameters (tests use them; every stored result must have
+      their names and kinds);
+    - :meth:`key`, :meth:`retune`, :meth:`judge` take the same arguments as a call;
+    - :meth:`name`, :meth:`version`, :meth:`sources` describe it for an owner class.
+
+    A template class declares, beside ``autotune_version``, ``autotune_sources`` (the ``.mako``
+    files its kernels are rendered from) and ``autotune_space(context, **arguments)`` (the
+    :class:`Space` searched on that device); a plain function passes them to the decorator.
     """
-    validate_test_parameters(test)
-    test = dict(test)
 
-    def decorator(fn: Callable) -> Callable:
-        sig = inspect.signature(fn)
-        names = list(sig.parameters)
-        has_cls = bool(names) and names[0] in ("cls", "self")
-        if len(names) < (2 if has_cls else 1):
-            raise TypeError(f"{_function_name(fn)} must take (cls, context, ...) or (context, ...)")
+    def __init__(self, fn: Callable, test: dict[str, Any], *, space: Any = None,
+                 sources: Iterable[str | Path] | None = None, version: int | None = None):
+        functools.update_wrapper(self, fn)
+        self.function = fn
+        self.signature = inspect.signature(fn)
+        self._test = test
+        self._space = space
+        self._sources = None if sources is None else tuple(Path(s) for s in sources)
+        self._version = version
+        self._source_cache: dict[Any, tuple[accel.SourceFile, ...]] = {}
+        self._source_lock = threading.Lock()
 
-        def resolve(args: tuple, kwargs: dict, force: bool) -> dict[str, Any]:
-            call = _Bound(sig, has_cls, fn, args, kwargs)
-            url = database_url()
-            mode = match_mode()
-            memo_key = (url, mode, call.key)
+    def __repr__(self) -> str:
+        return f"<TunedFunction {self.function.__module__}.{self.function.__qualname__}>"
+
+    @property
+    def test(self) -> dict[str, Any]:
+        """A copy of the ``test=`` parameters."""
+        return dict(self._test)
+
+    # -- describing ---------------------------------------------------------------------------
+
+    def name(self, owner: Any = None) -> str:
+        """The ``function`` column of its rows when called on ``owner``."""
+        return function_name(self.function, owner)
+
+    def version(self, owner: Any = None) -> int:
+        """``autotune_version`` of the owner class (or the decorator's ``version=``; else 0)."""
+        version = self._version if self._version is not None else getattr(owner, "autotune_version", 0)
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise TypeError(f"{self.name(owner)}: autotune_version must be an int >= 0, got {version!r}")
+        return version
+
+    def source_templates(self, owner: Any = None) -> tuple[Path, ...] | None:
+        """The declared kernel templates (``autotune_sources``), or None if none are declared."""
+        declared = self._sources if self._sources is not None else getattr(owner, "autotune_sources", None)
+        if declared is None:
+            return None
+        if isinstance(declared, (str, Path)):
+            declared = (declared,)
+        return tuple(Path(p) for p in declared)
+
+    def sources(self, owner: Any = None) -> tuple[accel.SourceFile, ...]:
+        """Every template file the declared templates are made of (includes and the
+        portability header too), with their digests; () if none are declared."""
+        templates = self.source_templates(owner)
+        if not templates:
+            return ()
+        with self._source_lock:
+            cached = self._source_cache.get(templates)
+        if cached is not None and all(f.unchanged() for f in cached):
+            return cached
+        files: dict[str, accel.SourceFile] = {}
+        for template in templates:
+            for f in accel.template_sources(template):
+                files[f.name] = f
+        found = tuple(files[n] for n in sorted(files))
+        with self._source_lock:
+            self._source_cache[templates] = found
+        return found
+
+    def declared_space(self, owner: Any, context: Any, arguments: dict[str, Any]) -> Space | None:
+        """The space the template declares for ``context`` and these arguments, or None."""
+        declared = self._space if self._space is not None else getattr(owner, "autotune_space", None)
+        if declared is None:
+            return None
+        value = declared(context, **arguments) if callable(declared) else declared
+        try:
+            return value if isinstance(value, Space) else Space(value)
+        except SpaceError as exc:
+            raise TypeError(f"{self.name(owner)}: autotune_space returned an unusable space: {exc}") from None
+
+    def fingerprint(self, *args: Any, **kwargs: Any) -> Fingerprint:
+        """What a result for this call must have been tuned against to be served (exact mode)."""
+        return self._fingerprint(_Call(self, args, kwargs))
+
+    def _fingerprint(self, call: _Call) -> Fingerprint:
+        sources = {f.name: f.digest for f in self.sources(call.owner)}
+        space = self.declared_space(call.owner, call.context, call.arguments)
+        text = json.dumps({"sources": sources, "space": space.digest() if space else ""},
+                          sort_keys=True, separators=(",", ":"))
+        return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), sources, space)
+
+    # -- calling ------------------------------------------------------------------------------
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        if test_mode.active:
+            if test_mode.force:
+                return self._resolve(_Call(self, args, kwargs), force=True)
+            if not test_mode.cached:
+                return self.test
+        return self._resolve(_Call(self, args, kwargs), force=False)
+
+    def key(self, *args: Any, **kwargs: Any) -> TuningKey:
+        """The tuning key a call with these arguments uses (nothing is tuned)."""
+        return _Call(self, args, kwargs).key
+
+    def retune(self, *args: Any, **kwargs: Any) -> TuningOutcome:
+        """Tune now, whatever the database holds, and store the result."""
+        call = _Call(self, args, kwargs)
+        store = get_store(database_url())
+        outcome = self._tune(call, store)
+        with _memo_lock:
+            _memo[(store.url, match_mode(), call.key)] = dict(outcome.parameters)
+        return outcome
+
+    def judge(self, *args: Any, **kwargs: Any) -> Verdict | None:
+        """What the database holds for exactly this call's key, judged (None if nothing)."""
+        call = _Call(self, args, kwargs)
+        record = get_store(database_url()).get(call.key)
+        return None if record is None else self._judge(record, call, self._fingerprint(call))
+
+    def _resolve(self, call: _Call, *, force: bool) -> dict[str, Any]:
+        url = database_url()
+        mode = match_mode()
+        memo_key = (url, mode, call.key)
+        if not force:
+            with _memo_lock:
+                hit = _memo.get(memo_key)
+            if hit is not None:
+                return dict(hit)
+        store = get_store(url)
+        with _memo_lock:
+            key_lock = _key_locks.setdefault((url, call.key), threading.Lock())
+        with key_lock:  # two threads asking for one key tune it once
+            params = None
             if not force:
                 with _memo_lock:
-                    hit = _memo.get(memo_key)
-                if hit is not None:
-                    return dict(hit)
-            store = get_store(url)
-            with _memo_lock:
-                key_lock = _key_locks.setdefault((url, call.key), threading.Lock())
-            with key_lock:  # two threads asking for one key tune it once
-                params = None if force else _lookup(store, call.key, mode, test)
+                    params = _memo.get(memo_key)
                 if params is None:
-                    params = _tune(fn, args, kwargs, call, store, test)
+                    params = self._lookup(store, call, mode)
+            if params is None:
+                params = self._tune(call, store).parameters
+        if not force:
             with _memo_lock:
                 _memo[memo_key] = params
-            return dict(params)
+        return dict(params)
 
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> dict[str, Any]:
-            if test_mode.active and not test_mode.force:
-                return dict(test)
-            return resolve(args, kwargs, force=False)
+    # -- judging stored rows ------------------------------------------------------------------
 
-        def key(*args: Any, **kwargs: Any) -> TuningKey:
-            """The tuning key a call with these arguments uses (nothing is tuned)."""
-            return _Bound(sig, has_cls, fn, args, kwargs).key
+    def _judge(self, record: TuningRecord, call: _Call, fingerprint: Fingerprint) -> Verdict:
+        problem = record_problem(record, self._test)
+        if problem:
+            return Verdict(record, Freshness.INVALID, problem)
+        params = validate_parameters(decode_parameters(record.parameters), self._test)
+        if fingerprint.space is not None:
+            why = fingerprint.space.why_not(params)
+            if why is not None:
+                return Verdict(record, Freshness.INVALID,
+                               f"not valid on {call.key.device_name}: {why}")
+        if record.fingerprint != fingerprint.digest:
+            return Verdict(record, Freshness.STALE, _stale_reason(record, fingerprint), params)
+        return Verdict(record, Freshness.FRESH, "", params)
 
-        def retune(*args: Any, **kwargs: Any) -> dict[str, Any]:
-            """Tune now, whatever the database holds, and store the result."""
-            return resolve(args, kwargs, force=True)
+    def _lookup(self, store: ResultStore, call: _Call, mode: str) -> dict[str, Any] | None:
+        key = call.key
+        fingerprint = self._fingerprint(call)
+        stale: Verdict | None = None
+        record = store.get(key)
+        if record is not None:
+            verdict = self._judge(record, call, fingerprint)
+            if verdict.freshness is Freshness.FRESH:
+                return verdict.parameters
+            _log_unusable(verdict, re_tune=mode != MatchMode.NEAREST.value)
+            if verdict.freshness is Freshness.STALE:
+                stale = verdict
+        if mode != MatchMode.NEAREST.value:
+            return None
+        for relaxed, device_filter in _nearest_steps(key):
+            for candidate in store.find(key.function, key.version, key.arguments, **device_filter):
+                if candidate.key == key:
+                    continue
+                verdict = self._judge(candidate, call, fingerprint)
+                if verdict.freshness is Freshness.FRESH:
+                    logger.warning(
+                        "AUTOTUNE_MATCH=nearest: no result for %s on %s; using the one tuned on "
+                        "%s [%s, driver %s] (ignoring %s)", key.function, key.device_name,
+                        candidate.key.device_name, candidate.key.device_platform,
+                        candidate.key.driver_version, relaxed)
+                    return verdict.parameters
+                logger.info("AUTOTUNE_MATCH=nearest: skipping the result of %s on %s: %s: %s",
+                            key.function, candidate.key.device_name, verdict.freshness, verdict.reason)
+                if stale is None and verdict.freshness is Freshness.STALE:
+                    stale = verdict
+        if stale is not None:
+            logger.warning("AUTOTUNE_MATCH=nearest: serving a stale result for %s (tuned on %s): "
+                           "%s", key.function, stale.record.key.device_name, stale.reason)
+            return stale.parameters
+        return None
 
-        wrapper.autotune_test = dict(test)  # type: ignore[attr-defined]
-        wrapper.autotune_function = lambda owner=None: function_name(fn, owner)  # type: ignore[attr-defined]
-        wrapper.key = key  # type: ignore[attr-defined]
-        wrapper.retune = retune  # type: ignore[attr-defined]
-        return wrapper
+    # -- tuning -------------------------------------------------------------------------------
+
+    def _tune(self, call: _Call, store: ResultStore) -> TuningOutcome:
+        key = call.key
+        fingerprint = self._fingerprint(call)
+        device = call.context.device
+        writer = _TrialWriter(store, key, fingerprint.digest)
+        run = _search.TuningRun(
+            on_trial=writer.add,
+            thread_scope=getattr(call.context, "thread_scope", None),
+            parallel=bool(device.is_gpu),
+            baseline=self.test,
+            space=fingerprint.space,
+        )
+        logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
+        started = time.perf_counter()
+        with accel.recording() as rendered, _search.tuning_run(run):
+            try:
+                returned = self.function(*call.args, **call.kwargs)
+            finally:
+                writer.flush(final=False)
+        self._check_rendered(call.owner, fingerprint, rendered)
+        try:
+            params = validate_parameters(returned, self._test)
+        except InvalidParametersError as exc:
+            raise InvalidParametersError(f"{key.function} returned unusable parameters: {exc}") from None
+        if fingerprint.space is not None and run.searched:
+            why = fingerprint.space.why_not(params)
+            if why is not None:
+                raise InvalidParametersError(f"{key.function} returned parameters outside the space "
+                                             f"its template declares: {why}")
+        timed = run.timed(params)
+        baseline = run.timed(self.test)
+        score = timed.median_seconds if timed is not None else math.inf
+        searched = run.searched[-1] if run.searched else None
+        search_info = {
+            "strategy": "brute_force",
+            "configurations": len(searched.configurations()) if searched is not None else 0,
+            "measured": sum(1 for t in run.trials if t.status == "ok"),
+            "trials": len(run.trials),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+        record = TuningRecord(
+            key=key, parameters=encode_parameters(params), score=score,
+            package_version=autotune.__version__, fingerprint=fingerprint.digest,
+            sources=fingerprint.sources_json,
+            search=json.dumps(search_info, sort_keys=True, separators=(",", ":")),
+            origin=ResultOrigin.OFFLINE.value,
+            gbps=timed.gbps if timed is not None else None,
+            gflops=timed.gflops if timed is not None else None,
+        )
+        stored = writer.finish(record, params)
+        return TuningOutcome(key, params, score, baseline.median_seconds if baseline else None,
+                             stored, len(run.trials))
+
+    def _check_rendered(self, owner: Any, fingerprint: Fingerprint,
+                        rendered: set[accel.SourceFile]) -> None:
+        uncovered = sorted({f.name for f in rendered if fingerprint.sources.get(f.name) != f.digest})
+        name = self.name(owner)
+        if not uncovered or name in _warned_sources:
+            return
+        _warned_sources.add(name)
+        if not fingerprint.sources:
+            logger.warning("%s declares no autotune_sources, so edits to its kernels (%s) will not "
+                           "expire its stored results; declare the .mako templates it renders",
+                           name, ", ".join(uncovered))
+        else:
+            logger.warning("%s rendered %s, which its autotune_sources do not cover: edits to it "
+                           "will not expire stored results; add it to autotune_sources",
+                           name, ", ".join(uncovered))
+
+
+def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:
+    if not record.fingerprint:
+        return "it was stored without a fingerprint (tuned by an older autotune)"
+    try:
+        stored = json.loads(record.sources) if record.sources else {}
+    except ValueError:
+        stored = {}
+    changed = sorted(name for name in set(stored) | set(fingerprint.sources)
+                     if stored.get(name) != fingerprint.sources.get(name))
+    if changed:
+        return f"its kernel sources changed since it was tuned ({', '.join(changed)})"
+    return "the space it searched changed since it was tuned"
+
+
+def _log_unusable(verdict: Verdict, *, re_tune: bool) -> None:
+    key = verdict.record.key
+    then = "; it will be re-tuned" if re_tune else ""
+    if verdict.freshness is Freshness.INVALID:
+        logger.warning("ignoring stored tuning result for %s on %s (%s): %s%s", key.function,
+                       key.device_name, key.arguments, verdict.reason, then)
+    else:
+        logger.info("stored tuning result for %s on %s (%s) is stale: %s%s", key.function,
+                    key.device_name, key.arguments, verdict.reason, then)
+
+
+def _nearest_steps(key: TuningKey) -> list[tuple[str, dict[str, str]]]:
+    return [
+        ("driver version", {"device_name": key.device_name, "device_platform": key.device_platform}),
+        ("platform", {"device_name": key.device_name}),
+        ("device", {}),
+    ]
+
+
+class _TrialWriter:
+    """Buffers a run's trials and writes them in batches; a database that cannot take them
+    (read-only, busy) costs a warning, never the tuning."""
+
+    FLUSH_SECONDS = 5.0
+
+    def __init__(self, store: ResultStore, key: TuningKey, fingerprint: str):
+        self.store = store
+        self.key = key
+        self.fingerprint = fingerprint
+        self.buffer: list[TrialRecord] = []
+        self.last_flush = time.monotonic()
+        self.failed: StoreError | None = None
+
+    def add(self, trial: _search.Trial) -> None:
+        self.buffer.append(TrialRecord(
+            key=self.key, parameters=encode_parameters(trial.parameters), status=trial.status.value,
+            message=trial.message[:2000], min_seconds=trial.min_seconds,
+            median_seconds=trial.median_seconds, max_seconds=trial.max_seconds,
+            fingerprint=self.fingerprint, gbps=trial.gbps, gflops=trial.gflops))
+        if time.monotonic() - self.last_flush > self.FLUSH_SECONDS:
+            self.flush(final=False)
+
+    def flush(self, *, final: bool) -> None:
+        self.last_flush = time.monotonic()
+        if not self.buffer or self.failed is not None or self.store.read_only:
+            return
+        try:
+            self.store.add_trials(self.buffer)
+            self.buffer = []
+        except StoreError as exc:  # keep them for the final write
+            self.failed = exc
+
+    def finish(self, record: TuningRecord, params: dict[str, Any]) -> bool:
+        """Write the result with the remaining trials; False (and one warning) if it could not
+        be stored. Results that an earlier call could not store are retried first."""
+        url = self.store.url
+        with _pending_lock:
+            earlier_results = _pending.pop(url, [])
+        while earlier_results:
+            try:
+                self.store.save(*earlier_results[0])
+                earlier_results.pop(0)
+            except StoreError:
+                break
+        if earlier_results:
+            with _pending_lock:
+                _pending.setdefault(url, [])[:0] = earlier_results
+        try:
+            self.store.save(record, self.buffer)
+            self.buffer = []
+            return True
+        except ReadOnlyStoreError:
+            with _pending_lock:
+                first = url not in _warned_read_only
+                _warned_read_only.add(url)
+            if first:
+                logger.warning("tuning database %s is read-only: results tuned in this process "
+                               "(here %s for %s on %s) are used but not stored", display(url),
+                               params, self.key.function, self.key.device_name)
+        except StoreBusyError as exc:
+            with _pending_lock:
+                _pending.setdefault(url, []).append((record, self.buffer))
+            logger.warning("could not store the tuning result %s for %s on %s: %s; it is used in "
+                           "this process and written with the next result tuned into this "
+                           "database", params, self.key.function, self.key.device_name, exc)
+        except StoreError as exc:
+            logger.warning("could not store the tuning result %s for %s on %s: %s; it is used in "
+                           "this process only", params, self.key.function, self.key.device_name, exc)
+        return False
+
+
+def autotuner(test: dict[str, Any], *, space: Any = None, sources: Iterable[str | Path] | None = None,
+              version: int | None = None) -> Callable[[Callable], TunedFunction]:
+    """Decorate a template's tuning function ``f(cls, context, *args)`` returning parameters.
+
+    ``test`` gives the parameters used inside test suites (and the names and kinds every stored
+    result must have). Put ``@classmethod`` above this decorator. A template class declares its
+    space, sources and version as ``autotune_space``, ``autotune_sources`` and
+    ``autotune_version``; a plain function ``f(context, *args)`` passes them here.
+    """
+    try:
+        test = validate_test_parameters(test)
+    except TypeError:
+        raise
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int) or version < 0):
+        raise TypeError(f"autotuner(version=...) must be an int >= 0, got {version!r}")
+
+    def decorator(fn: Callable) -> TunedFunction:
+        if isinstance(fn, (classmethod, staticmethod)):
+            raise TypeError(
+                f"@tune.autotuner is above @{type(fn).__name__}; write\n"
+                "    @classmethod\n    @tune.autotuner(test=...)\n    def autotune(cls, context, ...):\n"
+                "(the decorator needs the plain function, and the classmethod wraps the result)")
+        if not callable(fn):
+            raise TypeError(f"@tune.autotuner decorates a function, not {type(fn).__name__}")
+        if not inspect.signature(fn).parameters:
+            raise TypeError(f"{fn.__qualname__} must take (cls, context, ...) or (context, ...)")
+        return TunedFunction(fn, test, space=space, sources=sources, version=version)
 
     return decorator
 
 
-def _tune(fn: Callable, args: tuple, kwargs: dict, call: _Bound, store: ResultStore,
-          test: dict[str, Any]) -> dict[str, Any]:
-    key = call.key
-
-    def on_trial(trial: _search.Trial) -> None:
-        store.add_trial(TrialRecord(
-            key=key, parameters=encode_parameters(trial.parameters), status=trial.status,
-            message=trial.message[:2000], min_seconds=trial.min_seconds,
-            median_seconds=trial.median_seconds, max_seconds=trial.max_seconds,
-        ))
-
-    context = call.context
-    sess = _search.Session(
-        on_trial=on_trial,
-        thread_scope=getattr(context, "thread_scope", None),
-        parallel=bool(getattr(context.device, "is_gpu", True)),
-        baseline=dict(test),
-    )
-    logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
-    with _search.session(sess):
-        returned = fn(*args, **kwargs)
+def checked_tuning(template: type, context: Any, tuning: Any, **arguments: Any) -> dict[str, Any]:
+    """Explicit tuning parameters for ``template`` on ``context``, checked: the names and kinds
+    of its ``test=``, and allowed by the restrictions of the space it declares for these
+    ``arguments`` (the device's limits among them). Returns a clean copy; ValueError naming
+    the problem otherwise. Values need not be among the searched lists."""
+    tuner = tuner_of(template)
     try:
-        params = validate_parameters(returned, test)
+        clean = validate_parameters(tuning, tuner.test)
     except InvalidParametersError as exc:
-        raise InvalidParametersError(f"{key.function} returned unusable parameters: {exc}") from None
-    # The median of these parameters if a search timed them; a tuning function that picks
-    # parameters without timing them stores an infinite score (any measured result beats it).
-    score = math.inf
-    for result in reversed(sess.results):
-        timed = [t.median_seconds for t in result.trials if t.status == "ok" and t.parameters == params]
-        if timed:
-            score = timed[-1]
-            break
-    store.put(TuningRecord(
-        key=key, parameters=encode_parameters(params), score=score,
-        package_version=autotune.__version__,
-    ))
-    return params
+        raise ValueError(f"{template.__name__}: tuning {tuning!r}: {exc}") from None
+    space = tuner.declared_space(template, context, arguments)
+    if space is not None:
+        why = space.why_not(clean, members=False)
+        if why is not None:
+            raise ValueError(f"{template.__name__}: tuning {clean} cannot run on "
+                             f"{context.device.name}: {why}")
+    return clean
+
+
+def tuner_of(obj: Any) -> TunedFunction:
+    """The :class:`TunedFunction` of a template class (its ``autotune`` classmethod) or of a
+    decorated function; TypeError saying what is missing otherwise."""
+    if isinstance(obj, TunedFunction):
+        return obj
+    if isinstance(obj, type):
+        try:
+            method = inspect.getattr_static(obj, "autotune")
+        except AttributeError:
+            method = None
+        inner = getattr(method, "__func__", None)
+        if isinstance(inner, TunedFunction):
+            return inner
+        raise TypeError(f"{obj.__qualname__} needs an autotune classmethod decorated with "
+                        "@tune.autotuner (with @classmethod above it)")
+    inner = getattr(obj, "__func__", None)
+    if isinstance(inner, TunedFunction):
+        return inner
+    raise TypeError(f"{obj!r} is not a function decorated with @tune.autotuner")

@@ -1,4 +1,4 @@
-"""Plain records exchanged between the tuner and the result store.
+"""Plain records exchanged between the tuner and the result store, and their vocabularies.
 
 The store keeps these as rows and knows nothing about kernels; the tuner builds and validates
 them and knows nothing about SQL. JSON fields are carried as text: the tuner encodes them and
@@ -7,18 +7,46 @@ validates what it reads back.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-#: Status of one tried configuration. ``ok`` trials have timings; the others a message.
-TRIAL_STATUSES = (
-    "ok",
-    "invalid",
-    "compile_error",
-    "launch_error",
-    "wrong_result",
-    "error",
-)
+
+class TrialStatus(str, enum.Enum):
+    """Outcome of one tried configuration. ``ok`` trials have timings; the others a message."""
+
+    OK = "ok"
+    INVALID = "invalid"  #: ``generate`` raised :class:`~autotune.tune.InvalidConfiguration`
+    COMPILE_ERROR = "compile_error"
+    LAUNCH_ERROR = "launch_error"
+    WRONG_RESULT = "wrong_result"  #: the candidate's check failed; it never wins
+    ERROR = "error"  #: any other exception
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, value: object) -> TrialStatus:
+        """The status named by ``value``; ValueError listing the known ones."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise ValueError(f"invalid trial status {value!r}; expected one of "
+                             f"{', '.join(s.value for s in cls)}") from None
+
+
+#: The status names, in declaration order (for code that wants plain strings).
+TRIAL_STATUSES = tuple(s.value for s in TrialStatus)
+
+
+class ResultOrigin(str, enum.Enum):
+    """How a stored result was found."""
+
+    OFFLINE = "offline"  #: by a search before use (``@autotuner``, ``warm``)
+    ONLINE = "online"  #: while the real work ran
+
+    def __str__(self) -> str:
+        return self.value
 
 
 def utcnow() -> datetime:
@@ -43,13 +71,25 @@ class TuningKey:
 
 @dataclass(frozen=True)
 class TuningRecord:
-    """The best parameters found for a key (one row of ``tuning_results``)."""
+    """The best parameters found for a key (one row of ``tuning_results``).
+
+    ``malformed`` is set by the store when a stored cell does not have its column's type (a
+    date that is not a date, a score that is not a number): such a row is never used.
+    """
 
     key: TuningKey
     parameters: str  #: JSON object text, e.g. ``{"wgs": 256}``
-    score: float  #: median seconds per iteration of the winning configuration
+    score: float  #: median seconds per call of the winner; ``inf`` if chosen without timing
     package_version: str
     created_at: datetime = field(default_factory=utcnow)
+    #: what the result was tuned against: a digest of the kernel sources and the space
+    fingerprint: str = ""
+    sources: str = ""  #: JSON object text ``{template file name: SHA-256}``
+    search: str = ""  #: JSON object text: strategy, budget, configurations tried
+    origin: str = ResultOrigin.OFFLINE.value
+    gbps: float | None = None  #: bytes moved per call / score, in GB/s, where declared
+    gflops: float | None = None  #: flops per call / score, in GFLOP/s, where declared
+    malformed: str = ""
 
 
 @dataclass(frozen=True)
@@ -58,9 +98,13 @@ class TrialRecord:
 
     key: TuningKey
     parameters: str  #: JSON object text
-    status: str  #: one of :data:`TRIAL_STATUSES`
+    status: str  #: a :class:`TrialStatus` value
     message: str = ""
     min_seconds: float | None = None
     median_seconds: float | None = None
     max_seconds: float | None = None
     created_at: datetime = field(default_factory=utcnow)
+    fingerprint: str = ""  #: the fingerprint of the run that tried it
+    gbps: float | None = None
+    gflops: float | None = None
+    malformed: str = ""

@@ -1,35 +1,33 @@
-"""Searching a parameter space: ``autotune(generate, **space)`` and ``make_measure``.
+"""Searching a parameter space: ``autotune(generate, **space)`` and ``search``.
 
-``generate(**params)`` builds one candidate and returns ``measure(iterations) -> seconds per
-iteration`` (or ``None`` to skip it). Candidates are generated (compiled) in a thread pool a few
-steps ahead of the one being measured, and measured one at a time.
+``generate(**params)`` builds one candidate and returns a :class:`~.measurement.Measurement`
+(or a ``measure(iterations)`` callable, or ``None`` to skip it). On GPUs candidates are generated
+in a thread pool a few steps ahead of the one being measured, so compilation overlaps timing;
+but every command a candidate's ``generate`` puts on a tuning queue (uploads, fills, launches)
+waits for that candidate's turn, so buffers shared between candidates are set up, checked and
+timed in order.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import itertools
+import contextvars
 import logging
-import math
 import os
-import statistics
+import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..accel import CompileError, LaunchError
+from ..accel import CompileError, LaunchError, tuning_turn
+from .measurement import Measure, MeasurementError, WrongResult, rates, time_candidate
+from .records import TrialStatus
+from .space import Restriction, Space, SpaceError
 
 logger = logging.getLogger("autotune.tune")
-
-Measure = Callable[[int], float]
-
-#: At least this many timed batches per candidate; the median ranks candidates.
-MIN_BATCHES = 5
-GPU_BATCH_SECONDS = 1e-3
-CPU_BATCH_SECONDS = 1e-2
 
 
 class AutotuneError(RuntimeError):
@@ -40,24 +38,20 @@ class InvalidConfiguration(ValueError):
     """Raised by ``generate`` for a configuration that cannot work (recorded as ``invalid``)."""
 
 
-class WrongResult(AssertionError):
-    """A candidate computed a wrong answer; it is recorded as ``wrong_result`` and never wins."""
-
-
-def classify(exc: BaseException) -> str:
+def classify(exc: BaseException) -> TrialStatus:
     """The failure kind recorded for an exception from generating or measuring a candidate."""
     if isinstance(exc, WrongResult):
-        return "wrong_result"
+        return TrialStatus.WRONG_RESULT
     if isinstance(exc, CompileError):
-        return "compile_error"
+        return TrialStatus.COMPILE_ERROR
     if isinstance(exc, LaunchError):
-        return "launch_error"
+        return TrialStatus.LAUNCH_ERROR
     if isinstance(exc, InvalidConfiguration):
-        return "invalid"
+        return TrialStatus.INVALID
     module = type(exc).__module__ or ""
     if module.startswith(("pycuda", "pyopencl")):
-        return "launch_error"  # raised by the driver while running the candidate
-    return "error"
+        return TrialStatus.LAUNCH_ERROR  # raised by the driver while running the candidate
+    return TrialStatus.ERROR
 
 
 @dataclass(frozen=True)
@@ -65,11 +59,13 @@ class Trial:
     """The outcome of one configuration."""
 
     parameters: dict[str, Any]
-    status: str  #: ``ok`` or a failure kind
+    status: TrialStatus  #: ``ok`` or a failure kind
     message: str = ""
     min_seconds: float | None = None
     median_seconds: float | None = None
     max_seconds: float | None = None
+    gbps: float | None = None
+    gflops: float | None = None
 
 
 @dataclass
@@ -80,8 +76,9 @@ class SearchResult:
 
 
 @dataclass
-class Session:
-    """Set by the decorator while a tuning function runs: where trials go, which device."""
+class TuningRun:
+    """What the decorator sets up while a tuning function runs: where trials go, which device,
+    which space the template declared. Every trial of the run is kept in :attr:`trials`."""
 
     on_trial: Callable[[Trial], None] | None = None
     thread_scope: Callable[[], contextlib.AbstractContextManager] | None = None
@@ -89,10 +86,20 @@ class Session:
     #: The template's ``test=`` parameters: timed too, if the space leaves them out, so that
     #: the speed-up of the tuned result over the default is always known.
     baseline: dict[str, Any] | None = None
-    results: list[SearchResult] = field(default_factory=list)
+    #: The space the template declares; ``autotune(generate)`` without lists searches it.
+    space: Space | None = None
+    trials: list[Trial] = field(default_factory=list)
+    searched: list[Space] = field(default_factory=list)
+
+    def timed(self, parameters: dict[str, Any]) -> Trial | None:
+        """The last successful trial of ``parameters`` in this run, if they were timed."""
+        for trial in reversed(self.trials):
+            if trial.status is TrialStatus.OK and trial.parameters == parameters:
+                return trial
+        return None
 
 
-_session: ContextVar[Session | None] = ContextVar("autotune_session", default=None)
+_run: ContextVar[TuningRun | None] = ContextVar("autotune_run", default=None)
 
 #: Callables ``observer(event, data)`` told of progress: ``("start", {"configurations": n})``
 #: when a search begins and ``("trial", {"trial": Trial, "done": k, "total": n})`` after each
@@ -106,165 +113,199 @@ def _notify(event: str, **data: Any) -> None:
 
 
 @contextlib.contextmanager
-def session(s: Session) -> Iterator[Session]:
-    token = _session.set(s)
+def tuning_run(run: TuningRun) -> Iterator[TuningRun]:
+    token = _run.set(run)
     try:
-        yield s
+        yield run
     finally:
-        _session.reset(token)
+        _run.reset(token)
 
 
-def make_measure(queue: Any, fn: Callable[[], Any], check: Callable[[], Any] | None = None) -> Measure:
-    """A measure callable that times ``fn`` (which enqueues work on ``queue``) with device events.
+def current_run() -> TuningRun | None:
+    """The tuning run in progress in this context, if any."""
+    return _run.get()
 
-    ``queue`` must be a tuning queue. ``check``, if given, runs once after a first call of
-    ``fn``; it returns a false value or raises :class:`WrongResult` when the output is wrong.
-    """
-    state = {"checked": check is None}
 
-    def measure(iterations: int) -> float:
-        if not state["checked"]:
-            fn()
-            queue.finish()
-            verdict = check()
-            if verdict is not None and not verdict:
-                raise WrongResult("the candidate's output does not match the reference")
-            state["checked"] = True
-        queue.start_tuning()
+class _Cancelled(Exception):
+    """A candidate generated ahead was abandoned before its turn came."""
+
+
+class _Turns:
+    """Which candidate's device work may run now (candidates are numbered in search order)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._current = -1
+        self._closed = False
+
+    def advance(self, index: int) -> None:
+        with self._cond:
+            self._current = index
+            self._cond.notify_all()
+
+    def wait_for(self, index: int) -> None:
+        with self._cond:
+            while self._current < index and not self._closed:
+                self._cond.wait()
+            if self._current < index:
+                raise _Cancelled()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def _generate(generate: Callable[..., Any], params: dict[str, Any],
+              scope: Callable[[], contextlib.AbstractContextManager] | None,
+              turns: _Turns | None, index: int) -> Any:
+    with scope() if scope is not None else contextlib.nullcontext():
+        ordered = tuning_turn(lambda: turns.wait_for(index)) if turns is not None \
+            else contextlib.nullcontext()
         try:
-            for _ in range(iterations):
-                fn()
-        finally:
-            elapsed = queue.stop_tuning()
-        return elapsed / iterations
-
-    device = getattr(getattr(queue, "context", None), "device", None)
-    measure.batch_seconds = (  # type: ignore[attr-defined]
-        GPU_BATCH_SECONDS if device is None or device.is_gpu else CPU_BATCH_SECONDS
-    )
-    return measure
+            with ordered:
+                return generate(**params)
+        except Exception as exc:  # recorded as a failed configuration, search goes on
+            return exc
 
 
-def _time_candidate(measure: Measure) -> tuple[float, float, float]:
-    """Warm up, size batches to the target duration, time at least MIN_BATCHES; (min, median, max)."""
-    target = getattr(measure, "batch_seconds", GPU_BATCH_SECONDS)
-    estimate = measure(1)  # warm-up (and the correctness check, for make_measure)
-    estimate = min(estimate, measure(1))
-    if not (estimate > 0 and math.isfinite(estimate)):
-        raise AutotuneError(
-            f"measure returned {estimate} seconds; a tuning queue must time the work it runs"
-        )
-    iterations = max(1, min(10_000, round(target / estimate)))
-    samples = [measure(iterations) for _ in range(MIN_BATCHES)]
-    return min(samples), statistics.median(samples), max(samples)
+def autotune(generate: Callable[..., Measure | None], space: Space | None = None, /, *,
+             restrictions: Sequence[Restriction] = (), **parameters: Sequence[Any]) -> dict[str, Any]:
+    """Try every valid configuration and return the fastest one's parameters.
+
+    The space is given as keyword lists (``wgs=[64, 128]``) with optional ``restrictions``
+    (predicates on a configuration dict), or as a :class:`Space`. Inside a tuning function whose
+    template declares ``autotune_space``, ``autotune(generate)`` searches that space.
+
+    Failures are recorded with their kind and the search goes on; if nothing succeeds,
+    :class:`AutotuneError` counts the failures by kind, quotes the first of each, and chains the
+    last exception.
+    """
+    return search(generate, _space(space, restrictions, parameters)).best
 
 
-def _configurations(space: dict[str, Sequence[Any]]) -> list[dict[str, Any]]:
-    if not space:
-        raise AutotuneError("autotune() was given no parameters: name at least one list")
-    for name, values in space.items():
-        if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
-            raise AutotuneError(f"parameter {name!r} must be a list of values, got {values!r}")
-    names = list(space)
-    combos = [dict(zip(names, combo)) for combo in itertools.product(*(list(space[n]) for n in names))]
-    if not combos:
-        empty = [n for n in names if not list(space[n])]
-        raise AutotuneError(f"the parameter space is empty: {', '.join(empty)} has no values")
-    return combos
+def _space(space: Space | None, restrictions: Sequence[Restriction],
+           parameters: dict[str, Sequence[Any]]) -> Space:
+    try:
+        if space is not None:
+            if parameters:
+                raise SpaceError("give the space as a Space or as keyword lists, not both")
+            return Space(space, restrictions)
+        if not parameters:
+            run = _run.get()
+            if run is not None and run.space is not None:
+                return Space(run.space, restrictions)
+        return Space(parameters, restrictions)
+    except SpaceError as exc:
+        raise AutotuneError(str(exc)) from None
 
 
 def _summarise_failures(trials: list[Trial], total: int) -> str:
-    failed = [t for t in trials if t.status != "ok"]
+    failed = [t for t in trials if t.status is not TrialStatus.OK]
     counts = Counter(t.status for t in failed)
     skipped = total - len(trials)
     lines = [f"no configuration succeeded ({total} in the space, {skipped} skipped by generate)"]
     for kind, count in counts.most_common():
         first = next(t for t in failed if t.status == kind)
-        lines.append(f"  {kind}: {count}, first {first.parameters}: {first.message}")
+        lines.append(f"  {kind.value}: {count}, first {first.parameters}: {first.message}")
     return "\n".join(lines)
 
 
-def _generate(generate: Callable[..., Measure | None], params: dict[str, Any],
-              scope: Callable[[], contextlib.AbstractContextManager] | None) -> Any:
-    with scope() if scope is not None else contextlib.nullcontext():
-        try:
-            return generate(**params)
-        except Exception as exc:  # recorded as a failed configuration, search goes on
-            return exc
-
-
-def autotune(generate: Callable[..., Measure | None], **space: Sequence[Any]) -> dict[str, Any]:
-    """Try every combination of the parameter lists and return the fastest one's parameters.
-
-    Failures are recorded with their kind and the search goes on; if nothing succeeds,
-    :class:`AutotuneError` counts the failures by kind and quotes the first of each.
-    """
-    return search(generate, space).best
-
-
-def search(generate: Callable[..., Measure | None], space: dict[str, Sequence[Any]],
+def search(generate: Callable[..., Measure | None], space: Space | dict[str, Sequence[Any]],
            workers: int | None = None) -> SearchResult:
-    """:func:`autotune` with the full result (every trial, the best score)."""
-    configs = _configurations(space)
-    sess = _session.get() or Session()
-    if sess.baseline is not None and set(sess.baseline) == set(space) and sess.baseline not in configs:
-        configs.append(dict(sess.baseline))
+    """:func:`autotune` with the full result (every trial, the best score).
+
+    ``workers`` threads generate candidates ahead (default: 4 on GPUs, none on CPU devices).
+    """
+    if not isinstance(space, Space):
+        space = _space(None, (), dict(space))
+    run = _run.get() or TuningRun()
+    run.searched.append(space)
+    configs = space.configurations()
+    reference = None  # the baseline, timed for the speed-up but outside the space: never wins
+    baseline = run.baseline
+    if (configs and baseline is not None and set(baseline) == set(space.names)
+            and baseline not in configs and all(_allows(r, baseline) for r in space.restrictions)):
+        reference = len(configs)
+        configs.append(dict(baseline))
+    if not configs:
+        raise AutotuneError(f"the restrictions exclude every one of the {space.size} "
+                            "configurations of the space")
     if workers is None:
-        workers = min(4, os.cpu_count() or 1) if sess.parallel else 0
+        workers = min(4, os.cpu_count() or 1) if run.parallel else 0
     trials: list[Trial] = []
     best: tuple[float, dict[str, Any]] | None = None
+    last_error: BaseException | None = None
+    done = 0
 
     def record(trial: Trial) -> None:
         trials.append(trial)
-        if sess.on_trial is not None:
-            sess.on_trial(trial)
+        run.trials.append(trial)
+        if run.on_trial is not None:
+            run.on_trial(trial)
         logger.debug("trial %s", trial)
         _notify("trial", trial=trial, done=done, total=len(configs))
 
     _notify("start", configurations=len(configs))
-    done = 0
     pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
-    pending: deque[tuple[dict[str, Any], Any]] = deque()
-    todo = iter(configs)
+    turns = _Turns() if pool is not None else None
+    pending: deque[tuple[int, dict[str, Any], Any]] = deque()
+    todo = iter(enumerate(configs))
     window = max(1, workers + 1)  # compile ahead, but never hold every candidate at once
     try:
         while True:
             while len(pending) < window:
-                params = next(todo, None)
+                index, params = next(todo, (None, None))
                 if params is None:
                     break
+                future = None
                 if pool is not None:
-                    pending.append((params, pool.submit(_generate, generate, params, sess.thread_scope)))
-                else:
-                    pending.append((params, None))
+                    # A copy of this context: the worker sees the run and any source recording.
+                    future = pool.submit(contextvars.copy_context().run, _generate, generate,
+                                         params, run.thread_scope, turns, index)
+                pending.append((index, params, future))
             if not pending:
                 break
-            params, future = pending.popleft()
-            outcome = future.result() if future is not None else _generate(generate, params, None)
+            index, params, future = pending.popleft()
+            if turns is not None:
+                turns.advance(index)
+            outcome = future.result() if future is not None else _generate(generate, params, None,
+                                                                           None, index)
             done += 1
             if outcome is None:
                 _notify("trial", trial=None, done=done, total=len(configs))
                 continue  # skipped by generate
             if isinstance(outcome, Exception):
+                last_error = outcome
                 record(Trial(params, classify(outcome), f"{type(outcome).__name__}: {outcome}"))
                 continue
             try:
-                low, median, high = _time_candidate(outcome)
+                timing = time_candidate(outcome)
+            except MeasurementError as exc:
+                raise AutotuneError(str(exc)) from exc
             except Exception as exc:
+                last_error = exc
                 record(Trial(params, classify(exc), f"{type(exc).__name__}: {exc}"))
                 continue
-            finally:
-                del outcome  # release the candidate's buffers before the next one
-            record(Trial(params, "ok", "", low, median, high))
-            if best is None or median < best[0]:
-                best = (median, params)
+            gbps, gflops = rates(outcome, timing.median_seconds)
+            del outcome  # release the candidate's buffers before the next one
+            record(Trial(params, TrialStatus.OK, "", timing.min_seconds, timing.median_seconds,
+                         timing.max_seconds, gbps, gflops))
+            if index != reference and (best is None or timing.median_seconds < best[0]):
+                best = (timing.median_seconds, params)
     finally:
         if pool is not None:
-            for _, future in pending:
+            turns.close()
+            for _, _, future in pending:
                 future.cancel()
             pool.shutdown(wait=True)
     if best is None:
-        raise AutotuneError(_summarise_failures(trials, len(configs)))
-    result = SearchResult(best=dict(best[1]), score=best[0], trials=trials)
-    sess.results.append(result)
-    return result
+        raise AutotuneError(_summarise_failures(trials, len(configs))) from last_error
+    return SearchResult(best=dict(best[1]), score=best[0], trials=trials)
+
+
+def _allows(restriction: Restriction, config: dict[str, Any]) -> bool:
+    try:
+        return bool(restriction(config))
+    except Exception:  # noqa: BLE001 - a restriction that cannot judge it excludes it
+        return False

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,10 @@ from .gamma import upper_right_blocks
 from .lattice import Lattice
 
 TEMPLATE = Path(__file__).with_name("dslash.mako")
-logger = logging.getLogger("operations")
-PRECISIONS = {"single": (np.float32, np.complex64, "float", "cfloat"),
-              "double": (np.float64, np.complex128, "double", "cdouble")}
+#: precision -> (real dtype, complex dtype)
+PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
+#: Floating-point operations per site of one parity (the standard Wilson dslash count).
+FLOPS_PER_SITE = 1320
 RECONSTRUCTS = (18, 12, 8)
 
 
@@ -47,7 +47,7 @@ def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int) 
 def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: Lattice,
                     u: np.ndarray, precision: str, reconstruct: int) -> accel.DeviceArray:
     """Links compressed to ``reconstruct`` parameters, in the dslash layout, on the device."""
-    real_dtype, dtype, _, _ = PRECISIONS[precision]
+    real_dtype, dtype = PRECISIONS[precision]
     packed = gauge_fields.pack(u, reconstruct)
     return context.to_device(queue, lattice.links_to_device(packed, real_dtype if reconstruct == 8 else dtype))
 
@@ -66,10 +66,17 @@ def _tuning_problem(dims: tuple[int, int, int, int]):
     return lattice, u, psi, cb, expected
 
 
+def bytes_per_site(precision: str, reconstruct: int) -> int:
+    """Memory traffic of one site's update: eight neighbour spinors and links, one output."""
+    real = np.dtype(PRECISIONS[precision][0]).itemsize
+    return (8 * 24 + 8 * reconstruct + 24) * real
+
+
 class DslashTemplate:
     """Kernels ``dslash_p{0,1}[_dag][_xpay]`` for one lattice, precision and link compression."""
 
     autotune_version = 1
+    autotune_sources = (TEMPLATE,)
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
@@ -86,25 +93,20 @@ class DslashTemplate:
         self.precision = precision
         self.reconstruct = reconstruct
         self.t_boundary = t_boundary
-        self.real_dtype, self.dtype, real, cplx = PRECISIONS[precision]
+        self.real_dtype, self.dtype = (np.dtype(d) for d in PRECISIONS[precision])
         if precision == "double" and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
         if tuning is None:
             tuning = self.autotune(context, self.lattice.dims, precision, reconstruct)
-            if tuning["wgs"] > context.device.max_work_group_size:  # a nearest match's, elsewhere
-                logger.warning("DslashTemplate: stored wgs=%s exceeds %s's limit; using the "
-                               "test= parameters", tuning["wgs"], context.device.name)
-                tuning = dict(self.autotune.__func__.autotune_test)
-        wgs = tuning["wgs"]
-        if not (isinstance(wgs, int) and 1 <= wgs <= 1024):
-            raise ValueError(f"wgs must be 1..1024, got {wgs!r}")
-        self.wgs = wgs
-        self._render = {"real": real, "cplx": cplx, "dims": self.lattice.dims,
+        self.tuning = tune.checked_tuning(DslashTemplate, context, tuning, dims=self.lattice.dims,
+                                          precision=precision, reconstruct=reconstruct)
+        self.wgs = wgs = self.tuning["wgs"]
+        self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
+                        "dims": self.lattice.dims,
                         "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
                         "wgs": wgs}
         self.global_size = -(-self.lattice.half_volume // wgs) * wgs
         self._kernels: dict[tuple[int, bool, bool], accel.Kernel] = {}
-        self._launchers: dict[tuple[int, int, bool, bool], Any] = {}
 
     def kernel(self, parity: int, dagger: bool, xpay: bool) -> accel.Kernel:
         """One variant, compiled on first use (a program each: building all eight costs 8x).
@@ -124,16 +126,19 @@ class DslashTemplate:
         """Compress SU(3) links and copy them to the device in this template's layout."""
         return gauge_to_device(self.context, queue, self.lattice, u, self.precision, self.reconstruct)
 
-    def enqueue(self, queue: accel.CommandQueue, out: accel.DeviceArray, inp: accel.DeviceArray,
-                gauge: accel.DeviceArray, parity: int, *, dagger: bool = False,
-                x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
-        """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked)."""
-        key = (id(queue), parity, bool(dagger), x is not None)
-        launch = self._launchers.get(key)
-        if launch is None:
-            kernel = self.kernel(parity, dagger, x is not None)
-            launch = self._launchers[key] = queue.launcher(kernel, self.global_size, self.wgs)
-        launch([out, inp, gauge, x if x is not None else inp, self.real_dtype(a)])
+    def instantiate(self, queue: accel.CommandQueue) -> Dslash:
+        """The dslash on one queue: ``dslash(out, inp, gauge, parity, dagger=, x=, a=)``."""
+        return Dslash(self, queue)
+
+    @classmethod
+    def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
+                       reconstruct: int) -> tune.Space:
+        """Work-group sizes (32 to 1024 on GPUs) that the device allows."""
+        limit = context.device.max_work_group_size
+        sizes = [32, 64, 128, 256, 512, 1024] if context.device.is_gpu else [16, 64, 256]
+        return tune.Space({"wgs": sizes},
+                          [tune.restriction(f"wgs from 1 to {min(limit, 1024)} (the device's limit)",
+                                            lambda p: 1 <= p["wgs"] <= min(limit, 1024))])
 
     @classmethod
     @tune.autotuner(test={"wgs": 64})
@@ -143,24 +148,41 @@ class DslashTemplate:
         lattice, u, psi, sample, expected = _tuning_problem(tuple(dims))
         queue = context.create_tuning_command_queue()
         dtype = PRECISIONS[precision][1]
+        sites = lattice.half_volume
         gauge = gauge_to_device(context, queue, lattice, u, precision, reconstruct)
         inp = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
         out = context.allocate((12, lattice.half_volume), dtype)
         tol = 1e-4 if precision == "single" else 1e-10
 
-        def generate(wgs: int):
-            if wgs > context.device.max_work_group_size:
-                return None
-            template = cls(context, lattice.dims, precision, reconstruct, -1, {"wgs": wgs})
-
-            def run() -> None:
-                template.enqueue(queue, out, inp, gauge, 0)
+        def generate(**params: Any) -> tune.Measurement:
+            dslash = cls(context, lattice.dims, precision, reconstruct, -1, params).instantiate(queue)
 
             def check() -> bool:
                 got = out.get(queue)[:, sample].T
                 return bool(np.max(np.abs(got - expected)) <= tol * np.max(np.abs(expected)))
 
-            return tune.make_measure(queue, run, check)
+            return tune.make_measure(queue, lambda: dslash(out, inp, gauge, 0), check,
+                                     bytes=sites * bytes_per_site(precision, reconstruct),
+                                     flops=sites * FLOPS_PER_SITE)
 
-        space = [32, 64, 128, 256, 512, 1024] if context.device.is_gpu else [16, 64, 256]
-        return tune.autotune(generate, wgs=space)
+        return tune.autotune(generate)
+
+
+class Dslash:
+    """The dslash kernels of one template, launched on one queue."""
+
+    def __init__(self, template: DslashTemplate, queue: accel.CommandQueue):
+        self.template = template
+        self.queue = queue
+        self._launchers: dict[tuple[int, bool, bool], Any] = {}
+
+    def __call__(self, out: accel.DeviceArray, inp: accel.DeviceArray, gauge: accel.DeviceArray,
+                 parity: int, *, dagger: bool = False, x: accel.DeviceArray | None = None,
+                 a: float = 0.0) -> None:
+        """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked)."""
+        key = (parity, bool(dagger), x is not None)
+        launch = self._launchers.get(key)
+        if launch is None:
+            t = self.template
+            launch = self._launchers[key] = self.queue.launcher(t.kernel(*key), t.global_size, t.wgs)
+        launch([out, inp, gauge, x if x is not None else inp, self.template.real_dtype.type(a)])

@@ -60,8 +60,15 @@ def plaquette(u: np.ndarray) -> float:
     return total / (3 * count)
 
 
+def nonfinite_entries(a: np.ndarray) -> int:
+    """How many entries of ``a`` are NaN or infinite (in either part, for complex data)."""
+    return int(a.size - np.count_nonzero(np.isfinite(a)))
+
+
 def unitarity_violation(u: np.ndarray) -> tuple[float, float]:
-    """(max |U^dagger U - 1|, max |det U - 1|) over all links."""
+    """(max |U^dagger U - 1|, max |det U - 1|) over all links: NaN when a link has a NaN or
+    infinite entry (compare with ``not violation <= tol``, or count them with
+    :func:`nonfinite_entries` first)."""
     eye = np.eye(3)
     uu = np.swapaxes(u.conj(), -1, -2) @ u
     return float(np.max(np.abs(uu - eye))), float(np.max(np.abs(np.linalg.det(u) - 1)))

@@ -7,6 +7,41 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+#: The dslash kernels (dslash.mako) compute every array index in 32-bit ``unsigned int``
+#: arithmetic. The largest array they index is the reconstruct-18 gauge field: 4 directions x
+#: 2 parities x 9 complex numbers per site of a parity, read as ``gauge[component * VH + site]``
+#: (VH = V/2 sites per parity), whose last index, 72 VH - 1, must stay below 2^32. Spinors
+#: (``in[k * VH + site]``, 12 VH elements) and lexicographic site numbers (below 2 VH) fit then
+#: too. Lattices are refused beyond it (before anything is allocated), whatever the reconstruct,
+#: so that every kernel a Lattice is given to indexes it correctly.
+DSLASH_INDEX_BITS = 32
+DSLASH_GAUGE_NUMBERS_PER_SITE = 4 * 2 * 9
+#: The most sites per parity (V/2) the dslash kernels index: 2^32 // 72 = 59652323.
+MAX_HALF_VOLUME = 2**DSLASH_INDEX_BITS // DSLASH_GAUGE_NUMBERS_PER_SITE
+
+
+def _count(n: int) -> str:
+    """``n`` as a power of two (2^k) where it is one, else in digits."""
+    return f"2^{n.bit_length() - 1}" if n > 0 and n & (n - 1) == 0 else str(n)
+
+
+def check_volume(dims: tuple[int, int, int, int]) -> None:
+    """Refuse a lattice whose sites the dslash kernels' 32-bit indices cannot reach."""
+    volume = dims[0] * dims[1] * dims[2] * dims[3]  # Python ints: exact at any size
+    if volume // 2 <= MAX_HALF_VOLUME:
+        return
+    shape = f"{dims[0]}^4" if len(set(dims)) == 1 else "x".join(map(str, dims))
+    side = 2
+    while (side + 2) ** 4 // 2 <= MAX_HALF_VOLUME:
+        side += 2
+    raise ValueError(
+        f"a {shape} lattice has {_count(volume)} sites ({_count(volume // 2)} per parity); the "
+        f"dslash kernels index the gauge field ({DSLASH_GAUGE_NUMBERS_PER_SITE} numbers per site "
+        f"of a parity) with {DSLASH_INDEX_BITS}-bit unsigned integers, so at most "
+        f"2^{DSLASH_INDEX_BITS} // {DSLASH_GAUGE_NUMBERS_PER_SITE} = {MAX_HALF_VOLUME} sites per "
+        f"parity ({2 * MAX_HALF_VOLUME} in all; {side}^4 is the largest even hypercube); use a "
+        "smaller lattice")
+
 
 @functools.lru_cache(maxsize=8)
 def _parity_orders(dims: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -33,6 +68,7 @@ class Lattice:
             raise ValueError(f"dims must be four extents (X, Y, Z, T) of at least 2, got {self.dims}")
         if any(d % 2 for d in dims):
             raise ValueError(f"every extent must be even for even-odd checkerboarding, got {dims}")
+        check_volume(dims)  # before _parity_orders allocates 8 bytes per site, several times
         object.__setattr__(self, "dims", dims)
         object.__setattr__(self, "_orders", _parity_orders(dims))
 

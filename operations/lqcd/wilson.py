@@ -6,6 +6,7 @@ Host methods take and return numpy spinors of shape (T, Z, Y, X, 4, 3); device m
 
 from __future__ import annotations
 
+import math
 import time
 import weakref
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ import numpy as np
 from autotune import accel
 
 from .dslash import DslashTemplate, check_options
-from .gauge import unitarity_violation
+from .gauge import nonfinite_entries, unitarity_violation
 
 
 @dataclass
@@ -59,14 +60,28 @@ class WilsonOperator:
             raise TypeError(f"U must be complex, got {U.dtype}")
         t, z, y, x = U.shape[1:5]
         self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary)
-        if not np.isscalar(kappa) or np.iscomplexobj(kappa):
-            raise TypeError(f"kappa must be a real number, got {kappa!r}")
+        if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.integer, np.floating)):
+            raise TypeError(f"kappa must be a real number (the hopping parameter, such as 0.12), "
+                            f"not {type(kappa).__name__} {kappa!r}")
+        if not math.isfinite(kappa):
+            raise ValueError(f"kappa is {kappa}; pass a finite hopping parameter (such as 0.12)")
         if check:
+            if isinstance(unitarity_tol, bool) or not isinstance(
+                    unitarity_tol, (int, float, np.integer, np.floating)):
+                raise TypeError(f"unitarity_tol must be a real number, not "
+                                f"{type(unitarity_tol).__name__} {unitarity_tol!r}")
+            if not (math.isfinite(unitarity_tol) and unitarity_tol >= 0):
+                raise ValueError(f"unitarity_tol must be a finite number >= 0, got {unitarity_tol!r}")
+            bad = nonfinite_entries(U)
+            if bad:
+                raise ValueError(f"U has {bad} non-finite entries (NaN or inf) out of {U.size}; "
+                                 "links must be finite unitary matrices: check how U was made or read")
             unitary, det = unitarity_violation(U)
-            if unitary > unitarity_tol:
+            # not (x <= tol): a NaN deviation fails too
+            if not unitary <= unitarity_tol:
                 raise ValueError(f"links are not unitary (max |U^dag U - 1| = {unitary:.2e} > "
                                  f"{unitarity_tol:.0e}); reunitarize them or pass check=False")
-            if reconstruct != 18 and det > unitarity_tol:
+            if reconstruct != 18 and not det <= unitarity_tol:
                 raise ValueError(f"reconstruct={reconstruct} needs SU(3) links, but max |det U - 1| "
                                  f"= {det:.2e}; use reconstruct=18 for U(3) links")
         self.context = context
@@ -78,6 +93,7 @@ class WilsonOperator:
         self.template = DslashTemplate(context, self.lattice.dims, precision, reconstruct,
                                        t_boundary, tuning)
         self.dtype = self.template.dtype
+        self._dslash = self.template.instantiate(self.queue)
         self._links = U.astype(np.complex128)
         self.gauge = self.template.gauge_to_device(self.queue, self._links)
         self._tmp: SpinorField | None = None
@@ -114,7 +130,7 @@ class WilsonOperator:
     def dslash_parity(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, *,
                       dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
         """out = D_{parity,1-parity} inp (x + a D inp with ``x``): D_eo for parity 0, D_oe for 1."""
-        self.template.enqueue(self.queue, out, inp, self.gauge, parity, dagger=dagger, x=x, a=a)
+        self._dslash(out, inp, self.gauge, parity, dagger=dagger, x=x, a=a)
 
     def _full(self, out: SpinorField, inp: SpinorField, dagger: bool, xpay: bool) -> None:
         for p in (0, 1):
@@ -247,9 +263,17 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
     if precision == "mixed" and method != "cg":
         raise ValueError("mixed precision is implemented for CG (with reliable updates)")
+    tol, maxiter = solvers.check_stopping(tol, maxiter)
+    b = op._check_spinor(b).astype(np.complex128)
+    bad = nonfinite_entries(b)
+    if bad:
+        raise ValueError(f"b has {bad} non-finite entries (NaN or inf) out of {b.size}; the "
+                         "right-hand side must be finite")
+    b_norm = float(np.linalg.norm(b))
+    if b_norm == 0:  # M x = 0: x = 0 exactly, with no residual (and nothing to iterate)
+        return np.zeros_like(b), solvers.SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], message="b = 0")
     high = op.with_precision("double" if precision == "mixed" else precision)
     low = op.with_precision("single") if precision == "mixed" else None
-    b = high._check_spinor(b).astype(np.complex128)
     lat, queue = high.lattice, high.queue
     b_field = high.to_device(b)
     start = time.perf_counter()
@@ -286,6 +310,6 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         out.flat.copy_from(queue, x.view(0, x.size, out.flat.shape))
     result = high.from_device(out)
     check = high.from_device(high.apply(out, out=high.new_field()))
-    info.true_residual = float(np.linalg.norm(b - check) / np.linalg.norm(b))
+    info.true_residual = float(np.linalg.norm(b - check)) / b_norm
     info.seconds = time.perf_counter() - start
     return result, info

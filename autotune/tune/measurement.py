@@ -1,0 +1,137 @@
+"""How one candidate is timed: :class:`Measurement` and :func:`make_measure`.
+
+``generate(**params)`` returns a :class:`Measurement` (or any ``measure(iterations) -> seconds
+per iteration`` callable, or None to skip the configuration). The tuner then, in order and
+right before timing this candidate: runs ``setup`` (restore the buffers the candidate writes,
+QUDA's preTune), one call of ``run`` and ``check`` (a false value or :class:`WrongResult` marks
+it wrong), times batches of ``run`` with device events, and finally runs ``restore``
+(QUDA's postTune).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+#: At least this many timed batches per candidate; the median ranks candidates.
+MIN_BATCHES = 5
+GPU_BATCH_SECONDS = 1e-3
+CPU_BATCH_SECONDS = 1e-2
+
+Measure = Callable[[int], float]
+
+
+class WrongResult(AssertionError):
+    """A candidate computed a wrong answer; it is recorded as ``wrong_result`` and never wins."""
+
+
+class MeasurementError(RuntimeError):
+    """A measure callable returned a time that cannot be right (zero, negative, not finite)."""
+
+
+@dataclass
+class Measurement:
+    """One candidate, ready to time.
+
+    ``run`` enqueues one call on ``queue`` (a tuning queue); ``bytes`` and ``flops`` are what one
+    call moves and computes, so that trials record GB/s and GFLOP/s.
+    """
+
+    queue: Any
+    run: Callable[[], Any]
+    check: Callable[[], Any] | None = None
+    setup: Callable[[], Any] | None = None
+    restore: Callable[[], Any] | None = None
+    bytes: float | None = None
+    flops: float | None = None
+    batch_seconds: float = GPU_BATCH_SECONDS
+
+    def __post_init__(self) -> None:
+        for name in ("bytes", "flops"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value)
+                                          and value >= 0):
+                raise ValueError(f"Measurement {name}= must be a finite number >= 0, got {value!r}")
+
+    def prepare(self) -> None:
+        """Set up, run once and check (raises :class:`WrongResult`)."""
+        if self.setup is not None:
+            self.setup()
+        if self.check is None:
+            return
+        self.run()
+        self.queue.finish()
+        verdict = self.check()
+        if verdict is not None and not verdict:
+            raise WrongResult("the candidate's output does not match the reference")
+
+    def __call__(self, iterations: int) -> float:
+        """Seconds per call, averaged over ``iterations`` calls timed with device events."""
+        queue = self.queue
+        queue.start_tuning()
+        try:
+            for _ in range(iterations):
+                self.run()
+        finally:
+            elapsed = queue.stop_tuning()
+        return elapsed / iterations
+
+    def finish(self) -> None:
+        if self.restore is not None:
+            self.restore()
+
+
+def make_measure(queue: Any, fn: Callable[[], Any], check: Callable[[], Any] | None = None, *,
+                 setup: Callable[[], Any] | None = None, restore: Callable[[], Any] | None = None,
+                 bytes: float | None = None, flops: float | None = None) -> Measurement:
+    """A :class:`Measurement` that times ``fn`` (which enqueues work on the tuning ``queue``).
+
+    ``check``, if given, runs once after a first call of ``fn``; it returns a false value or
+    raises :class:`WrongResult` when the output is wrong. ``setup`` runs before that first call
+    (put back the inputs a previous candidate overwrote), ``restore`` after timing.
+    """
+    device = getattr(getattr(queue, "context", None), "device", None)
+    batch = GPU_BATCH_SECONDS if device is None or device.is_gpu else CPU_BATCH_SECONDS
+    return Measurement(queue, fn, check, setup, restore, bytes, flops, batch)
+
+
+@dataclass(frozen=True)
+class Timing:
+    min_seconds: float
+    median_seconds: float
+    max_seconds: float
+
+
+def time_candidate(measure: Measure) -> Timing:
+    """Prepare (setup, check), warm up, size batches to the target duration, time at least
+    :data:`MIN_BATCHES` batches; then restore."""
+    try:
+        if isinstance(measure, Measurement):
+            measure.prepare()
+        target = getattr(measure, "batch_seconds", GPU_BATCH_SECONDS)
+        estimate = measure(1)  # warm-up
+        estimate = min(estimate, measure(1))
+        if not (estimate > 0 and math.isfinite(estimate)):
+            raise MeasurementError(
+                f"measure returned {estimate} seconds; a tuning queue must time the work it runs")
+        iterations = max(1, min(10_000, round(target / estimate)))
+        samples = [measure(iterations) for _ in range(MIN_BATCHES)]
+        for s in samples:
+            if not (s > 0 and math.isfinite(s)):
+                raise MeasurementError(f"measure returned {s} seconds")
+    finally:
+        if isinstance(measure, Measurement):
+            measure.finish()
+    return Timing(min(samples), statistics.median(samples), max(samples))
+
+
+def rates(measure: Any, seconds: float | None) -> tuple[float | None, float | None]:
+    """(GB/s, GFLOP/s) of a call taking ``seconds``, where the measurement declares them."""
+    if seconds is None or not (seconds > 0 and math.isfinite(seconds)):
+        return None, None
+    moved = getattr(measure, "bytes", None)
+    flops = getattr(measure, "flops", None)
+    return (moved / seconds / 1e9 if moved else None, flops / seconds / 1e9 if flops else None)

@@ -1,0 +1,10 @@
+"""Store settings that tests and users may change at run time."""
+
+from __future__ import annotations
+
+#: How long an SQLite connection waits for another process's lock before giving up.
+BUSY_TIMEOUT_SECONDS = 60.0
+
+
+def busy_timeout() -> float:
+    return BUSY_TIMEOUT_SECONDS

@@ -1,0 +1,215 @@
+"""What it costs to reach a stored result: a fresh process's import and first database hit, a
+hit once the store is open, and a memo hit. No device is needed: the key is made for a described
+device, as on a machine whose results are all stored.
+
+Each fresh process runs::
+
+    import autotune.tune; import operations.scale          # the template module
+    ScaleTemplate.autotune(context, np.float32)            # first hit: opens the store, reads
+
+and reports its own clock (from interpreter start, ``time.perf_counter`` at the first line of the
+child) for each step; the parent repeats that ``--processes`` times and quotes medians.
+
+With ``--katsdpsigproc PYTHON`` (an interpreter that has katsdpsigproc installed, for example
+a virtual environment made with ``pip install katsdpsigproc==1.10.0``) the same is measured for
+katsdpsigproc's ``tune.autotuner`` in the same run, process for process (it has no memo: every
+call opens its database).
+
+Usage: python benchmarks/serving.py [--processes 15] [--rows 500] [--katsdpsigproc PYTHON]
+                                    [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = textwrap.dedent("""
+    import time
+    t0 = time.perf_counter()
+    import sys, json
+    sys.path.insert(0, {repo!r})
+    import autotune.tune as tune
+    t1 = time.perf_counter()
+    import numpy as np
+    from operations.scale import ScaleTemplate
+    from benchmarks.serving import described_context
+    t2 = time.perf_counter()
+    ctx = described_context()
+    with tune.use_database({db!r}):
+        first = ScaleTemplate.autotune(ctx, np.float32)
+        t3 = time.perf_counter()
+        n = 20000
+        start = time.perf_counter()
+        for _ in range(n):
+            ScaleTemplate.autotune(ctx, np.float32)
+        memo = (time.perf_counter() - start) / n
+        hits = []
+        for _ in range(200):
+            tune.clear_memo()
+            start = time.perf_counter()
+            ScaleTemplate.autotune(ctx, np.float32)
+            hits.append(time.perf_counter() - start)
+    assert first == {{"wgs": 256}}, first
+    print(json.dumps({{"import_tune": t1 - t0, "import_template": t2 - t1, "first_hit": t3 - t2,
+                      "memo_hit": memo, "database_hit": sorted(hits)[len(hits) // 2],
+                      "sqlalchemy_imported": "sqlalchemy" in sys.modules}}))
+""")
+
+
+KATSDPSIGPROC_CHILD = textwrap.dedent("""
+    import time
+    t0 = time.perf_counter()
+    import sys, json, os
+    os.environ["KATSDPSIGPROC_TUNE_DB"] = {db!r}
+    import katsdpsigproc.tune as tune
+    t1 = time.perf_counter()
+
+    class Device:
+        name, platform_name, driver_version = "NVIDIA H200", "CUDA", "13.0"
+
+    class Context:
+        device = Device()
+
+    class Template:
+        autotune_version = 1
+
+        @classmethod
+        @tune.autotuner(test={{"wgs": 64}})
+        def autotune(cls, context, dtype):
+            return {{"wgs": 256}}
+
+    t2 = time.perf_counter()
+    first = Template.autotune(Context(), {dtype!r})
+    t3 = time.perf_counter()
+    hits = []
+    for _ in range(200):
+        start = time.perf_counter()
+        Template.autotune(Context(), {dtype!r})
+        hits.append(time.perf_counter() - start)
+    print(json.dumps({{"import_tune": t1 - t0, "import_template": t2 - t1, "first_hit": t3 - t2,
+                      "database_hit": sorted(hits)[len(hits) // 2], "first": first}}))
+""")
+
+
+def described_context():
+    """A stand-in context: what a tuned function reads of a context is its device's identity."""
+    from autotune import accel
+
+    class Described:
+        device = accel.DeviceIdentity(
+            backend="cuda", name="NVIDIA H200", platform="CUDA", driver_version="13.0",
+            compute_capability=(9, 0), multiprocessors=132, global_memory=141 * 2**30,
+            max_work_group_size=1024, local_memory=48 * 1024, is_gpu=True, warp_size=32,
+            double_precision=True)
+
+    return Described()
+
+
+def fill(db: Path, rows: int) -> None:
+    """The key the children ask for, fresh, among ``rows`` results of other arguments."""
+    import numpy as np
+
+    from autotune import tune
+    from operations.scale import ScaleTemplate
+
+    tuner = tune.tuner_of(ScaleTemplate)
+    ctx = described_context()
+    store = tune.ResultStore(f"sqlite:///{db}")
+    fingerprint = tuner.fingerprint(ScaleTemplate, ctx, np.dtype(np.float32))
+    records = []
+    for i in range(rows):
+        dtype = np.dtype(np.float32) if i == 0 else np.dtype(f"V{i}")  # other keys, same function
+        key = tuner.key(ScaleTemplate, ctx, dtype)
+        records.append(tune.TuningRecord(key, '{"wgs":256}', 1e-5, "bench",
+                                         fingerprint=fingerprint.digest,
+                                         sources=fingerprint.sources_json))
+    store.merge(records)
+    store.dispose()
+
+
+def _children(python: str, code: str, count: int) -> list[dict]:
+    runs = []
+    for _ in range(count + 1):  # the first warms the file cache
+        child = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
+                               cwd=REPO)
+        runs.append(json.loads(child.stdout.splitlines()[-1]))
+    return runs[1:]
+
+
+def _medians(runs: list[dict]) -> dict:
+    keys = [k for k, v in runs[0].items() if isinstance(v, float)]
+    median = {k: statistics.median(r[k] for r in runs) for k in keys}
+    median["import_and_first_hit"] = statistics.median(
+        r["import_tune"] + r["import_template"] + r["first_hit"] for r in runs)
+    return median
+
+
+def _text(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e6:.1f} us" if value < 1e-3 else f"{value * 1e3:.2f} ms"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--processes", type=int, default=15)
+    parser.add_argument("--rows", type=int, default=500)
+    parser.add_argument("--katsdpsigproc", metavar="PYTHON",
+                        help="an interpreter with katsdpsigproc installed, timed alongside")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    result: dict = {"date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0],
+                    "processes": args.processes, "rows": args.rows}
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "serving.db"
+        fill(db, args.rows)
+        code = CHILD.format(repo=str(REPO), db=str(db))
+        ours = _children(sys.executable, code, args.processes)
+        result["autotune"] = _medians(ours)
+        result["autotune"]["sqlalchemy_imported"] = any(r["sqlalchemy_imported"] for r in ours)
+        if args.katsdpsigproc:
+            theirs_db = str(Path(tmp) / "katsdpsigproc.db")
+            fill_code = KATSDPSIGPROC_CHILD.format(db=theirs_db, dtype="float32")
+            _children(args.katsdpsigproc, fill_code, 0)  # a miss: it stores the result
+            _fill_katsdpsigproc(theirs_db, args.rows)  # as many rows as ours, in its table
+            result["katsdpsigproc"] = _medians(_children(args.katsdpsigproc, fill_code, args.processes))
+    print(f"date {result['date']}, Python {result['python']}, {args.processes} fresh processes "
+          f"each, {args.rows} rows in each database (medians)")
+    columns = ["autotune"] + (["katsdpsigproc"] if "katsdpsigproc" in result else [])
+    print("| step | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
+    for name in ("import_tune", "import_template", "first_hit", "import_and_first_hit",
+                 "database_hit", "memo_hit"):
+        cells = [_text(result[c].get(name)) for c in columns]
+        print(f"| {name.replace('_', ' ')} | " + " | ".join(cells) + " |")
+    print(f"SQLAlchemy imported to serve: {result['autotune']['sqlalchemy_imported']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+def _fill_katsdpsigproc(db: str, rows: int) -> None:
+    """Copy its one stored row to ``rows`` rows of other arguments (its table, its columns)."""
+    import sqlite3
+
+    with sqlite3.connect(db) as connection:
+        (table,) = [r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        columns = [r[1] for r in connection.execute(f"PRAGMA table_info({table})")]
+        row = dict(zip(columns, connection.execute(f"SELECT * FROM {table}").fetchone()))
+        for i in range(1, rows):
+            values = dict(row, arg_dtype=f"V{i}")
+            connection.execute(f"INSERT INTO {table} ({', '.join(values)}) VALUES "
+                               f"({', '.join('?' * len(values))})", list(values.values()))
+    connection.close()
+
+
+if __name__ == "__main__":
+    main()

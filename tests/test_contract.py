@@ -1,0 +1,326 @@
+"""One contract between templates and the tuner: declared spaces and sources, stale results
+that expire when a kernel changes, the typed tuned function, measurements, and the
+katsdpsigproc tuner behaviours our API must keep."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune import accel, tune
+from autotune.cli import main
+from autotune.registry import RegistryError, check_protocol, registered_templates
+from autotune.tune.store import ResultStore
+
+from toy_templates import KERNEL, FakeTimedTemplate, calls
+
+TESTS = Path(__file__).parent
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# -- stale results expire when the kernel changes ----------------------------------------------
+
+
+def _edited_template(tmp_path: Path):
+    """A template whose kernel lives in tmp_path (so the test can edit it) and includes a file."""
+    kernel = tmp_path / "edit_me.mako"
+    shutil.copy(KERNEL, kernel)
+    kernel.write_text('<%include file="edit_me_too.mako"/>\n' + kernel.read_text())
+    (tmp_path / "edit_me_too.mako").write_text("/* an included file */\n")
+
+    class Edited:
+        autotune_version = 1
+        autotune_sources = (kernel,)
+
+        @classmethod
+        def autotune_space(cls, context, n):
+            return tune.Space({"wgs": [32, 64]})
+
+        @classmethod
+        @tune.autotuner(test={"wgs": 64})
+        def autotune(cls, context, n):
+            queue = context.create_tuning_command_queue()
+            x = context.to_device(queue, np.arange(n, dtype=np.float32))
+            y = context.allocate(n, np.float32)
+
+            def generate(wgs):
+                calls["edited"] += 1
+                program = context.build(kernel, {"wrong": False, "factor": "2.0f"})
+                launch = queue.launcher(program.get_kernel("toy"), -(-n // wgs) * wgs, wgs)
+                return tune.make_measure(queue, lambda: launch([y, x, np.uint32(n)]),
+                                         lambda: np.array_equal(y.get(queue), 2 * np.arange(n)),
+                                         bytes=8 * n, flops=n)
+
+            return tune.autotune(generate)
+
+    return Edited, kernel, tmp_path / "edit_me_too.mako"
+
+
+@pytest.mark.autotune_database
+@pytest.mark.parametrize("edit", ["template", "include"])
+def test_editing_a_kernel_expires_its_results(context, tmp_path, monkeypatch, caplog, capsys, edit):
+    Edited, kernel, include = _edited_template(tmp_path)
+    calls.clear()
+    first = Edited.autotune(context, 1000)
+    assert calls["edited"] == 2
+    key = tune.tuner_of(Edited).key(Edited, context, 1000)
+    row = ResultStore.open().get(key)
+    assert set(json.loads(row.sources)) == {"edit_me.mako", "edit_me_too.mako", "portability.mako"}
+    tune.clear_memo()
+    assert Edited.autotune(context, 1000) == first and calls["edited"] == 2  # fresh: served
+    target = kernel if edit == "template" else include
+    target.write_text(target.read_text() + "/* edited */\n")
+    tune.clear_memo()
+    verdict = tune.tuner_of(Edited).judge(Edited, context, 1000)
+    assert verdict.freshness is tune.Freshness.STALE and target.name in verdict.reason
+    # nearest matching may still serve it, with a warning
+    monkeypatch.setenv("AUTOTUNE_MATCH", "nearest")
+    with caplog.at_level(logging.WARNING, logger="autotune.tune"):
+        assert Edited.autotune(context, 1000) == first
+    assert calls["edited"] == 2 and "stale" in caplog.text
+    # exact matching never serves it: tuned again, the new result replaces it
+    monkeypatch.setenv("AUTOTUNE_MATCH", "exact")
+    tune.clear_memo()
+    Edited.autotune(context, 1000)
+    assert calls["edited"] == 4
+    assert ResultStore.open().get(key).fingerprint != row.fingerprint
+    assert tune.tuner_of(Edited).judge(Edited, context, 1000).freshness is tune.Freshness.FRESH
+
+
+@pytest.mark.autotune_database
+def test_show_marks_stale_results_of_registered_templates(context, capsys):
+    from operations.scale import ScaleTemplate
+
+    store = ResultStore.open()
+    key = tune.tuner_of(ScaleTemplate).key(ScaleTemplate, context, np.dtype(np.float32))
+    store.put(tune.TuningRecord(key, '{"wgs":64}', 1e-5, "0.1"))  # no fingerprint: older autotune
+    ScaleTemplate.autotune(context, np.float64)
+    code, out, _ = run(capsys, "show", "--function", "ScaleTemplate")
+    lines = [line for line in out.splitlines() if "ScaleTemplate" in line]
+    assert code == 0 and len(lines) == 2
+    assert any("float32" in line and "stale" in line for line in lines)
+    assert any("float64" in line and "fresh" in line for line in lines)
+
+
+@pytest.mark.autotune_database
+def test_a_change_of_the_declared_space_expires_results(context):
+    class Growing(FakeTimedTemplate):
+        sizes = [1, 2, 3]
+
+        @classmethod
+        def autotune_space(cls, context, size):
+            return tune.Space({"block": cls.sizes})
+
+    ctx = context
+    calls.clear()
+    Growing.autotune(ctx, 1)
+    tune.clear_memo()
+    Growing.sizes = [1, 2, 3, 4]
+    verdict = tune.tuner_of(Growing).judge(Growing, ctx, 1)
+    assert verdict.freshness is tune.Freshness.STALE and "space" in verdict.reason
+    Growing.autotune(ctx, 1)
+    assert calls["fake"] == 3 + 4
+
+
+# -- the typed tuned function and the template protocol ----------------------------------------
+
+
+def test_every_registered_template_follows_the_protocol(context):
+    templates = registered_templates()
+    assert {t.name for t in templates} >= {"scale", "reduce", "blas", "wilson_dslash", "diffusion",
+                                          "convert"}
+    for t in templates:
+        tuner = tune.tuner_of(t.cls)
+        assert isinstance(tuner, tune.TunedFunction) and tuner.test
+        assert t.function == f"{t.cls.__module__}.{t.cls.__qualname__}.autotune"
+        assert {f.name for f in tuner.sources(t.cls)} >= {"portability.mako"}
+        for config in t.configurations(context)[:1]:
+            space = t.cls.autotune_space(context, **config)
+            assert isinstance(space, tune.Space) and space.configurations()
+            assert space.why_not(tuner.test, members=False) is None, (t.name, tuner.test)
+
+
+def test_the_registry_names_what_a_template_lacks():
+    class Half:
+        autotune_version = 1
+
+        @classmethod
+        @tune.autotuner(test={"wgs": 64})
+        def autotune(cls, context):
+            return {"wgs": 64}
+
+    with pytest.raises(RegistryError, match="autotune_sources.*autotune_space.*warm_configurations"
+                                            ".*instantiate"):
+        check_protocol("half", Half)
+    with pytest.raises(RegistryError, match="needs an autotune classmethod"):
+        check_protocol("plain", type("Plain", (), {}))
+
+
+def test_a_broken_entry_point_elsewhere_is_skipped_with_a_warning(monkeypatch, caplog):
+    import importlib.metadata as md
+
+    from autotune import registry
+
+    real = md.entry_points
+
+    def with_broken(group=None):
+        found = list(real(group=group))
+        broken = md.EntryPoint("broken", "no_such_module_anywhere:Template", group)
+        return found + [broken]
+
+    monkeypatch.setattr(registry, "entry_points", with_broken)
+    with caplog.at_level(logging.WARNING):
+        names = {t.name for t in registry.registered_templates()}
+    assert "scale" in names and "broken" not in names and "broken" in caplog.text
+
+
+# -- measurements: setup before the check, rates in every trial ---------------------------------
+
+
+@pytest.mark.autotune_database
+def test_trials_store_rates_and_show_prints_them(context, capsys):
+    from operations.scale import ScaleTemplate
+
+    ScaleTemplate.autotune(context, np.float32)
+    trials = [t for t in ResultStore.open().trials() if t.status == "ok"]
+    n = 1 << 20 if context.device.is_gpu else 1 << 16
+    for t in trials:
+        assert t.gbps == pytest.approx(2 * n * 4 / t.median_seconds / 1e9)
+        assert t.gflops == pytest.approx(n / t.median_seconds / 1e9)
+    (row,) = ResultStore.open().records()
+    assert row.gbps and row.gflops
+    code, out, _ = run(capsys, "show")
+    assert code == 0 and "GB/s" in out and f"{row.gbps:.3g}"[:3] in out
+
+
+def test_setup_runs_before_each_candidates_check_and_restore_after(context):
+    queue = context.create_tuning_command_queue()
+    buffer = context.allocate(1 << 12, np.float32)
+    order: list[str] = []
+
+    def generate(value):
+        def check():
+            order.append(f"check {value}")
+            return True
+
+        return tune.make_measure(queue, lambda: buffer.zero(queue), check,
+                                 setup=lambda: order.append(f"setup {value}"),
+                                 restore=lambda: order.append(f"restore {value}"))
+
+    tune.search(generate, {"value": [1, 2]}, workers=2)
+    assert order == ["setup 1", "check 1", "restore 1", "setup 2", "check 2", "restore 2"]
+
+
+# -- katsdpsigproc's tuner tests, asked of our API ----------------------------------------------
+
+
+class NumpySpace:
+    autotune_version = 0
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 64})
+    def autotune(klass, context, n):  # noqa: N805 - the class is recognised by position
+        def generate(wgs):
+            return lambda iterations: abs(int(wgs) - 128) * 1e-6 + 1e-6
+
+        best = tune.autotune(generate, wgs=2 ** np.arange(5, 9))
+        return {"wgs": np.int64(best["wgs"])}
+
+
+@pytest.mark.autotune_database
+def test_numpy_values_in_a_space_and_in_a_result(context):
+    assert NumpySpace.autotune(context, 10) == {"wgs": 128}
+    assert type(NumpySpace.autotune(context, 10)["wgs"]) is int
+    stored = [json.loads(t.parameters)["wgs"] for t in ResultStore.open().trials()]
+    assert sorted(stored) == [32, 64, 128, 256]
+    assert tune.tuner_of(NumpySpace).name(NumpySpace).endswith("NumpySpace.autotune")
+
+
+def test_when_everything_fails_the_last_exception_is_chained(context):
+    def generate(wgs):
+        raise KeyError(f"no such thing {wgs}")
+
+    with pytest.raises(tune.AutotuneError, match="error: 2") as info:
+        tune.autotune(generate, wgs=[1, 2])
+    assert isinstance(info.value.__cause__, KeyError)
+    assert "no such thing 2" in str(info.value.__cause__)
+
+
+class CountsCalls:
+    autotune_version = 0
+
+    @classmethod
+    @tune.autotuner(test={"block": 1})
+    def autotune(cls, context):
+        calls["counted"] += 1
+        return {"block": 2}
+
+
+@pytest.mark.force_autotune
+def test_force_autotune_runs_the_tuning_function_on_every_call(context):
+    calls.clear()
+    for _ in range(3):
+        assert CountsCalls.autotune(context) == {"block": 2}
+    assert calls["counted"] == 3
+
+
+def test_decorating_in_the_wrong_order_says_what_to_write():
+    with pytest.raises(TypeError, match="@classmethod\n    @tune.autotuner"):
+        class Wrong:
+            @tune.autotuner(test={"wgs": 64})
+            @classmethod
+            def autotune(cls, context):
+                return {"wgs": 64}
+
+
+def test_a_context_that_is_not_the_first_argument_is_a_clear_error(context):
+    class Swapped:
+        @classmethod
+        @tune.autotuner(test={"wgs": 64})
+        def autotune(cls, n, context):
+            return {"wgs": 64}
+
+    tune.test_mode.force = True
+    try:
+        with pytest.raises(TypeError, match="must be an accel.Context .*def autotune\\(cls, context"):
+            Swapped.autotune(10, context)
+    finally:
+        tune.test_mode.force = False
+
+
+# -- the command line uses the store's public API -----------------------------------------------
+
+
+def test_db_option_leaves_the_environment_alone(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path / "env.db"))
+    target = tmp_path / "option.db"
+    code, out, _ = run(capsys, "warm", "--db", target, "--quiet", "--template",
+                       "toy_templates:FakeTimedTemplate", "FakeTimedTemplate")
+    assert code == 0 and os.environ["AUTOTUNE_DB"] == str(tmp_path / "env.db")
+    assert len(ResultStore(f"sqlite:///{target}").records()) == 3
+    assert not (tmp_path / "env.db").exists()
+
+
+def test_trial_statuses_are_one_vocabulary():
+    assert tune.TrialStatus.parse("wrong_result") is tune.TrialStatus.WRONG_RESULT
+    with pytest.raises(ValueError, match="invalid trial status 'great'; expected one of ok, "):
+        tune.TrialStatus.parse("great")
+    assert tune.TRIAL_STATUSES == tuple(s.value for s in tune.TrialStatus)
+
+
+def test_one_table_maps_dtypes_to_c_types():
+    assert accel.c_type(np.float32) == "float" and accel.c_type(np.complex128) == "cdouble"
+    assert accel.real_dtype(np.complex64) == np.float32
+    with pytest.raises(TypeError, match="no kernel C type"):
+        accel.c_type(np.float16)

@@ -63,7 +63,7 @@ def tune_ours(context: accel.Context, n: int) -> dict[str, Any]:
 
 def kernel_tuner_space(context: accel.Context) -> tuple[dict[str, list[Any]], Any]:
     """Our space in Kernel Tuner's names, and the device-limit restriction we apply too."""
-    space = DiffusionTemplate._space(context)
+    space = DiffusionTemplate.autotune_space(context, 4096, 4096).parameters
     tune_params = {KT_NAMES[k]: [int(v) for v in values] for k, values in space.items()}
     device = context.device
 
@@ -168,7 +168,7 @@ def main() -> None:
     info: dict[str, Any] = {
         "device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),
         "command": "python " + " ".join(["benchmarks/" + Path(sys.argv[0]).name, *sys.argv[1:]]),
-        "size": n, "space": {k: list(v) for k, v in DiffusionTemplate._space(context).items()},
+        "size": n, "space": DiffusionTemplate.autotune_space(context, n, n).describe(),
     }
     print(f"device: {info['device']}\ndate: {info['date']}\ncommand: {info['command']}",
           flush=True)

@@ -1,7 +1,8 @@
 """Converting vectors between single and double precision on the device (mixed-precision solvers).
 
 >>> down = ConvertTemplate(context, np.complex128, np.complex64).instantiate(queue)
->>> down(out, inp)            # out = inp in single precision
+>>> down(out_low, inp)        # out_low = inp in single precision
+>>> up = ConvertTemplate(context, np.complex64, np.complex128).instantiate(queue)
 >>> up.add(x, x_low)          # x += x_low in double precision
 """
 

@@ -185,3 +185,18 @@ def test_launcher_checks_once_and_again_when_argument_types_change(context, comm
         launch([fn.y, fn.x, 3.0, np.uint32(100)])
     with pytest.raises(accel.LaunchError, match="not a multiple"):
         command_queue.launcher(kernel, 100, 64)
+
+
+def test_an_edit_to_an_included_file_within_the_same_second_is_seen(context, tmp_path):
+    part = _write(tmp_path, "same_second_part.mako", "#define VALUE 1.0f\n")
+    main = _write(tmp_path, "same_second_main.mako",
+                  '<%include file="same_second_part.mako"/>\n'
+                  "KERNEL void k(GLOBAL float *y) { y[0] = VALUE; }\n")
+    first = context.build(main, {})
+    stat = part.stat()
+    part.write_text("#define VALUE 2.0f\n")  # same size, and (usually) the same whole second
+    os.utime(part, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1000))
+    second = context.build(main, {})
+    assert second is not first and "#define VALUE 2.0f" in second.source.text
+    assert {f.name for f in second.source.files} == {
+        "portability.mako", "same_second_main.mako", "same_second_part.mako"}

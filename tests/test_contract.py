@@ -324,3 +324,31 @@ def test_one_table_maps_dtypes_to_c_types():
     assert accel.real_dtype(np.complex64) == np.float32
     with pytest.raises(TypeError, match="no kernel C type"):
         accel.c_type(np.float16)
+
+
+def test_a_restriction_that_cannot_judge_a_combination_is_a_clear_error():
+    def generate(wgs, vec):
+        return lambda iterations: 1e-6
+
+    with pytest.raises(tune.AutotuneError, match="restriction 'vec divides wgs' raised "
+                                                 "ZeroDivisionError") as info:
+        tune.autotune(generate, wgs=[32, 64], vec=[0, 1],
+                      restrictions=[tune.restriction("vec divides wgs", lambda p: p["wgs"] % p["vec"] == 0)])
+    assert isinstance(info.value.__cause__, ZeroDivisionError)
+
+
+@pytest.mark.autotune_database
+def test_show_plot_and_clear_select_functions_alike(context, capsys, tmp_path):
+    from operations.scale import ScaleTemplate
+
+    ScaleTemplate.autotune(context, np.float32)
+    store = ResultStore.open()
+    key = tune.tuner_of(ScaleTemplate).key(ScaleTemplate, context, np.dtype(np.float64))
+    from dataclasses import replace
+    store.put(tune.TuningRecord(replace(key, version=0), '{"wgs":64}', 1e-5, "0.0.1"))
+    for name in ("ScaleTemplate", "scale.ScaleTemplate.autotune", "operations.scale.ScaleTemplate"):
+        code, out, _ = run(capsys, "show", "--function", name)
+        assert code == 0 and out.count("ScaleTemplate") == 2, name
+        assert run(capsys, "plot", name, "--out", tmp_path / "p.png")[0] == 0, name
+    code, out, _ = run(capsys, "show")
+    assert "old version (now 1)" in out

@@ -134,8 +134,8 @@ def test_bad_input_gives_clear_errors(context, command_queue):
 @pytest.mark.parametrize("change,match", [
     ({"block_x": 0}, "blocks of 1 to 1024 items a side"),
     ({"block_y": 2048}, "blocks of 1 to 1024 items a side"),
-    ({"tile_x": 2.0}, "'tile_x' = 2.0 is not a int"),
-    ({"tile_y": True}, "'tile_y' = True is not a int"),
+    ({"tile_x": 2.0}, "'tile_x' = 2.0 is not an int"),
+    ({"tile_y": True}, "'tile_y' = True is not an int"),
     ({"tile_y": 17}, "tiles of 1 to 16 points a side"),
     ({"local": "yes"}, "'local' = 'yes' is not a bool"),
     ({"extra": 1}, "keys"),

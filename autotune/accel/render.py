@@ -23,23 +23,42 @@ from .sources import PORTABILITY_HEADER, SourceFile, lookup_dirs, note_used, sou
 _lookups: dict[tuple[str, ...], Any] = {}
 _lookups_lock = threading.Lock()
 _line_maps: dict[str, tuple[str, list[int], list[int]]] = {}
-_rendering = threading.local()  # .files: {uri: path} of the render running on this thread
+_rendering = threading.local()  # .files: {uri: SourceFile} of the render running on this thread
 
 
 @functools.lru_cache(maxsize=1)
 def _recording_lookup_class() -> type:
-    """A Mako lookup that notes every template a render loads (the main one and its includes).
+    """A Mako lookup that notes every template a render loads (the main one and its includes),
+    with the digest of the text it compiled.
 
-    Mako is imported here, on the first render, not when autotune is imported.
+    Mako notices an edited file by its modification time in whole seconds; an edit within the
+    same second as the last load would be missed, so the lookup also compares contents and
+    loads the file again when they differ. Mako is imported here, on the first render, not when
+    autotune is imported.
     """
     from mako.lookup import TemplateLookup
+    from mako.template import Template
 
     class RecordingLookup(TemplateLookup):
+        def __init__(self, *args: Any, **kwargs: Any):
+            super().__init__(*args, **kwargs)
+            self._compiled: dict[str, tuple[Any, str]] = {}  # uri -> (template, digest)
+
         def get_template(self, uri: str):
             template = super().get_template(uri)
+            if not template.filename:
+                return template
+            name = uri.lstrip("/")
+            current = source_file(name, template.filename)
+            seen = self._compiled.get(uri)
+            if seen is not None and seen[0] is template and seen[1] != current.digest:
+                template = Template(uri=template.uri, filename=template.filename, lookup=self,
+                                    **self.template_args)
+                self.put_template(uri, template)
+            self._compiled[uri] = (template, current.digest)
             files = getattr(_rendering, "files", None)
-            if files is not None and template.filename:
-                files.setdefault(uri.lstrip("/"), template.filename)
+            if files is not None:
+                files.setdefault(name, current)
             return template
 
     return RecordingLookup
@@ -188,7 +207,7 @@ def render(
         raise CompileError(f"{path.name}: template error: {exc}") from exc
     finally:
         _rendering.files = outer
-    files = tuple(source_file(name, file) for name, file in sorted(used.items()))
+    files = tuple(used[name] for name in sorted(used))
     note_used(files)
     text = buf.getvalue()
     origins = list(buf.origins)

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     show = _sub(sub, "show", "show stored results as a table",
                 "python -m autotune show --function %Reduce% --device H100")
-    show.add_argument("--function", help="qualified function name, or a pattern with %%")
+    show.add_argument("--function", help="part of a qualified function name, or a pattern with %% wildcards")
     show.add_argument("--device", help="part of a device name (case-insensitive)")
 
     export = _sub(sub, "export", "write stored results as CSV or JSON",
@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=("csv", "json"),
                         help="csv or json (default: from the --out extension, else csv)")
     export.add_argument("--out", metavar="FILE", help="output file (default: standard output)")
-    export.add_argument("--function", help="qualified function name, or a pattern with %%")
+    export.add_argument("--function", help="part of a qualified function name, or a pattern with %% wildcards")
     export.add_argument("--device", help="part of a device name")
 
     imp = _sub(sub, "import", "merge results from another database or an export: every row is "
@@ -90,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     clear = _sub(sub, "clear", "delete stored results (and their trials)",
                  "python -m autotune clear --device 'EPYC' --yes")
-    clear.add_argument("--function", help="qualified function name, or a pattern with %%")
+    clear.add_argument("--function", help="part of a qualified function name, or a pattern with %% wildcards")
     clear.add_argument("--device", help="part of a device name")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 

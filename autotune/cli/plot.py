@@ -8,7 +8,7 @@ from typing import Any
 
 from ..tune.store import ResultStore
 from ..tune import describe_arguments, trial_problem
-from .results import write_output
+from .results import function_pattern, write_output
 
 
 def run_plot(args: Any, url: str) -> int:
@@ -20,7 +20,7 @@ def run_plot(args: Any, url: str) -> int:
     except ImportError:
         raise ValueError("plot needs matplotlib: pip install 'autotune[plot]'") from None
     store = ResultStore(url)
-    pattern = args.function if "%" in args.function or "." in args.function else f"%{args.function}%"
+    pattern = function_pattern(args.function)
     trials = [t for t in store.trials(function=pattern)
               if t.status == "ok" and not trial_problem(t) and t.median_seconds]
     if not trials:

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..registry import RegisteredTemplate, registered_templates
 from ..tune import MergePolicy, ResultStore, TuningRecord, describe_arguments, record_problem
+from ..tune.store import display
 from ..tune.store.transfer import export_text, format_for, read_import
 from .formatting import parameters_text, rate_text, seconds_text, short_function
 
@@ -25,13 +26,15 @@ def status_text(record: TuningRecord, templates: dict[str, RegisteredTemplate],
     """``fresh``, ``stale (file, ...)``, ``invalid: why``, or ``-`` where it cannot be told
     (a function no registered template owns)."""
     template = templates.get(record.key.function)
-    test = template.test_parameters if template and template.tuner.version(template.cls) == record.key.version \
-        else None
+    current_version = template.tuner.version(template.cls) if template is not None else None
+    test = template.test_parameters if current_version == record.key.version else None
     problem = record_problem(record, test)
     if problem:
         return f"invalid: {problem[:60]}"
     if template is None:
         return "-"
+    if record.key.version != current_version:
+        return f"old version (now {current_version})"
     if not record.fingerprint:
         return "stale (no fingerprint)"
     now = current.setdefault(record.key.function, template.current_sources())
@@ -70,14 +73,15 @@ def _table(records: list[TuningRecord]) -> str:
 
 
 def run_show(args: Any, url: str) -> int:
-    records = ResultStore(url).records(function=_pattern(args.function), device=args.device)
+    records = ResultStore(url).records(function=function_pattern(args.function), device=args.device)
     print(_table(records))
     return 0
 
 
-def _pattern(function: str | None) -> str | None:
-    """An exact qualified name, or a pattern: ``%`` wildcards, or a bare part of a name."""
-    if function is None or "%" in function or function.count(".") >= 2:
+def function_pattern(function: str | None) -> str | None:
+    """What ``--function X`` selects: a pattern with ``%`` wildcards as written, else every
+    function whose qualified name contains ``X`` (a whole qualified name matches itself)."""
+    if function is None or "%" in function:
         return function
     return f"%{function}%"
 
@@ -95,7 +99,7 @@ def write_output(path: Path, text: str | bytes) -> None:
 
 
 def run_export(args: Any, url: str) -> int:
-    records = ResultStore(url).records(function=_pattern(args.function), device=args.device)
+    records = ResultStore(url).records(function=function_pattern(args.function), device=args.device)
     if args.out:
         out = Path(args.out)
         text = export_text(records, format_for(out, args.format))
@@ -135,7 +139,7 @@ _POLICY_TEXT = {
 
 def run_clear(args: Any, url: str) -> int:
     store = ResultStore(url)
-    function = _pattern(args.function)
+    function = function_pattern(args.function)
     matching = store.records(function=function, device=args.device)
     if not matching:
         print("nothing to delete")
@@ -144,7 +148,7 @@ def run_clear(args: Any, url: str) -> int:
         if not sys.stdin.isatty():
             raise ValueError(f"refusing to delete {len(matching)} results without --yes "
                              "(no terminal to ask)")
-        answer = input(f"Delete {len(matching)} results and their trials from {url}? [y/N] ")
+        answer = input(f"Delete {len(matching)} results and their trials from {display(url)}? [y/N] ")
         if answer.strip().lower() not in ("y", "yes"):
             print("nothing deleted")
             return 1

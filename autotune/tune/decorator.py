@@ -13,6 +13,7 @@ tuned again; the new result replaces it.
 
 from __future__ import annotations
 
+import atexit
 import enum
 import functools
 import hashlib
@@ -89,6 +90,18 @@ _pending: dict[str, list[tuple[TuningRecord, list[TrialRecord]]]] = {}
 _pending_lock = threading.Lock()
 _warned_read_only: set[str] = set()
 _warned_sources: set[str] = set()
+
+
+@atexit.register
+def _report_unstored() -> None:
+    """Results a busy database refused and no later write stored are lost with the process:
+    say so once, at exit, rather than wait on the lock again."""
+    with _pending_lock:
+        pending = {url: len(results) for url, results in _pending.items() if results}
+    for url, count in pending.items():
+        logger.warning("%d tuned result(s) could not be stored in %s, which stayed busy; they were "
+                       "used in this process only (tune them again, e.g. python -m autotune warm)",
+                       count, display(url))
 
 
 def match_mode(value: str | None = None) -> str:

@@ -237,9 +237,10 @@ def check_parameter_value(name: str, value: Any, expected: Any) -> Any:
     else:
         ok = False
     if not ok:
+        kind = {bool: "a bool", int: "an int", float: "a number", str: "an identifier-like string"}
         raise InvalidParametersError(
-            f"parameter {name!r} = {value!r} is not a {type(expected).__name__} like its "
-            f"test= value {expected!r}" + (" (or is out of range)" if isinstance(expected, int) else "")
+            f"parameter {name!r} = {value!r} is not {kind[type(expected)]} like its test= value "
+            f"{expected!r}" + (" (or is out of range)" if type(expected) is int else "")
         )
     return value
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..accel import CompileError, LaunchError, tuning_turn
-from .measurement import Measure, MeasurementError, WrongResult, rates, time_candidate
+from .measurement import Measure, WrongResult, rates, time_candidate
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
 
@@ -221,7 +221,10 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         space = _space(None, (), dict(space))
     run = _run.get() or TuningRun()
     run.searched.append(space)
-    configs = space.configurations()
+    try:
+        configs = space.configurations()
+    except SpaceError as exc:
+        raise AutotuneError(str(exc)) from exc.__cause__
     reference = None  # the baseline, timed for the speed-up but outside the space: never wins
     baseline = run.baseline
     if (configs and baseline is not None and set(baseline) == set(space.names)
@@ -281,9 +284,7 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
                 continue
             try:
                 timing = time_candidate(outcome)
-            except MeasurementError as exc:
-                raise AutotuneError(str(exc)) from exc
-            except Exception as exc:
+            except Exception as exc:  # MeasurementError too: that candidate's time is not usable
                 last_error = exc
                 record(Trial(params, classify(exc), f"{type(exc).__name__}: {exc}"))
                 continue

@@ -93,7 +93,15 @@ class Space:
         return size
 
     def _allowed(self, config: dict[str, Any]) -> bool:
-        return all(restriction(config) for restriction in self.restrictions)
+        for restriction in self.restrictions:
+            try:
+                if not restriction(config):
+                    return False
+            except Exception as exc:
+                raise SpaceError(f"restriction {_name(restriction)} raised {type(exc).__name__}: "
+                                 f"{exc} on {config}; a restriction must return True or False "
+                                 "for every combination of the lists") from exc
+        return True
 
     def product(self) -> Iterator[dict[str, Any]]:
         """Every combination, restrictions ignored, in the declared order."""

@@ -113,7 +113,7 @@ class ResultStore:
             if self._sql is None:
                 from .sql import SqlBackend  # SQLAlchemy: only once it is needed
 
-                self._sql = SqlBackend(self._url)
+                self._sql = SqlBackend(self._url, read_only=self._read_only)
             return self._sql
 
     def _writer(self) -> Any:

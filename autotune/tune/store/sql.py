@@ -260,8 +260,9 @@ def _schema_version(connection: Connection) -> int | None:
 class SqlBackend:
     """Reads and writes through SQLAlchemy Core; every method is one transaction."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
+        self.read_only = read_only
         self.engine = create_sql_engine(url)
         self._ready = False
 
@@ -294,6 +295,10 @@ class SqlBackend:
         version = self.schema_version()
         if version is None and not create:
             raise StoreError(f"{display(self.url)} holds no autotune tables; nothing to read")
+        if self.read_only and (version is None or version < SCHEMA_VERSION):
+            raise StoreError(f"tuning database {display(self.url)} has the older schema version "
+                             f"{version} and is open read-only; open it once with write access "
+                             "to upgrade it")
         if version is None or version < SCHEMA_VERSION:
             self._create_or_upgrade()
         else:

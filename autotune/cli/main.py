@@ -9,9 +9,7 @@ from collections.abc import Sequence
 
 from .. import accel
 from ..registry import RegistryError
-from ..tune import AutotuneError, ConfigurationError, StoreError, database_url
-from ..tune.store import sqlite_file
-from ..tune.store.transfer import NotAnExportError
+from ..tune import AutotuneError, ConfigurationError, NotAnExportError, StoreError, database_url, sqlite_file
 
 EPILOG_DB = (
     "The database is AUTOTUNE_DB (a file path or an SQLAlchemy URL), or --db, default "

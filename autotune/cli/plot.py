@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..tune.store import ResultStore
-from ..tune import describe_arguments, trial_problem
+from ..tune import ResultStore, describe_arguments, trial_problem
 from .results import function_pattern, write_output
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..registry import RegisteredTemplate, registered_templates
-from ..tune import MergePolicy, ResultStore, TuningRecord, describe_arguments, record_problem
-from ..tune.store import display
-from ..tune.store.transfer import export_text, format_for, read_import
+from ..tune import (MergePolicy, ResultStore, TuningRecord, describe_arguments, display, export_text,
+                    format_for, read_import, record_problem)
 from .formatting import parameters_text, rate_text, seconds_text, short_function
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from .. import accel
 from ..registry import RegisteredTemplate, load_template, registered_templates
-from ..tune import Freshness, describe_arguments, encode_arguments, encode_parameters, get_store, match_mode, use_database
-from ..tune.search import observers
+from ..tune import (Freshness, describe_arguments, encode_arguments, encode_parameters, get_store,
+                    match_mode, observers, use_database)
 from .formatting import parameters_text, seconds_text
 
 

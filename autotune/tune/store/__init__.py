@@ -22,10 +22,14 @@ from .location import (
 from .result_store import MergeCounts, MergePolicy, ResultStore
 from .rows import KEY_FIELDS, RESULT_COLUMNS, SCHEMA_VERSION, TRIAL_COLUMNS
 from .settings import BUSY_TIMEOUT_SECONDS
+from .transfer import EXPORT_FORMATS, ImportSource, NotAnExportError, export_text, format_for, read_import
 
 __all__ = [
     "BUSY_TIMEOUT_SECONDS",
     "DEFAULT_DB_ENV",
+    "EXPORT_FORMATS",
+    "ImportSource",
+    "NotAnExportError",
     "KEY_FIELDS",
     "RESULT_COLUMNS",
     "SCHEMA_VERSION",
@@ -40,6 +44,9 @@ __all__ = [
     "database_url",
     "default_database_path",
     "display",
+    "export_text",
+    "format_for",
+    "read_import",
     "sqlite_file",
     "use_database",
 ]

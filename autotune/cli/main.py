@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from .. import accel
 from ..registry import RegistryError
-from ..tune import AutotuneError, ConfigurationError, NotAnExportError, StoreError, database_url, sqlite_file
+from ..tune import (STRATEGIES, AutotuneError, ConfigurationError, NotAnExportError, StoreError,
+                    database_url, sqlite_file)
 
 EPILOG_DB = (
     "The database is AUTOTUNE_DB (a file path or an SQLAlchemy URL), or --db, default "
@@ -56,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--template", action="append", default=[], metavar="MODULE:CLASS",
                       help="also warm a template that is not registered (repeatable)")
     warm.add_argument("--quiet", action="store_true", help="no progress output")
+    warm.add_argument("--strategy", choices=sorted(STRATEGIES),
+                      help="search strategy for every key (default: each template's own, "
+                           "brute_force unless it says otherwise)")
+    warm.add_argument("--max-evals", type=int, metavar="N",
+                      help="measure at most N distinct configurations per key")
+    warm.add_argument("--max-seconds", type=float, metavar="S",
+                      help="spend at most S seconds searching per key, compiling included")
+    warm.add_argument("--seed", type=int, help="seed of the strategies' random choices")
 
     _sub(sub, "devices", "list the devices found and the identity used in tuning keys",
          "python -m autotune devices")

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -13,8 +14,8 @@ from typing import Any
 
 from .. import accel
 from ..registry import RegisteredTemplate, load_template, registered_templates
-from ..tune import (Freshness, describe_arguments, encode_arguments, encode_parameters, get_store,
-                    match_mode, observers, use_database)
+from ..tune import (Freshness, describe_arguments, display, encode_arguments, encode_parameters,
+                    get_store, match_mode, observers, search_settings, use_database)
 from .formatting import parameters_text, seconds_text
 
 
@@ -38,57 +39,93 @@ class WarmOutcome:
         return None
 
 
-class _Progress:
-    """Progress through one key's candidates: a rich bar when available, else plain lines."""
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
 
-    def __init__(self, stream: Any, quiet: bool):
+
+class _Progress:
+    """Progress through the keys and through each key's candidates: rich bars on a terminal,
+    else one line per key, with the time elapsed and an estimate of the time left."""
+
+    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int):
         self.stream = stream
         self.quiet = quiet
+        self.total = total
+        self.to_tune = to_tune
+        self.done = 0
+        self.tuned = 0
+        self.started = time.perf_counter()
+        self.tuning_seconds = 0.0
         self.rich = None
         if not quiet and stream.isatty():
             try:
-                from rich.progress import (BarColumn, MofNCompleteColumn, Progress,
-                                           TextColumn, TimeRemainingColumn)
+                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                           TimeElapsedColumn, TimeRemainingColumn)
 
                 self.rich = Progress(TextColumn("{task.description}"), BarColumn(),
-                                     MofNCompleteColumn(), TimeRemainingColumn(),
-                                     transient=True)
+                                     MofNCompleteColumn(), TimeElapsedColumn(),
+                                     TimeRemainingColumn(), transient=True)
+                self.rich.start()
+                self.overall = self.rich.add_task("keys", total=total)
             except ImportError:
                 self.rich = None
         self.task = None
         self.label = ""
-        self.started = 0.0
+
+    def close(self) -> None:
+        if self.rich is not None:
+            self.rich.stop()
+
+    def skipped(self) -> None:
+        self.done += 1
+        if self.rich is not None:
+            self.rich.update(self.overall, completed=self.done)
+
+    def left(self) -> str:
+        """About how long the keys still to tune will take, from those tuned so far."""
+        remaining = self.to_tune - self.tuned
+        if not self.tuned or remaining <= 0:
+            return ""
+        return f", about {_duration(self.tuning_seconds / self.tuned * remaining)} left"
 
     @contextmanager
     def key(self, label: str) -> Iterator[None]:
         self.label = label
-        self.started = time.perf_counter()
+        started = time.perf_counter()
         if self.rich is not None:
-            self.rich.start()
             self.task = self.rich.add_task(label, total=None)
+        elif not self.quiet:
+            elapsed = _duration(time.perf_counter() - self.started)
+            print(f"[{self.done + 1}/{self.total}] tuning {label} ({elapsed} elapsed{self.left()})",
+                  file=self.stream, flush=True)
         observers.append(self.observe)
         try:
             yield
         finally:
             observers.remove(self.observe)
+            self.tuning_seconds += time.perf_counter() - started
+            self.tuned += 1
+            self.done += 1
             if self.rich is not None:
-                self.rich.stop()
+                self.rich.remove_task(self.task)
+                self.rich.update(self.overall, completed=self.done,
+                                 description=f"keys{self.left()}")
                 self.task = None
 
     def observe(self, event: str, data: dict[str, Any]) -> None:
-        if self.quiet:
+        if self.rich is None or self.task is None:
             return
         if event == "start":
-            if self.rich is not None:
-                self.rich.update(self.task, total=data["configurations"], completed=0)
-            else:
-                print(f"tuning {self.label}: {data['configurations']} candidates",
-                      file=self.stream, flush=True)
-        elif event == "trial" and self.rich is not None:
+            self.rich.update(self.task, total=data["configurations"], completed=0)
+        elif event == "trial":
             self.rich.update(self.task, completed=data["done"])
-        elif event == "trial" and data["done"] == data["total"]:
-            print(f"  done in {time.perf_counter() - self.started:.1f} s", file=self.stream,
-                  flush=True)
 
 
 def _test_score(store: Any, key: Any, test: dict[str, Any]) -> float | None:
@@ -99,27 +136,33 @@ def _test_score(store: Any, key: Any, test: dict[str, Any]) -> float | None:
 
 
 def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, url: str,
-                force: bool, dry_run: bool, quiet: bool) -> list[WarmOutcome]:
+                force: bool, dry_run: bool, quiet: bool,
+                settings: dict[str, Any] | None = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
-    is tuned again, like a missing one.
+    is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed)
+    apply to every search.
     """
     context = spec.create_context()
     device = context.device.name
     store = get_store(url)
-    progress = _Progress(sys.stderr, quiet)
     outcomes = []
     with use_database(url):
-        for template in templates:
-            for config in template.configurations(context):
+        plan = [(template, config, template.judge(context, config))
+                for template in templates for config in template.configurations(context)]
+        to_tune = sum(1 for _, _, v in plan
+                      if force or v is None or v.freshness is not Freshness.FRESH)
+        progress = _Progress(sys.stderr, quiet or dry_run, len(plan), to_tune)
+        try:
+            for template, config, verdict in plan:
                 args = describe_arguments(encode_arguments(config))
-                verdict = template.judge(context, config)
                 if verdict is not None and verdict.freshness is Freshness.FRESH and not force:
                     record = verdict.record
                     outcomes.append(WarmOutcome(
                         template.name, device, args, "stored", parameters_text(record.parameters),
                         record.score, _test_score(store, record.key, template.test_parameters)))
+                    progress.skipped()
                     continue
                 why = "" if verdict is None else f" ({verdict.freshness}: {verdict.reason})"
                 if dry_run:
@@ -127,7 +170,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                                                 message=why.strip(" ()")))
                     continue
                 try:
-                    with progress.key(f"{template.name} {args} on {device}{why}"):
+                    with progress.key(f"{template.name} {args} on {device}{why}"), \
+                            search_settings(**(settings or {})):
                         outcome = template.retune(context, config)
                 except Exception as exc:  # AutotuneError and others: reported, warm goes on
                     outcomes.append(WarmOutcome(template.name, device, args, "failed",
@@ -137,13 +181,16 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     template.name, device, args, "tuned" if outcome.stored else "tuned, not stored",
                     parameters_text(encode_parameters(outcome.parameters)), outcome.score,
                     outcome.test_score))
+        finally:
+            progress.close()
     return outcomes
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, url, force, dry_run = job
+    spec, extra, names, url, force, dry_run, settings = job
     templates = _select_templates(names, extra)
-    return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True)
+    return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True,
+                       settings=settings)
 
 
 def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemplate]:
@@ -161,6 +208,11 @@ def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemp
 
 def run_warm(args: Any, url: str) -> int:
     match_mode()  # a bad AUTOTUNE_MATCH is one clear error, not a failure per key
+    settings = {"strategy": args.strategy, "max_evals": args.max_evals,
+                "max_seconds": args.max_seconds, "seed": args.seed}
+    with search_settings(**settings):  # checks them once, before anything is tuned
+        pass
+    started = time.perf_counter()
     templates = _select_templates(args.operations, args.template)
     if args.all_devices:
         specs = accel.select_devices(None)
@@ -168,18 +220,27 @@ def run_warm(args: Any, url: str) -> int:
         specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[:1]
     jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:
-        work = [(s, args.template, args.operations, url, args.force, args.dry_run) for s in specs]
+        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings)
+                for s in specs]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             outcomes = [o for part in pool.map(_warm_worker, work) for o in part]
     else:
         outcomes = []
         for spec in specs:
             outcomes += warm_device(spec, templates, url=url, force=args.force,
-                                    dry_run=args.dry_run, quiet=args.quiet)
+                                    dry_run=args.dry_run, quiet=args.quiet, settings=settings)
     _print_table(outcomes, dry_run=args.dry_run)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         print(f"FAILED {o.template} {o.arguments} on {o.device}: {o.message}", file=sys.stderr)
+    if not args.dry_run:
+        counts = Counter(o.status for o in outcomes)
+        parts = ", ".join(f"{counts[s]} {s}" for s in ("tuned", "tuned, not stored", "stored", "failed")
+                          if counts[s] or s in ("tuned", "stored", "failed"))
+        devices = len({o.device for o in outcomes})
+        keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
+        print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
+              f"in {_duration(time.perf_counter() - started)}; database {display(url)}")
     return 1 if failed else 0
 
 

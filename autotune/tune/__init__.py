@@ -46,15 +46,20 @@ from .encoding import (
 )
 from .measurement import Measurement, WrongResult, make_measure
 from .records import TRIAL_STATUSES, ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
+from .evaluation import Budget
+from .replay import Landscape, ReplayRun, landscape, replay
 from .search import (
     AutotuneError,
     InvalidConfiguration,
     SearchResult,
+    SearchSettings,
     Trial,
     autotune,
     observers,
     search,
+    search_settings,
 )
+from .strategies import STRATEGIES
 from .space import Space, SpaceError, restriction
 from .store import (
     MergeCounts,
@@ -76,6 +81,14 @@ from .validation import record_problem, trial_problem
 
 __all__ = [
     "ENV_MATCH",
+    "STRATEGIES",
+    "Budget",
+    "Landscape",
+    "ReplayRun",
+    "SearchSettings",
+    "landscape",
+    "replay",
+    "search_settings",
     "MATCH_MODES",
     "TRIAL_STATUSES",
     "ArgumentEncodingError",

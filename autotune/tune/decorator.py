@@ -44,7 +44,7 @@ from .encoding import (
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space, SpaceError
 from .store import ReadOnlyStoreError, ResultStore, StoreBusyError, StoreError, database_url, display
-from .validation import record_problem
+from .validation import record_problem, trial_problem
 
 logger = logging.getLogger("autotune.tune")
 
@@ -448,12 +448,15 @@ class TunedFunction:
         fingerprint = self._fingerprint(call)
         device = call.context.device
         writer = _TrialWriter(store, key, fingerprint.digest)
+        seeds, prior = warm_start(store, key, fingerprint.space)
         run = _search.TuningRun(
             on_trial=writer.add,
             thread_scope=getattr(call.context, "thread_scope", None),
             parallel=bool(device.is_gpu),
             baseline=self.test,
             space=fingerprint.space,
+            seeds=seeds,
+            prior=prior,
         )
         logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
         started = time.perf_counter()
@@ -475,14 +478,8 @@ class TunedFunction:
         timed = run.timed(params)
         baseline = run.timed(self.test)
         score = timed.median_seconds if timed is not None else math.inf
-        searched = run.searched[-1] if run.searched else None
-        search_info = {
-            "strategy": "brute_force",
-            "configurations": len(searched.configurations()) if searched is not None else 0,
-            "measured": sum(1 for t in run.trials if t.status == "ok"),
-            "trials": len(run.trials),
-            "seconds": round(time.perf_counter() - started, 3),
-        }
+        search_info = {**run.info, "trials": len(run.trials),
+                       "seconds": round(time.perf_counter() - started, 3)}
         record = TuningRecord(
             key=key, parameters=encode_parameters(params), score=score,
             package_version=autotune.__version__, fingerprint=fingerprint.digest,
@@ -511,6 +508,59 @@ class TunedFunction:
             logger.warning("%s rendered %s, which its autotune_sources do not cover: edits to it "
                            "will not expire stored results; add it to autotune_sources",
                            name, ", ".join(uncovered))
+
+
+#: How many of the nearest devices' best configurations a search measures first.
+WARM_START_SEEDS = 8
+
+
+def warm_start(store: ResultStore, key: TuningKey,
+               space: Space | None) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], float]]]:
+    """Where a search for ``key`` should start: stored trials of the same function, version and
+    arguments on the nearest devices (this device's own earlier trials first, then the same
+    device name on another platform or driver, then any other device).
+
+    Returns the best configurations of those devices, nearest first (measured first by every
+    strategy), and the nearest device's trials as (configuration, time / its best) for
+    model-based strategies. Only well-formed trials inside ``space`` count.
+    """
+    if space is None:
+        return [], []
+    try:
+        trials = store.trials(function=key.function, version=key.version, arguments=key.arguments)
+    except StoreError as exc:
+        logger.info("no warm start for %s: %s", key.function, exc)
+        return [], []
+    by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
+    for trial in trials:
+        if trial.status != "ok" or trial_problem(trial):
+            continue
+        params = decode_parameters(trial.parameters)
+        if space.why_not(params) is not None:
+            continue
+        found = by_device.setdefault(trial.key.device, {})
+        found[tuple(params[n] for n in space.names)] = (params, trial.median_seconds)
+
+    def nearness(device: tuple[str, str, str]) -> tuple[int, ...]:
+        name, platform, driver = device
+        return (name != key.device_name, platform != key.device_platform,
+                driver != key.driver_version)
+
+    devices = sorted(by_device, key=nearness)
+    seeds: list[dict[str, Any]] = []
+    for device in devices:
+        ranked = sorted(by_device[device].values(), key=lambda item: item[1])
+        for params, _ in ranked[:3]:
+            if params not in seeds:
+                seeds.append(params)
+    prior: list[tuple[dict[str, Any], float]] = []
+    for device in devices:
+        found = list(by_device[device].values())
+        if len(found) >= 2:
+            best = min(t for _, t in found)
+            prior = [(params, t / best) for params, t in found]
+            break
+    return seeds[:WARM_START_SEEDS], prior
 
 
 def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:

@@ -105,9 +105,15 @@ class Timing:
     max_seconds: float
 
 
-def time_candidate(measure: Measure) -> Timing:
+#: A candidate whose warm-up runs are this many times slower than the best so far is not timed
+#: further: it cannot win, and refining its time would cost most of a large search.
+CUTOFF = 4.0
+
+
+def time_candidate(measure: Measure, best: float | None = None) -> Timing:
     """Prepare (setup, check), warm up, size batches to the target duration, time at least
-    :data:`MIN_BATCHES` batches; then restore."""
+    :data:`MIN_BATCHES` batches; then restore. A candidate whose warm-up already takes more than
+    :data:`CUTOFF` times ``best`` (the best median so far) keeps its warm-up time."""
     try:
         if isinstance(measure, Measurement):
             measure.prepare()
@@ -117,6 +123,8 @@ def time_candidate(measure: Measure) -> Timing:
         if not (estimate > 0 and math.isfinite(estimate)):
             raise MeasurementError(
                 f"measure returned {estimate} seconds; a tuning queue must time the work it runs")
+        if best is not None and estimate > CUTOFF * best:
+            return Timing(estimate, estimate, estimate)
         iterations = max(1, min(10_000, round(target / estimate)))
         samples = [measure(iterations) for _ in range(MIN_BATCHES)]
         for s in samples:

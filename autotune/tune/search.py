@@ -1,31 +1,46 @@
 """Searching a parameter space: ``autotune(generate, **space)`` and ``search``.
 
 ``generate(**params)`` builds one candidate and returns a :class:`~.measurement.Measurement`
-(or a ``measure(iterations)`` callable, or ``None`` to skip it). On GPUs candidates are generated
-in a thread pool a few steps ahead of the one being measured, so compilation overlaps timing;
-but every command a candidate's ``generate`` puts on a tuning queue (uploads, fills, launches)
-waits for that candidate's turn, so buffers shared between candidates are set up, checked and
-timed in order.
+(or a ``measure(iterations)`` callable, or ``None`` to skip it). A strategy
+(:data:`~.strategies.STRATEGIES`) chooses which configurations to measure, within a budget
+(``max_evals`` distinct configurations measured, ``max_seconds`` of wall time); without a
+budget the default, ``brute_force``, measures every valid configuration. On GPUs candidates are
+generated in a thread pool a few steps ahead of the one being measured, so compilation overlaps
+timing; but every command a candidate's ``generate`` puts on a tuning queue (uploads, fills,
+launches) waits for that candidate's turn, so buffers shared between candidates are set up,
+checked and timed in order.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import contextvars
 import logging
-import os
-import threading
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..accel import CompileError, LaunchError, tuning_turn
-from .measurement import Measure, WrongResult, rates, time_candidate
+import numpy as np
+
+from .evaluation import (
+    Budget,
+    BudgetExhausted,
+    DeviceEvaluator,
+    InvalidConfiguration,
+    StrategyContext,
+    Trial,
+    classify,
+    default_workers,
+)
+from .measurement import Measure
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
+from .strategies import STRATEGIES
+
+__all__ = ["AutotuneError", "InvalidConfiguration", "SearchResult", "SearchSettings", "Trial",
+           "TuningRun", "autotune", "classify", "current_run", "observers", "search",
+           "search_settings", "tuning_run"]
 
 logger = logging.getLogger("autotune.tune")
 
@@ -34,51 +49,48 @@ class AutotuneError(RuntimeError):
     """No configuration of the space succeeded, or the space is empty."""
 
 
-class InvalidConfiguration(ValueError):
-    """Raised by ``generate`` for a configuration that cannot work (recorded as ``invalid``)."""
-
-
-def classify(exc: BaseException) -> TrialStatus:
-    """The failure kind recorded for an exception from generating or measuring a candidate."""
-    if isinstance(exc, WrongResult):
-        return TrialStatus.WRONG_RESULT
-    if isinstance(exc, CompileError):
-        return TrialStatus.COMPILE_ERROR
-    if isinstance(exc, LaunchError):
-        return TrialStatus.LAUNCH_ERROR
-    if isinstance(exc, InvalidConfiguration):
-        return TrialStatus.INVALID
-    module = type(exc).__module__ or ""
-    if module.startswith(("pycuda", "pyopencl")):
-        return TrialStatus.LAUNCH_ERROR  # raised by the driver while running the candidate
-    return TrialStatus.ERROR
-
-
-@dataclass(frozen=True)
-class Trial:
-    """The outcome of one configuration."""
-
-    parameters: dict[str, Any]
-    status: TrialStatus  #: ``ok`` or a failure kind
-    message: str = ""
-    min_seconds: float | None = None
-    median_seconds: float | None = None
-    max_seconds: float | None = None
-    gbps: float | None = None
-    gflops: float | None = None
-
-
 @dataclass
 class SearchResult:
     best: dict[str, Any]
     score: float
     trials: list[Trial] = field(default_factory=list)
+    #: what the search did: strategy, seed, budget, configurations in the space, measured
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Strategy and budget chosen from outside a tuning function (``warm --max-evals``...):
+    a setting given here wins over the tuning function's own arguments."""
+
+    strategy: str | None = None
+    max_evals: int | None = None
+    max_seconds: float | None = None
+    seed: int | None = None
+
+
+_settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", default=SearchSettings())
+
+
+@contextlib.contextmanager
+def search_settings(**settings: Any) -> Iterator[SearchSettings]:
+    """Within the block, searches use this strategy, budget and seed (None leaves one as the
+    tuning function says)."""
+    chosen = SearchSettings(**settings)
+    if chosen.strategy is not None and chosen.strategy not in STRATEGIES:
+        raise ValueError(f"unknown strategy {chosen.strategy!r}; choose from {', '.join(STRATEGIES)}")
+    Budget(chosen.max_evals, chosen.max_seconds)  # checks the values
+    token = _settings.set(chosen)
+    try:
+        yield chosen
+    finally:
+        _settings.reset(token)
 
 
 @dataclass
 class TuningRun:
     """What the decorator sets up while a tuning function runs: where trials go, which device,
-    which space the template declared. Every trial of the run is kept in :attr:`trials`."""
+    which space the template declares, where to start. Every trial of the run is kept."""
 
     on_trial: Callable[[Trial], None] | None = None
     thread_scope: Callable[[], contextlib.AbstractContextManager] | None = None
@@ -88,8 +100,13 @@ class TuningRun:
     baseline: dict[str, Any] | None = None
     #: The space the template declares; ``autotune(generate)`` without lists searches it.
     space: Space | None = None
+    #: A warm start: configurations to measure first (the best of the nearest devices'), and
+    #: other devices' (configuration, time relative to their best) for model-based strategies.
+    seeds: list[dict[str, Any]] = field(default_factory=list)
+    prior: list[tuple[dict[str, Any], float]] = field(default_factory=list)
     trials: list[Trial] = field(default_factory=list)
     searched: list[Space] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)  #: the last search's SearchResult.info
 
     def timed(self, parameters: dict[str, Any]) -> Trial | None:
         """The last successful trial of ``parameters`` in this run, if they were timed."""
@@ -126,62 +143,25 @@ def current_run() -> TuningRun | None:
     return _run.get()
 
 
-class _Cancelled(Exception):
-    """A candidate generated ahead was abandoned before its turn came."""
-
-
-class _Turns:
-    """Which candidate's device work may run now (candidates are numbered in search order)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._current = -1
-        self._closed = False
-
-    def advance(self, index: int) -> None:
-        with self._cond:
-            self._current = index
-            self._cond.notify_all()
-
-    def wait_for(self, index: int) -> None:
-        with self._cond:
-            while self._current < index and not self._closed:
-                self._cond.wait()
-            if self._current < index:
-                raise _Cancelled()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
-
-
-def _generate(generate: Callable[..., Any], params: dict[str, Any],
-              scope: Callable[[], contextlib.AbstractContextManager] | None,
-              turns: _Turns | None, index: int) -> Any:
-    with scope() if scope is not None else contextlib.nullcontext():
-        ordered = tuning_turn(lambda: turns.wait_for(index)) if turns is not None \
-            else contextlib.nullcontext()
-        try:
-            with ordered:
-                return generate(**params)
-        except Exception as exc:  # recorded as a failed configuration, search goes on
-            return exc
-
-
 def autotune(generate: Callable[..., Measure | None], space: Space | None = None, /, *,
+             strategy: str = "brute_force", max_evals: int | None = None,
+             max_seconds: float | None = None, seed: int | None = None,
              restrictions: Sequence[Restriction] = (), **parameters: Sequence[Any]) -> dict[str, Any]:
-    """Try every valid configuration and return the fastest one's parameters.
+    """Search the space with ``strategy`` within the budget; return the fastest parameters.
 
     The space is given as keyword lists (``wgs=[64, 128]``) with optional ``restrictions``
     (predicates on a configuration dict), or as a :class:`Space`. Inside a tuning function whose
     template declares ``autotune_space``, ``autotune(generate)`` searches that space.
+    ``max_evals`` counts distinct configurations measured (skipped and failed ones do not
+    count); ``max_seconds`` bounds the wall time, compiling included; ``seed`` makes the random
+    choices of a strategy reproducible. No configuration is measured twice.
 
     Failures are recorded with their kind and the search goes on; if nothing succeeds,
     :class:`AutotuneError` counts the failures by kind, quotes the first of each, and chains the
     last exception.
     """
-    return search(generate, _space(space, restrictions, parameters)).best
+    return search(generate, _space(space, restrictions, parameters), strategy=strategy,
+                  max_evals=max_evals, max_seconds=max_seconds, seed=seed).best
 
 
 def _space(space: Space | None, restrictions: Sequence[Restriction],
@@ -200,11 +180,12 @@ def _space(space: Space | None, restrictions: Sequence[Restriction],
         raise AutotuneError(str(exc)) from None
 
 
-def _summarise_failures(trials: list[Trial], total: int) -> str:
+def _summarise_failures(trials: list[Trial], total: int, seen: int) -> str:
     failed = [t for t in trials if t.status is not TrialStatus.OK]
     counts = Counter(t.status for t in failed)
-    skipped = total - len(trials)
-    lines = [f"no configuration succeeded ({total} in the space, {skipped} skipped by generate)"]
+    skipped = seen - len(trials)
+    lines = [f"no configuration succeeded ({total} in the space, {seen} tried, {skipped} skipped "
+             "by generate)"]
     for kind, count in counts.most_common():
         first = next(t for t in failed if t.status == kind)
         lines.append(f"  {kind.value}: {count}, first {first.parameters}: {first.message}")
@@ -212,101 +193,73 @@ def _summarise_failures(trials: list[Trial], total: int) -> str:
 
 
 def search(generate: Callable[..., Measure | None], space: Space | dict[str, Sequence[Any]],
-           workers: int | None = None) -> SearchResult:
-    """:func:`autotune` with the full result (every trial, the best score).
+           workers: int | None = None, *, strategy: str = "brute_force",
+           max_evals: int | None = None, max_seconds: float | None = None,
+           seed: int | None = None, options: dict[str, Any] | None = None) -> SearchResult:
+    """:func:`autotune` with the full result (every trial, the best score, what was done).
 
     ``workers`` threads generate candidates ahead (default: 4 on GPUs, none on CPU devices).
+    Settings from :func:`search_settings` win over these arguments.
     """
     if not isinstance(space, Space):
         space = _space(None, (), dict(space))
-    run = _run.get() or TuningRun()
-    run.searched.append(space)
+    chosen = _settings.get()
+    strategy = chosen.strategy or strategy
+    max_evals = chosen.max_evals if chosen.max_evals is not None else max_evals
+    max_seconds = chosen.max_seconds if chosen.max_seconds is not None else max_seconds
+    seed = chosen.seed if chosen.seed is not None else seed
+    if strategy not in STRATEGIES:
+        raise AutotuneError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     try:
+        budget = Budget(max_evals, max_seconds)
         configs = space.configurations()
-    except SpaceError as exc:
+    except (ValueError, SpaceError) as exc:
         raise AutotuneError(str(exc)) from exc.__cause__
-    reference = None  # the baseline, timed for the speed-up but outside the space: never wins
-    baseline = run.baseline
-    if (configs and baseline is not None and set(baseline) == set(space.names)
-            and baseline not in configs and all(_allows(r, baseline) for r in space.restrictions)):
-        reference = len(configs)
-        configs.append(dict(baseline))
     if not configs:
         raise AutotuneError(f"the restrictions exclude every one of the {space.size} "
                             "configurations of the space")
+    run = _run.get() or TuningRun()
+    run.searched.append(space)
+    baseline = run.baseline
+    reference = None  # the baseline, timed for the speed-up but outside the space: never wins
+    if baseline is not None and set(baseline) == set(space.names) and \
+            space.why_not(baseline, members=False) is None:
+        reference = dict(baseline) if space.why_not(baseline) is not None else None
+    else:
+        baseline = None
+    planned = len(configs) if budget.max_evals is None else min(budget.max_evals, len(configs))
     if workers is None:
-        workers = min(4, os.cpu_count() or 1) if run.parallel else 0
-    trials: list[Trial] = []
-    best: tuple[float, dict[str, Any]] | None = None
-    last_error: BaseException | None = None
-    done = 0
+        workers = default_workers(run.parallel)
 
-    def record(trial: Trial) -> None:
-        trials.append(trial)
-        run.trials.append(trial)
-        if run.on_trial is not None:
-            run.on_trial(trial)
-        logger.debug("trial %s", trial)
-        _notify("trial", trial=trial, done=done, total=len(configs))
+    def on_trial(trial: Trial | None) -> None:
+        if trial is not None:
+            run.trials.append(trial)
+            if run.on_trial is not None:
+                run.on_trial(trial)
+        _notify("trial", trial=trial, done=len(evaluator.scores), total=planned)
 
-    _notify("start", configurations=len(configs))
-    pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
-    turns = _Turns() if pool is not None else None
-    pending: deque[tuple[int, dict[str, Any], Any]] = deque()
-    todo = iter(enumerate(configs))
-    window = max(1, workers + 1)  # compile ahead, but never hold every candidate at once
+    evaluator = DeviceEvaluator(space, budget, generate, workers=workers,
+                                thread_scope=run.thread_scope, on_trial=on_trial,
+                                reference=reference)
+    seeds = [c for c in run.seeds if space.why_not(c) is None]
+    context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), seeds,
+                              list(run.prior), dict(options or {}))
+    _notify("start", configurations=planned)
     try:
-        while True:
-            while len(pending) < window:
-                index, params = next(todo, (None, None))
-                if params is None:
-                    break
-                future = None
-                if pool is not None:
-                    # A copy of this context: the worker sees the run and any source recording.
-                    future = pool.submit(contextvars.copy_context().run, _generate, generate,
-                                         params, run.thread_scope, turns, index)
-                pending.append((index, params, future))
-            if not pending:
-                break
-            index, params, future = pending.popleft()
-            if turns is not None:
-                turns.advance(index)
-            outcome = future.result() if future is not None else _generate(generate, params, None,
-                                                                           None, index)
-            done += 1
-            if outcome is None:
-                _notify("trial", trial=None, done=done, total=len(configs))
-                continue  # skipped by generate
-            if isinstance(outcome, Exception):
-                last_error = outcome
-                record(Trial(params, classify(outcome), f"{type(outcome).__name__}: {outcome}"))
-                continue
-            try:
-                timing = time_candidate(outcome)
-            except Exception as exc:  # MeasurementError too: that candidate's time is not usable
-                last_error = exc
-                record(Trial(params, classify(exc), f"{type(exc).__name__}: {exc}"))
-                continue
-            gbps, gflops = rates(outcome, timing.median_seconds)
-            del outcome  # release the candidate's buffers before the next one
-            record(Trial(params, TrialStatus.OK, "", timing.min_seconds, timing.median_seconds,
-                         timing.max_seconds, gbps, gflops))
-            if index != reference and (best is None or timing.median_seconds < best[0]):
-                best = (timing.median_seconds, params)
+        if baseline is not None:
+            evaluator.evaluate([baseline])
+        STRATEGIES[strategy](context)
+    except BudgetExhausted:
+        pass
     finally:
-        if pool is not None:
-            turns.close()
-            for _, _, future in pending:
-                future.cancel()
-            pool.shutdown(wait=True)
+        evaluator.close()
+    best = evaluator.best()
+    info = {"strategy": strategy, "seed": seed, "max_evals": max_evals, "max_seconds": max_seconds,
+            "configurations": len(configs), "measured": evaluator.evals,
+            "warm_start": len(seeds), "prior": len(run.prior)}
+    run.info = info
     if best is None:
-        raise AutotuneError(_summarise_failures(trials, len(configs))) from last_error
-    return SearchResult(best=dict(best[1]), score=best[0], trials=trials)
-
-
-def _allows(restriction: Restriction, config: dict[str, Any]) -> bool:
-    try:
-        return bool(restriction(config))
-    except Exception:  # noqa: BLE001 - a restriction that cannot judge it excludes it
-        return False
+        raise AutotuneError(_summarise_failures(evaluator.trials, len(configs),
+                                                len(evaluator.scores))) from evaluator.last_error
+    key, score = best
+    return SearchResult(best=evaluator.config(key), score=score, trials=evaluator.trials, info=info)

@@ -185,23 +185,33 @@ class ResultStore:
         where, parameters = selection_condition(function, device)
         return self._read(lambda r: r.results(where, parameters), server)
 
-    def trials(self, key: TuningKey | None = None, *, function: str | None = None) -> list[TrialRecord]:
-        """Trials of ``key`` and/or ``function`` (exact, or LIKE if it contains ``%``), oldest first."""
+    def trials(self, key: TuningKey | None = None, *, function: str | None = None,
+               version: int | None = None, arguments: str | None = None) -> list[TrialRecord]:
+        """Trials of ``key`` and/or ``function`` (exact, or LIKE if it contains ``%``), of one
+        ``version`` and ``arguments`` if given (on any device), oldest first."""
+        exact = {"version": version, "arguments": arguments}
+        exact = {k: v for k, v in exact.items() if v is not None}
+
         def server(sql: Any) -> list[TrialRecord]:
             from .sql import key_filter, selection_filter, tuning_trials
 
             conditions = selection_filter(tuning_trials, function, None)
             if key is not None:
                 conditions += key_filter(tuning_trials, key)
+            conditions += [tuning_trials.c[k] == v for k, v in exact.items()]
             return sql.select_trials(*conditions)
 
         def local(reader: SqliteReader) -> list[TrialRecord]:
             where, parameters = selection_condition(function, None)
+            parts = [where] if where else []
             if key is not None:
                 key_where, key_parameters = key_condition(key)
-                where = f"{where} AND {key_where}" if where else key_where
+                parts.append(key_where)
                 parameters += key_parameters
-            return reader.trials(where, parameters)
+            for k, v in exact.items():
+                parts.append(f"{k} = ?")
+                parameters.append(v)
+            return reader.trials(" AND ".join(parts), parameters)
 
         return self._read(local, server)
 

@@ -1,0 +1,368 @@
+"""Measuring configurations for a search strategy, within a budget, never twice.
+
+A strategy asks an :class:`Evaluator` for the scores of batches of configurations. The evaluator
+remembers every configuration it has seen (a repeat costs nothing), stops the search when the
+budget is spent (:class:`BudgetExhausted`), and measures either on a device
+(:class:`DeviceEvaluator`, compiling ahead while it times) or from a recorded landscape
+(:class:`ReplayEvaluator`, for comparing strategies over many seeds in seconds).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import contextvars
+import logging
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..accel import CompileError, LaunchError, tuning_turn
+from .measurement import WrongResult, rates, time_candidate
+from .records import TrialStatus
+from .space import Space
+
+logger = logging.getLogger("autotune.tune")
+
+Config = dict[str, Any]
+Key = tuple
+
+
+class BudgetExhausted(Exception):
+    """The search's budget (evaluations or seconds) is spent."""
+
+
+class InvalidConfiguration(ValueError):
+    """Raised by ``generate`` for a configuration that cannot work (recorded as ``invalid``)."""
+
+
+def classify(exc: BaseException) -> TrialStatus:
+    """The failure kind recorded for an exception from generating or measuring a candidate."""
+    if isinstance(exc, WrongResult):
+        return TrialStatus.WRONG_RESULT
+    if isinstance(exc, CompileError):
+        return TrialStatus.COMPILE_ERROR
+    if isinstance(exc, LaunchError):
+        return TrialStatus.LAUNCH_ERROR
+    if isinstance(exc, InvalidConfiguration):
+        return TrialStatus.INVALID
+    module = type(exc).__module__ or ""
+    if module.startswith(("pycuda", "pyopencl")):
+        return TrialStatus.LAUNCH_ERROR  # raised by the driver while running the candidate
+    return TrialStatus.ERROR
+
+
+@dataclass(frozen=True)
+class Trial:
+    """The outcome of one configuration."""
+
+    parameters: dict[str, Any]
+    status: TrialStatus  #: ``ok`` or a failure kind
+    message: str = ""
+    min_seconds: float | None = None
+    median_seconds: float | None = None
+    max_seconds: float | None = None
+    gbps: float | None = None
+    gflops: float | None = None
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much a search may spend: distinct configurations measured, and wall seconds."""
+
+    max_evals: int | None = None
+    max_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_evals is not None and (isinstance(self.max_evals, bool) or
+                                           not isinstance(self.max_evals, int) or self.max_evals < 1):
+            raise ValueError(f"max_evals must be an int >= 1 or None, got {self.max_evals!r}")
+        if self.max_seconds is not None and (isinstance(self.max_seconds, bool) or
+                                             not isinstance(self.max_seconds, (int, float)) or
+                                             not math.isfinite(self.max_seconds) or self.max_seconds <= 0):
+            raise ValueError(f"max_seconds must be a finite number > 0 or None, got {self.max_seconds!r}")
+
+    @property
+    def unlimited(self) -> bool:
+        return self.max_evals is None and self.max_seconds is None
+
+
+class Evaluator:
+    """What a strategy measures through. Scores are seconds per call (lower is better); None
+    marks a configuration that was skipped or failed."""
+
+    def __init__(self, space: Space, budget: Budget):
+        self.space = space
+        self.names = space.names
+        self.budget = budget
+        self.started = time.perf_counter()
+        self.scores: dict[Key, float | None] = {}  #: every configuration seen, in order
+        self.evals = 0  #: distinct configurations measured successfully
+        self.history: list[tuple[Key, float | None]] = []
+        self._best: tuple[float, Key] | None = None
+
+    def key(self, config: Mapping[str, Any]) -> Key:
+        return tuple(config[n] for n in self.names)
+
+    def config(self, key: Key) -> Config:
+        return dict(zip(self.names, key))
+
+    def spent(self) -> bool:
+        if self.budget.max_evals is not None and self.evals >= self.budget.max_evals:
+            return True
+        return (self.budget.max_seconds is not None
+                and time.perf_counter() - self.started >= self.budget.max_seconds)
+
+    def best(self) -> tuple[Key, float] | None:
+        """The fastest configuration measured so far and its score (the first of equals)."""
+        return None if self._best is None else (self._best[1], self._best[0])
+
+    def evaluate(self, batch: Iterable[Mapping[str, Any]]) -> list[float | None]:
+        """The scores of ``batch``, measuring each new configuration once, in order.
+
+        Raises :class:`BudgetExhausted` once the budget is spent (what was measured is kept).
+        """
+        keys = [self.key(c) for c in batch]
+        fresh: list[Key] = []
+        for key in keys:
+            if key not in self.scores and key not in fresh:
+                fresh.append(key)
+        if fresh:
+            if self.spent():
+                raise BudgetExhausted()
+            self._measure(fresh)
+        return [self.scores.get(key) for key in keys]
+
+    def _record(self, key: Key, score: float | None) -> None:
+        self.scores[key] = score
+        self.history.append((key, score))
+        if score is not None:
+            self.evals += 1
+            if self._best is None or score < self._best[0]:
+                self._best = (score, key)
+
+    def _measure(self, keys: list[Key]) -> None:
+        raise NotImplementedError
+
+
+class ReplayEvaluator(Evaluator):
+    """Scores from a recorded landscape (every valid configuration's median time): a
+    configuration missing from it counts as failed."""
+
+    def __init__(self, space: Space, budget: Budget, landscape: Mapping[Key, float | None]):
+        super().__init__(space, budget)
+        self.landscape = landscape
+
+    def _measure(self, keys: list[Key]) -> None:
+        for key in keys:
+            if self.spent():
+                raise BudgetExhausted()
+            self._record(key, self.landscape.get(key))
+
+
+class _Cancelled(Exception):
+    """A candidate generated ahead was abandoned before its turn came."""
+
+
+class _Turns:
+    """Which candidate's device work may run now (candidates are numbered in search order)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._current = -1
+        self._closed = False
+
+    def advance(self, index: int) -> None:
+        with self._cond:
+            self._current = index
+            self._cond.notify_all()
+
+    def wait_for(self, index: int) -> None:
+        with self._cond:
+            while self._current < index and not self._closed:
+                self._cond.wait()
+            if self._current < index:
+                raise _Cancelled()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+def _generate(generate: Callable[..., Any], params: Config,
+              scope: Callable[[], contextlib.AbstractContextManager] | None,
+              turns: _Turns | None, index: int) -> Any:
+    with scope() if scope is not None else contextlib.nullcontext():
+        ordered = tuning_turn(lambda: turns.wait_for(index)) if turns is not None \
+            else contextlib.nullcontext()
+        try:
+            with ordered:
+                return generate(**params)
+        except Exception as exc:  # recorded as a failed configuration, search goes on
+            return exc
+
+
+class DeviceEvaluator(Evaluator):
+    """Measures on the device: ``generate(**config)`` builds a candidate, which is timed.
+
+    With ``workers`` threads, the candidates of a batch are generated (compiled) ahead of the
+    one being timed; every command they put on a tuning queue still waits for its turn, so
+    shared buffers are set up, checked and timed in order.
+    """
+
+    def __init__(self, space: Space, budget: Budget, generate: Callable[..., Any], *,
+                 workers: int = 0, thread_scope: Any = None,
+                 on_trial: Callable[[Trial | None], None] | None = None,
+                 reference: Config | None = None):
+        super().__init__(space, budget)
+        self.generate = generate
+        self.workers = workers
+        self.thread_scope = thread_scope
+        self.on_trial = on_trial
+        self.reference = None if reference is None else self.key(reference)
+        self.trials: list[Trial] = []
+        self.last_error: BaseException | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
+        self._turns = _Turns() if self._pool is not None else None
+        self._index = 0
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._turns.close()
+            self._pool.shutdown(wait=True)
+
+    def _trial(self, trial: Trial) -> None:
+        self.trials.append(trial)
+        logger.debug("trial %s", trial)
+        if self.on_trial is not None:
+            self.on_trial(trial)
+
+    def _record(self, key: Key, score: float | None) -> None:
+        if key == self.reference:  # timed for the speed-up, never a candidate
+            self.scores[key] = None
+            return
+        super()._record(key, score)
+
+    def _measure(self, keys: list[Key]) -> None:
+        pending: deque[tuple[int, Key, Any]] = deque()
+        todo = iter(keys)
+        window = max(1, self.workers + 1)  # compile ahead, but never hold every candidate at once
+        try:
+            while True:
+                while len(pending) < window and not self.spent():
+                    key = next(todo, None)
+                    if key is None:
+                        break
+                    index, self._index = self._index, self._index + 1
+                    future = None
+                    if self._pool is not None:
+                        # A copy of this context: the worker sees the run and any source recording.
+                        future = self._pool.submit(contextvars.copy_context().run, _generate,
+                                                   self.generate, self.config(key),
+                                                   self.thread_scope, self._turns, index)
+                    pending.append((index, key, future))
+                if not pending:
+                    break
+                index, key, future = pending.popleft()
+                if self._turns is not None:
+                    self._turns.advance(index)
+                outcome = (future.result() if future is not None
+                           else _generate(self.generate, self.config(key), None, None, index))
+                self._outcome(key, outcome)
+                del outcome  # release the candidate's buffers before the next one
+        finally:
+            for _, _, future in pending:
+                if future is not None:
+                    future.cancel()
+        if any(key not in self.scores for key in keys):
+            raise BudgetExhausted()
+
+    def _outcome(self, key: Key, outcome: Any) -> None:
+        params = self.config(key)
+        if outcome is None:  # skipped by generate
+            self.scores[key] = None
+            if self.on_trial is not None:
+                self.on_trial(None)
+            return
+        if isinstance(outcome, Exception):
+            self.last_error = outcome
+            self._trial(Trial(params, classify(outcome), f"{type(outcome).__name__}: {outcome}"))
+            self._record(key, None)
+            return
+        try:
+            best = self.best()
+            timing = time_candidate(outcome, best[1] if best is not None else None)
+        except Exception as exc:  # MeasurementError too: that candidate's time is not usable
+            self.last_error = exc
+            self._trial(Trial(params, classify(exc), f"{type(exc).__name__}: {exc}"))
+            self._record(key, None)
+            return
+        gbps, gflops = rates(outcome, timing.median_seconds)
+        self._trial(Trial(params, TrialStatus.OK, "", timing.min_seconds, timing.median_seconds,
+                          timing.max_seconds, gbps, gflops))
+        self._record(key, timing.median_seconds)
+
+
+@dataclass
+class StrategyContext:
+    """What a strategy sees: the valid configurations, an evaluator, a seeded random generator,
+    configurations to measure first (a warm start) and scores from other devices (a prior)."""
+
+    space: Space
+    configs: list[Config]
+    evaluator: Evaluator
+    rng: Any  #: numpy.random.Generator
+    seeds: list[Config] = field(default_factory=list)
+    prior: list[tuple[Config, float]] = field(default_factory=list)  #: (config, relative time)
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.names = self.space.names
+        self.values = [list(self.space.parameters[n]) for n in self.names]
+        self.valid: set[Key] = {self.key(c) for c in self.configs}
+        self._neighbours: dict[Key, list[Key]] = {}
+
+    def key(self, config: Mapping[str, Any]) -> Key:
+        return tuple(config[n] for n in self.names)
+
+    def config(self, key: Key) -> Config:
+        return dict(zip(self.names, key))
+
+    def evaluate(self, batch: Sequence[Mapping[str, Any]]) -> list[float | None]:
+        return self.evaluator.evaluate(batch)
+
+    def score(self, key: Key) -> float:
+        """A measured key's score, +inf where it failed; measures it if needed."""
+        value = self.evaluate([self.config(key)])[0]
+        return math.inf if value is None else value
+
+    def neighbours(self, key: Key) -> list[Key]:
+        """Valid configurations one step away: one parameter moved to an adjacent value."""
+        found = self._neighbours.get(key)
+        if found is None:
+            found = []
+            for i, values in enumerate(self.values):
+                at = values.index(key[i])
+                for j in (at - 1, at + 1):
+                    if 0 <= j < len(values):
+                        other = key[:i] + (values[j],) + key[i + 1:]
+                        if other in self.valid:
+                            found.append(other)
+            self._neighbours[key] = found
+        return found
+
+    def random_key(self) -> Key:
+        return self.key(self.configs[int(self.rng.integers(len(self.configs)))])
+
+    def unmeasured(self, keys: Iterable[Key]) -> list[Key]:
+        return [k for k in keys if k not in self.evaluator.scores]
+
+
+def default_workers(parallel: bool) -> int:
+    return min(4, os.cpu_count() or 1) if parallel else 0

@@ -1,0 +1,306 @@
+"""Search strategies: how the next configurations to measure are chosen.
+
+A strategy is a function ``strategy(ctx)`` over a :class:`~.evaluation.StrategyContext`: it asks
+``ctx.evaluate(batch)`` for scores (seconds; None for a failure) until it has nothing left to try
+or the evaluator raises :class:`~.evaluation.BudgetExhausted`. It measures ``ctx.seeds`` first
+(a warm start from other devices' results) and draws every random choice from ``ctx.rng``, so a
+seed reproduces a search. Batches let the device evaluator compile ahead.
+
+Registered in :data:`STRATEGIES`:
+
+- ``brute_force``: every valid configuration, in declared order (the default);
+- ``random``: every valid configuration in a random order;
+- ``local``: iterated local search: first-improvement hill climbing over neighbours (one
+  parameter moved to an adjacent value), perturbation of the best configuration, restarts;
+- ``annealing``: simulated annealing on relative time differences, with reheats;
+- ``genetic``: a genetic algorithm (tournament selection, uniform crossover, mutation, elitism,
+  repair into the valid space);
+- ``bayes``: Optuna's TPE sampler through its ask-and-tell interface (the ``bayes`` extra);
+  other devices' results inform its model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+
+from .evaluation import Key, StrategyContext
+
+Strategy = Callable[[StrategyContext], None]
+
+
+def _chunks(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _exhausted(ctx: StrategyContext) -> bool:
+    """Every valid configuration has been seen."""
+    return all(ctx.key(c) in ctx.evaluator.scores for c in ctx.configs) \
+        if len(ctx.evaluator.scores) >= len(ctx.configs) else False
+
+
+def _batch(ctx: StrategyContext) -> int:
+    return int(ctx.options.get("batch", 4))
+
+
+def brute_force(ctx: StrategyContext) -> None:
+    """Every valid configuration in declared order (seeds first)."""
+    for chunk in _chunks([*ctx.seeds, *ctx.configs], 64):
+        ctx.evaluate(chunk)
+
+
+def random_sample(ctx: StrategyContext) -> None:
+    """Every valid configuration in a random order (seeds first)."""
+    order = [ctx.configs[int(i)] for i in ctx.rng.permutation(len(ctx.configs))]
+    for chunk in _chunks([*ctx.seeds, *order], 16):
+        ctx.evaluate(chunk)
+
+
+def _start(ctx: StrategyContext) -> tuple[Key, float]:
+    """Measure the seeds and ``initial`` random configurations (default 4, fewer with seeds);
+    start from the best of them."""
+    keys = [ctx.key(c) for c in ctx.seeds]
+    for _ in range(max(0, int(ctx.options.get("initial", 4)) - len(keys))):
+        key = _random_unmeasured(ctx)
+        if key is not None and key not in keys:
+            keys.append(key)
+    if not keys:
+        keys = [ctx.random_key()]
+    scores = _scores(ctx, keys)
+    score, key = min(zip(scores, keys))
+    return key, score
+
+
+def _random_unmeasured(ctx: StrategyContext, tries: int = 64) -> Key | None:
+    for _ in range(tries):
+        key = ctx.random_key()
+        if key not in ctx.evaluator.scores:
+            return key
+    rest = ctx.unmeasured(ctx.key(c) for c in ctx.configs)
+    return rest[int(ctx.rng.integers(len(rest)))] if rest else None
+
+
+def _walk(ctx: StrategyContext, key: Key, steps: int) -> Key:
+    """A random walk of ``steps`` moves through valid neighbours."""
+    for _ in range(steps):
+        neighbours = ctx.neighbours(key)
+        if not neighbours:
+            break
+        key = neighbours[int(ctx.rng.integers(len(neighbours)))]
+    return key
+
+
+def _perturbed(ctx: StrategyContext, key: Key, steps: int) -> Key | None:
+    """An unmeasured configuration a few random moves from ``key``, or a random one."""
+    for attempt in range(16):
+        candidate = _walk(ctx, key, steps + attempt // 4)
+        if candidate not in ctx.evaluator.scores:
+            return candidate
+    return _random_unmeasured(ctx)
+
+
+def local_search(ctx: StrategyContext) -> None:
+    """Iterated local search: climb to a local optimum by first improvement (neighbours in a
+    random order, a few at a time), perturb the best configuration found by a short random walk
+    and climb again; after ``restart_after`` perturbations without a new best, restart from a
+    random configuration."""
+    steps = int(ctx.options.get("perturbation", 3))
+    restart_after = int(ctx.options.get("restart_after", 4))
+    batch = _batch(ctx)
+    current, score = _start(ctx)
+    best, best_score = current, score
+    stall = 0
+    while not _exhausted(ctx):
+        improved = True
+        while improved:
+            improved = False
+            neighbours = ctx.neighbours(current)
+            order = [neighbours[int(i)] for i in ctx.rng.permutation(len(neighbours))]
+            for chunk in _chunks(order, batch):
+                scores = [math.inf if s is None else s for s in ctx.evaluate([ctx.config(k) for k in chunk])]
+                j = min(range(len(chunk)), key=scores.__getitem__)
+                if scores[j] < score:
+                    current, score, improved = chunk[j], scores[j], True
+                    break
+        if score < best_score:
+            best, best_score, stall = current, score, 0
+        else:
+            stall += 1
+        if stall >= restart_after:
+            start, stall = _random_unmeasured(ctx), 0
+        else:
+            start = _perturbed(ctx, best, steps)
+        if start is None:
+            return
+        current, score = start, ctx.score(start)
+
+
+def annealing(ctx: StrategyContext) -> None:
+    """Simulated annealing: a random neighbour is accepted if faster, or with probability
+    ``exp(-relative slowdown / T)``; T cools geometrically and is reheated when it is cold."""
+    t_start = float(ctx.options.get("t_start", 0.25))
+    t_end = float(ctx.options.get("t_end", 0.005))
+    cooling = float(ctx.options.get("cooling", 0.93))
+    current, score = _start(ctx)
+    best_score = score
+    temperature = t_start
+    idle = 0  # moves onto configurations already measured, which cost nothing
+    while not _exhausted(ctx):
+        neighbours = ctx.neighbours(current)
+        fresh = ctx.unmeasured(neighbours)
+        if fresh:
+            candidate = fresh[int(ctx.rng.integers(len(fresh)))]
+            idle = 0
+        elif neighbours and idle < 32:
+            candidate = neighbours[int(ctx.rng.integers(len(neighbours)))]
+            idle += 1
+        else:
+            candidate, idle = _random_unmeasured(ctx), 0
+            if candidate is None:
+                return
+        value = ctx.score(candidate)
+        if value < score or (math.isfinite(value) and ctx.rng.random() <
+                             math.exp(-(value / score - 1.0) / temperature)):
+            current, score = candidate, value
+        best_score = min(best_score, score)
+        temperature *= cooling
+        if temperature < t_end:
+            temperature = t_start  # reheat from the current point
+
+
+def genetic(ctx: StrategyContext) -> None:
+    """A genetic algorithm: tournament selection, uniform crossover, mutation of each gene with
+    probability 1/genes, two elites kept; children outside the valid space are repaired by
+    further mutation (or replaced by a random configuration). The population is smaller for small
+    budgets, so that several generations run."""
+    budget = ctx.evaluator.budget.max_evals
+    default = 20 if budget is None else max(6, min(20, budget // 6))  # several generations
+    size = min(int(ctx.options.get("population", default)), len(ctx.configs))
+    genes = len(ctx.names)
+    mutation = float(ctx.options.get("mutation", 1.0 / max(genes, 1)))
+    population = [ctx.key(c) for c in ctx.seeds][:size]
+    while len(population) < size:
+        key = _random_unmeasured(ctx) or ctx.random_key()
+        if key not in population:
+            population.append(key)
+        elif len(ctx.configs) <= len(population):
+            break
+    fitness = _scores(ctx, population)
+
+    def tournament() -> Key:
+        picks = [int(ctx.rng.integers(len(population))) for _ in range(3)]
+        return population[min(picks, key=lambda i: fitness[i])]
+
+    def mutate(key: Key, rate: float) -> Key:
+        """Each gene mutates with probability ``rate``: mostly to a neighbouring value of its
+        list (the values are ordered), sometimes to any value."""
+        values = list(key)
+        for i in range(genes):
+            if ctx.rng.random() < rate:
+                options = ctx.values[i]
+                at = options.index(values[i])
+                if ctx.rng.random() < 0.7 and len(options) > 1:
+                    at = min(len(options) - 1, max(0, at + (1 if ctx.rng.random() < 0.5 else -1)))
+                else:
+                    at = int(ctx.rng.integers(len(options)))
+                values[i] = options[at]
+        return tuple(values)
+
+    while not _exhausted(ctx):
+        ranked = sorted(range(len(population)), key=lambda i: fitness[i])
+        children = [population[i] for i in ranked[:2]]
+        while len(children) < size:
+            a, b = tournament(), tournament()
+            child = tuple(a[i] if ctx.rng.random() < 0.5 else b[i] for i in range(genes))
+            child = mutate(child, mutation)
+            for _ in range(20):  # repair: into the valid space, and preferably unmeasured
+                if child in ctx.valid and child not in ctx.evaluator.scores and child not in children:
+                    break
+                child = mutate(child, max(mutation, 1.0 / genes))
+            else:
+                child = _random_unmeasured(ctx) or child
+            if child not in ctx.valid:
+                child = ctx.random_key()
+            children.append(child)
+        population, fitness = children, _scores(ctx, children)
+
+
+def _scores(ctx: StrategyContext, keys: list[Key]) -> list[float]:
+    values = ctx.evaluate([ctx.config(k) for k in keys])
+    return [math.inf if v is None else v for v in values]
+
+
+def bayes(ctx: StrategyContext) -> None:
+    """Optuna's TPE sampler over the parameters' value indices (so their order means something),
+    asked and told a few configurations at a time. Other devices' results (``ctx.prior``) enter
+    the model as completed trials; ``ctx.seeds`` are measured first."""
+    try:
+        import optuna
+    except ImportError:
+        raise ImportError("strategy 'bayes' needs Optuna: pip install 'autotune[bayes]'") from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    distributions = {name: optuna.distributions.IntDistribution(0, len(values) - 1)
+                     for name, values in zip(ctx.names, ctx.values)}
+
+    def indices(key: Key) -> dict[str, int]:
+        return {n: ctx.values[i].index(key[i]) for i, n in enumerate(ctx.names)}
+
+    def decode(params: dict[str, int]) -> Key:
+        return tuple(ctx.values[i][params[n]] for i, n in enumerate(ctx.names))
+
+    budget = ctx.evaluator.budget.max_evals
+    startup = 10 if budget is None else max(4, min(10, budget // 5))
+    sampler = optuna.samplers.TPESampler(
+        seed=int(ctx.rng.integers(2**31)), multivariate=True, constant_liar=True,
+        n_startup_trials=int(ctx.options.get("startup", startup)))
+    study = optuna.create_study(sampler=sampler)
+    for config, relative in ctx.prior:
+        key = ctx.key(config)
+        if key in ctx.valid and math.isfinite(relative) and relative > 0:
+            study.add_trial(optuna.trial.create_trial(params=indices(key), distributions=distributions,
+                                                      value=math.log(relative)))
+    for config in ctx.seeds:
+        study.enqueue_trial(indices(ctx.key(config)))
+    batch = _batch(ctx)
+    repeats = 0
+    while not _exhausted(ctx):
+        trials = [study.ask(distributions) for _ in range(batch)]
+        keys = [decode(t.params) for t in trials]
+        if all(k in ctx.evaluator.scores or k not in ctx.valid for k in keys):
+            repeats += 1
+        else:
+            repeats = 0
+        if repeats > 10:  # the model keeps proposing what is known: measure something new
+            fresh = _random_unmeasured(ctx)
+            if fresh is None:
+                return
+            keys[0] = fresh
+            study.tell(trials[0], state=optuna.trial.TrialState.FAIL)
+            trials[0] = None
+            repeats = 0
+        valid = [k for k in keys if k in ctx.valid]
+        scores = dict(zip(valid, _scores(ctx, valid)))
+        for trial, key in zip(trials, keys):
+            value = scores.get(key)
+            if trial is None:
+                study.add_trial(optuna.trial.create_trial(
+                    params=indices(key), distributions=distributions,
+                    value=math.log(value) if value is not None and math.isfinite(value) else None,
+                    state=(optuna.trial.TrialState.COMPLETE if value is not None and math.isfinite(value)
+                           else optuna.trial.TrialState.FAIL)))
+            elif value is None or not math.isfinite(value):
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            else:
+                study.tell(trial, math.log(value))
+
+
+#: The strategies by name.
+STRATEGIES: dict[str, Strategy] = {
+    "brute_force": brute_force,
+    "random": random_sample,
+    "local": local_search,
+    "annealing": annealing,
+    "genetic": genetic,
+    "bayes": bayes,
+}

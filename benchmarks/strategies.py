@@ -1,0 +1,181 @@
+"""Search strategies compared on recorded landscapes: ours, and Kernel Tuner's in its
+simulation mode, over the same data at the same budgets.
+
+A landscape is one key's complete set of trials (every valid configuration measured, as a
+brute-force search stores them). Each strategy is replayed ``--seeds`` times at budgets of 2%,
+5% and 10% of the configurations; the table gives the median and 90th percentile, over the
+seeds, of (best time found) / (true best time). Kernel Tuner gets the same landscape as a cache
+file and runs with ``simulation_mode=True`` and ``max_fevals`` equal to our ``max_evals``
+(distinct valid configurations measured). A warm start (``--warm-from DEVICE``) seeds our
+strategies with another device's recorded trials of the same key, as the tuner does.
+
+Usage: python benchmarks/strategies.py --db DB --function PATTERN [--device NAME]
+       [--arguments JSON] [--seeds 50] [--budgets 0.02 0.05 0.10] [--kernel-tuner]
+       [--warm-from DEVICE] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import random
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune import tune
+
+OURS = ["random", "local", "annealing", "genetic", "bayes"]
+KERNEL_TUNER = ["random_sample", "genetic_algorithm", "greedy_ils", "greedy_mls", "simulated_annealing",
+                "dual_annealing", "pso", "firefly_algorithm", "diff_evo", "mls", "bayes_opt"]
+
+
+def _order(values: set) -> list:
+    return sorted(values, key=lambda v: (str(type(v)), v))
+
+
+def recorded_space(trials: list[tune.TrialRecord]) -> tune.Space:
+    """The space a complete landscape spans: each parameter's recorded values, in order, and
+    only the recorded combinations valid."""
+    params = [json.loads(t.parameters) for t in trials if not tune.trial_problem(t)]
+    names = list(params[0])
+    lists = {n: _order({p[n] for p in params}) for n in names}
+    recorded = {tuple(p[n] for n in names) for p in params}
+    return tune.Space(lists, [tune.restriction("recorded", lambda p: tuple(p[n] for n in names) in recorded)])
+
+
+def load(store: tune.ResultStore, function: str, device: str | None,
+         arguments: str | None) -> tuple[tune.TuningKey, list[tune.TrialRecord]]:
+    trials = store.trials(function=function)
+    keys: dict[tune.TuningKey, list] = {}
+    for t in trials:
+        if (device is None or device.lower() in t.key.device_name.lower()) and \
+                (arguments is None or t.key.arguments == arguments):
+            keys.setdefault(t.key, []).append(t)
+    if not keys:
+        raise SystemExit(f"no trials of {function} match the device and arguments")
+    key = max(keys, key=lambda k: len(keys[k]))  # the most complete landscape
+    return key, keys[key]
+
+
+def ratios(found: list[float], best: float) -> dict[str, float]:
+    values = sorted(f / best for f in found)
+    return {"median": statistics.median(values),
+            "p90": values[max(0, math.ceil(0.9 * len(values)) - 1)]}
+
+
+def kernel_tuner_runs(land: tune.Landscape, strategy: str, budget: int, seeds: int) -> list[float]:
+    """Kernel Tuner's ``strategy`` over the landscape as a cache file, ``seeds`` times."""
+    import kernel_tuner
+    from constraint import FunctionConstraint  # Kernel Tuner's constraint solver
+
+    names = list(land.space.names)
+    valid = {k for k, t in land.times.items()}
+    tune_params = {n: list(v) for n, v in land.space.parameters.items()}
+    cache = {"device_name": "recorded", "kernel_name": "landscape", "problem_size": [1],
+             "tune_params_keys": names, "tune_params": tune_params, "objective": "time", "cache": {}}
+    for key, seconds in land.times.items():
+        entry = dict(zip(names, key))
+        entry["time"] = seconds * 1e3 if seconds is not None else "RuntimeFailedConfig"
+        entry.update(compile_time=0.0, verification_time=0.0, benchmark_time=0.0)
+        cache["cache"][",".join(str(v) for v in key)] = entry
+    found = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "landscape.json"
+        text = json.dumps(cache)
+        for seed in range(seeds):
+            path.write_text(text)  # a fresh copy: simulation must not grow it
+            np.random.seed(seed)
+            random.seed(seed)
+            with redirect_stdout(io.StringIO()):
+                results, _ = kernel_tuner.tune_kernel(
+                    "landscape", "__global__ void landscape() {}", 1, [], tune_params,
+                    restrictions=[FunctionConstraint(lambda *values: tuple(values) in valid)],
+                    cache=str(path), simulation_mode=True, strategy=strategy,
+                    strategy_options={"max_fevals": budget}, quiet=True, verbose=False)
+            times = [r["time"] for r in results if isinstance(r.get("time"), (int, float))]
+            found.append(min(times) / 1e3 if times else math.inf)
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--function", required=True, help="function name or pattern with %%")
+    parser.add_argument("--device", help="part of the device name")
+    parser.add_argument("--arguments", help="the key's canonical arguments JSON")
+    parser.add_argument("--seeds", type=int, default=50)
+    parser.add_argument("--budgets", type=float, nargs="+", default=[0.02, 0.05, 0.10])
+    parser.add_argument("--strategies", nargs="+", default=OURS)
+    parser.add_argument("--kernel-tuner", action="store_true", help="also Kernel Tuner's strategies")
+    parser.add_argument("--kt-strategies", nargs="+", default=KERNEL_TUNER)
+    parser.add_argument("--warm-from", help="part of another device's name: warm-start our strategies")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    store = tune.ResultStore.open(args.db, read_only=True)
+    function = args.function if "%" in args.function else f"%{args.function}%"
+    key, trials = load(store, function, args.device, args.arguments)
+    space = recorded_space(trials)
+    land = tune.landscape(trials, space)
+    n = len(land.times)
+    best = land.best_score
+    seeds, prior = [], []
+    if args.warm_from:
+        _, other = load(store, function, args.warm_from, key.arguments)
+        other_land = tune.landscape(other, space)
+        ranked = sorted((t, k) for k, t in other_land.times.items() if t is not None)
+        seeds = [dict(zip(space.names, k)) for _, k in ranked[:8]]
+        prior = [(dict(zip(space.names, k)), t / ranked[0][0]) for t, k in ranked]
+    result: dict[str, Any] = {"date": time.strftime("%Y-%m-%d"), "function": key.function,
+                              "device": key.device_name, "arguments": key.arguments,
+                              "configurations": n, "best_seconds": best, "best": land.best,
+                              "seeds": args.seeds, "warm_from": args.warm_from, "rows": []}
+    print(f"{key.function} on {key.device_name} {key.arguments}: {n} configurations, best "
+          f"{best * 1e3:.4f} ms {land.best}" + (f"; warm start from {args.warm_from}" if seeds else ""))
+    print("| budget | evals | strategy | median best/true | p90 |\n|---|---|---|---|---|")
+    for fraction in args.budgets:
+        budget = max(1, round(fraction * n))
+        rows = []
+        for name in args.strategies:
+            found = [tune.replay(land, name, max_evals=budget, seed=s, seeds=seeds, prior=prior).best_score
+                     for s in range(args.seeds)]
+            rows.append({"tuner": "autotune", "strategy": name, **ratios(found, best)})
+        if args.kernel_tuner:
+            for name in args.kt_strategies:
+                try:
+                    found = kernel_tuner_runs(land, name, budget, args.seeds)
+                except Exception as exc:  # a strategy that fails on this landscape is reported
+                    print(f"Kernel Tuner {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                    continue
+                rows.append({"tuner": "Kernel Tuner", "strategy": name, **ratios(found, best)})
+        for row in rows:
+            print(f"| {fraction:.0%} | {budget} | {row['tuner']} {row['strategy']} | "
+                  f"{row['median']:.3f} | {row['p90']:.3f} |")
+        ours = min((r for r in rows if r["tuner"] == "autotune"), key=lambda r: (r["median"], r["p90"]))
+        theirs = [r for r in rows if r["tuner"] != "autotune"]
+        summary = {"budget": fraction, "evals": budget, "rows": rows, "ours_best": ours}
+        if theirs:
+            summary["kernel_tuner_best"] = min(theirs, key=lambda r: (r["median"], r["p90"]))
+        result["rows"].append(summary)
+    print("\nbest per budget (median, p90):")
+    for summary in result["rows"]:
+        line = (f"  {summary['budget']:.0%}: ours {summary['ours_best']['strategy']} "
+                f"{summary['ours_best']['median']:.3f} / {summary['ours_best']['p90']:.3f}")
+        if "kernel_tuner_best" in summary:
+            kt = summary["kernel_tuner_best"]
+            line += f"; Kernel Tuner {kt['strategy']} {kt['median']:.3f} / {kt['p90']:.3f}"
+        print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,230 @@
+"""Search strategies and budgets: every strategy stays inside the valid space and its budget,
+never measures a configuration twice, is reproducible for a seed, and finds good
+configurations; replay runs strategies on recorded landscapes; warm starts come from the
+nearest devices' stored trials."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from autotune import tune
+from autotune.cli import main
+from autotune.tune import ResultStore
+
+from test_trust import StandIn
+from toy_templates import FakeTimedTemplate, calls
+
+STRATEGIES = list(tune.STRATEGIES)
+
+
+def cost(p):
+    """A landscape with one deep minimum and structure around it (seconds)."""
+    return 1e-6 * (1 + abs(p["a"] - 5) + 0.5 * abs(p["b"] - 2) ** 1.5 + (0.3 if p["c"] else 0)
+                   + 0.05 * ((p["a"] * 7 + p["b"] * 3) % 5))
+
+
+SPACE = tune.Space({"a": list(range(12)), "b": list(range(8)), "c": [False, True]},
+                   [tune.restriction("a + b < 16", lambda p: p["a"] + p["b"] < 16)])
+
+
+def counting(log: Counter):
+    def generate(**p):
+        log[tuple(p.values())] += 1
+        assert SPACE.why_not(p) is None, p  # nothing outside the valid space is generated
+        value = cost(p)
+        return lambda iterations: value
+
+    return generate
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_strategy_keeps_to_its_budget_and_never_measures_twice(strategy):
+    log: Counter = Counter()
+    result = tune.search(counting(log), SPACE, strategy=strategy, max_evals=20, seed=4, workers=0)
+    assert max(log.values()) == 1
+    assert len(log) == 20 == result.info["measured"]
+    assert result.info["strategy"] == strategy and result.info["max_evals"] == 20
+    assert result.score == min(cost(dict(zip("abc", k))) for k in log)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_seed_reproduces_a_search(strategy):
+    runs = []
+    for _ in range(2):
+        result = tune.search(counting(Counter()), SPACE, strategy=strategy, max_evals=15, seed=11,
+                             workers=0)
+        runs.append([t.parameters for t in result.trials])
+    assert runs[0] == runs[1]
+
+
+def test_without_a_budget_the_default_is_exhaustive():
+    log: Counter = Counter()
+    result = tune.search(counting(log), SPACE, workers=0)
+    assert len(log) == len(SPACE.configurations()) and max(log.values()) == 1
+    assert result.best == {"a": 5, "b": 2, "c": False}
+
+
+@pytest.mark.parametrize("strategy", ["local", "annealing", "genetic", "bayes"])
+def test_guided_strategies_beat_random_sampling_on_a_structured_landscape(strategy):
+    def best_found(name, seed):
+        return tune.search(counting(Counter()), SPACE, strategy=name, max_evals=25, seed=seed,
+                           workers=0).score
+
+    ours = sorted(best_found(strategy, s) for s in range(12))
+    rand = sorted(best_found("random", s) for s in range(12))
+    assert np.median(ours) < np.median(rand)
+    if strategy in ("local", "annealing"):  # they climb into the deep minimum every time
+        assert max(ours) <= 1.01 * cost({"a": 5, "b": 2, "c": False})
+
+
+def test_failures_and_skips_do_not_count_against_max_evals():
+    log: Counter = Counter()
+
+    def generate(**p):
+        log[tuple(p.values())] += 1
+        if p["c"]:
+            return None  # skipped
+        if p["a"] % 3 == 0:
+            raise tune.InvalidConfiguration("never")
+        value = cost(p)
+        return lambda iterations: value
+
+    result = tune.search(generate, SPACE, strategy="random", max_evals=10, seed=1, workers=0)
+    assert sum(1 for t in result.trials if t.status == "ok") == 10
+    assert len(log) > 10 and max(log.values()) == 1
+
+
+def test_max_seconds_bounds_the_wall_time_compiling_included():
+    def generate(**p):
+        time.sleep(0.05)  # stands in for compiling
+        return lambda iterations: cost(p)
+
+    started = time.perf_counter()
+    result = tune.search(generate, SPACE, strategy="random", max_seconds=0.4, seed=2, workers=0)
+    elapsed = time.perf_counter() - started
+    assert elapsed < 0.4 + 0.2, elapsed
+    assert 3 <= result.info["measured"] <= 9
+
+
+def test_bad_strategy_and_budget_are_clear_errors():
+    with pytest.raises(tune.AutotuneError, match="unknown strategy 'smart'; choose from brute_force"):
+        tune.autotune(lambda a: None, strategy="smart", a=[1, 2])
+    with pytest.raises(tune.AutotuneError, match="max_evals must be an int >= 1"):
+        tune.autotune(lambda a: None, max_evals=0, a=[1, 2])
+    with pytest.raises(tune.AutotuneError, match="max_seconds must be a finite number > 0"):
+        tune.autotune(lambda a: None, max_seconds=float("nan"), a=[1, 2])
+
+
+def test_search_settings_from_outside_win():
+    log: Counter = Counter()
+    with tune.search_settings(strategy="random", max_evals=7, seed=3):
+        result = tune.search(counting(log), SPACE, strategy="brute_force", workers=0)
+    assert len(log) == 7 and result.info["strategy"] == "random"
+
+
+# -- replay --------------------------------------------------------------------------------------
+
+
+def _landscape() -> tune.Landscape:
+    keys = SPACE.configurations()
+    times = {tuple(p.values()): (cost(p) if p["a"] != 7 else None) for p in keys}
+    return tune.Landscape(SPACE, times)
+
+
+def test_replay_finds_the_true_best_with_the_whole_budget_and_stays_within_a_small_one():
+    land = _landscape()
+    full = tune.replay(land, "brute_force")
+    failed = sum(1 for t in land.times.values() if t is None)
+    assert full.best_score == land.best_score and full.evaluations == len(land.times) - failed == 164
+    for strategy in STRATEGIES:
+        run = tune.replay(land, strategy, max_evals=12, seed=5)
+        assert run.evaluations == 12 and run.best_score >= land.best_score
+        assert run.history == sorted(run.history, reverse=True) and run.history[-1] == run.best_score
+        again = tune.replay(land, strategy, max_evals=12, seed=5)
+        assert again.history == run.history
+
+
+def test_replay_over_stored_trials(tmp_path):
+    db = tmp_path / "t.db"
+    with tune.use_database(db):
+        FakeTimedTemplate.autotune.retune(FakeTimedTemplate, StandIn(), 3)
+    trials = ResultStore.open(db).trials()
+    land = tune.landscape(trials, FakeTimedTemplate.autotune_space(None, 3))
+    assert land.complete() and land.best == {"block": 3}
+    assert tune.replay(land, "local", max_evals=2, seed=0).evaluations == 2
+
+
+# -- warm starts --------------------------------------------------------------------------------
+
+
+@pytest.mark.autotune_database
+def test_the_nearest_devices_best_configurations_are_measured_first(context):
+    store = ResultStore.open()
+    here = StandIn("Mine")
+    other = StandIn("Other GPU")
+    with tune.search_settings(strategy="brute_force"):
+        FakeTimedTemplate.autotune(other, 10)  # every configuration of the key, on another device
+    calls.clear()
+    with tune.search_settings(strategy="random", max_evals=3, seed=9):
+        assert FakeTimedTemplate.autotune(here, 10) == {"block": 3}
+    key = tune.tuner_of(FakeTimedTemplate).key(FakeTimedTemplate, here, 10)
+    order = [json.loads(t.parameters)["block"] for t in store.trials(key)]
+    assert order[:2] == [1, 3], order  # the test= baseline, then the other device's best
+    row = store.get(key)
+    assert json.loads(row.search)["warm_start"] >= 1 and json.loads(row.search)["strategy"] == "random"
+
+
+def test_warm_start_ignores_other_arguments_versions_and_malformed_trials(tmp_path):
+    from autotune.tune.decorator import warm_start
+
+    db = tmp_path / "t.db"
+    store = ResultStore.open(db)
+    key = tune.tuner_of(FakeTimedTemplate).key(FakeTimedTemplate, StandIn(), 10)
+    other = tune.TuningKey(key.function, key.version, "Other", "P", "1", key.arguments)
+    space = FakeTimedTemplate.autotune_space(None, 10)
+
+    def trial(k, block, seconds, status="ok"):
+        return tune.TrialRecord(k, json.dumps({"block": block}), status, "", seconds, seconds, seconds)
+
+    from dataclasses import replace
+    store.add_trials([
+        trial(other, 2, 1e-6), trial(other, 4, 5e-6), trial(other, 5, 9e-6),
+        trial(replace(other, arguments='{"size":11}'), 1, 1e-9),
+        trial(replace(other, version=9), 1, 1e-9),
+        trial(other, 9, 1e-9),                     # outside the space
+        trial(other, 1, 1e-9, status="wrong_result"),
+    ])
+    seeds, prior = warm_start(store, key, space)
+    assert seeds == [{"block": 2}, {"block": 4}, {"block": 5}]
+    assert sorted(r for _, r in prior) == pytest.approx([1.0, 5.0, 9.0])
+
+
+def test_warm_takes_a_budget_and_reports_progress(capsys, tmp_path):
+    db = tmp_path / "w.db"
+    code = main(["warm", "--db", str(db), "--template", "toy_templates:FakeTimedTemplate",
+                 "--max-evals", "2", "--strategy", "random", "--seed", "1", "FakeTimedTemplate"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "[1/3] tuning" in err and "[3/3] tuning" in err and "left" in err
+    assert "warm: 3 keys on 1 device: 3 tuned, 0 stored, 0 failed in" in out and str(db) in out
+    for row in ResultStore.open(db).records():
+        search = json.loads(row.search)
+        assert search["max_evals"] == 2 and search["measured"] == 2 and search["strategy"] == "random"
+    code = main(["warm", "--db", str(db), "--max-evals", "0", "scale"])
+    assert code == 2 and "max_evals must be an int >= 1" in capsys.readouterr().err
+
+
+def test_the_bayes_strategy_uses_other_devices_results():
+    land = _landscape()
+    ranked = sorted((t, k) for k, t in land.times.items() if t is not None)
+    prior = [(dict(zip("abc", k)), t / ranked[0][0]) for t, k in ranked]
+    cold = [tune.replay(land, "bayes", max_evals=6, seed=s).best_score for s in range(6)]
+    warm = [tune.replay(land, "bayes", max_evals=6, seed=s, prior=prior).best_score for s in range(6)]
+    assert np.median(warm) <= np.median(cold)
+    assert math.isclose(np.median(warm), land.best_score, rel_tol=0.05)

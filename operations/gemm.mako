@@ -77,7 +77,9 @@ void gemm(GLOBAL ${real} * RESTRICT c, GLOBAL const ${real} * RESTRICT at,
           GLOBAL const ${real} * RESTRICT b, ${real} alpha, ${real} beta)
 {
     const unsigned int tx = get_local_id(0), ty = get_local_id(1);
+% if SA or SB:
     const unsigned int tid = ty * ${NDIMC} + tx;
+% endif
     const unsigned int m0 = get_group_id(1) * ${MWG}, n0 = get_group_id(0) * ${NWG};
 % if SA:
     LOCAL_DECL ALIGN16 ${real} alm[${KWG * MWG}];

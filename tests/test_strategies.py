@@ -228,3 +228,21 @@ def test_the_bayes_strategy_uses_other_devices_results():
     warm = [tune.replay(land, "bayes", max_evals=6, seed=s, prior=prior).best_score for s in range(6)]
     assert np.median(warm) <= np.median(cold)
     assert math.isclose(np.median(warm), land.best_score, rel_tol=0.05)
+
+
+def test_a_search_whose_candidates_all_fail_alike_stops_early():
+    log: Counter = Counter()
+
+    def generate(**p):
+        log[tuple(p.values())] += 1
+        raise KeyError("the template is broken")
+
+    with pytest.raises(tune.AutotuneError, match="stopped after the first 32 candidates") as info:
+        tune.search(generate, SPACE, workers=0)
+    assert len(log) == 32 and isinstance(info.value.__cause__, KeyError)
+
+
+def test_with_workers_nothing_past_the_budget_is_measured():
+    log: Counter = Counter()
+    result = tune.search(counting(log), SPACE, strategy="random", max_evals=5, seed=2, workers=4)
+    assert result.info["measured"] == 5 and len(result.trials) == 5

@@ -204,6 +204,7 @@ class DeviceArray(ABC):
 
     def read(self, queue: CommandQueue, start: int, stop: int) -> np.ndarray:
         """Copy elements ``start:stop`` of the flattened array to a new numpy array."""
+        start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.size:
             raise IndexError(f"range {start}:{stop} is outside an array of {self.size} elements")
         out = np.empty(stop - start, self.dtype)

@@ -37,6 +37,19 @@ class BudgetExhausted(Exception):
     """The search's budget (evaluations or seconds) is spent."""
 
 
+#: A search whose first this many candidates all fail with the same exception and message stops:
+#: the template is broken, and measuring the rest of a large space would only repeat it.
+FAIL_FAST = 32
+
+
+class FailingFast(Exception):
+    """The first :data:`FAIL_FAST` candidates failed alike (``error`` is the last)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
 class InvalidConfiguration(ValueError):
     """Raised by ``generate`` for a configuration that cannot work (recorded as ``invalid``)."""
 
@@ -231,6 +244,7 @@ class DeviceEvaluator(Evaluator):
         self._pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
         self._turns = _Turns() if self._pool is not None else None
         self._index = 0
+        self._same_failures: list[tuple[type, str]] = []
 
     def close(self) -> None:
         if self._pool is not None:
@@ -267,8 +281,8 @@ class DeviceEvaluator(Evaluator):
                                                    self.generate, self.config(key),
                                                    self.thread_scope, self._turns, index)
                     pending.append((index, key, future))
-                if not pending:
-                    break
+                if not pending or self.spent():
+                    break  # with the budget spent, what was generated ahead is abandoned
                 index, key, future = pending.popleft()
                 if self._turns is not None:
                     self._turns.advance(index)
@@ -283,6 +297,15 @@ class DeviceEvaluator(Evaluator):
         if any(key not in self.scores for key in keys):
             raise BudgetExhausted()
 
+    def _failed(self, key: Key, params: Config, exc: BaseException) -> None:
+        self.last_error = exc
+        self._trial(Trial(params, classify(exc), f"{type(exc).__name__}: {exc}"))
+        self._record(key, None)
+        if self.evals == 0:
+            self._same_failures.append((type(exc), str(exc)))
+            if len(self._same_failures) >= FAIL_FAST and len(set(self._same_failures)) == 1:
+                raise FailingFast(exc)
+
     def _outcome(self, key: Key, outcome: Any) -> None:
         params = self.config(key)
         if outcome is None:  # skipped by generate
@@ -291,17 +314,13 @@ class DeviceEvaluator(Evaluator):
                 self.on_trial(None)
             return
         if isinstance(outcome, Exception):
-            self.last_error = outcome
-            self._trial(Trial(params, classify(outcome), f"{type(outcome).__name__}: {outcome}"))
-            self._record(key, None)
+            self._failed(key, params, outcome)
             return
         try:
             best = self.best()
             timing = time_candidate(outcome, best[1] if best is not None else None)
         except Exception as exc:  # MeasurementError too: that candidate's time is not usable
-            self.last_error = exc
-            self._trial(Trial(params, classify(exc), f"{type(exc).__name__}: {exc}"))
-            self._record(key, None)
+            self._failed(key, params, exc)
             return
         gbps, gflops = rates(outcome, timing.median_seconds)
         self._trial(Trial(params, TrialStatus.OK, "", timing.min_seconds, timing.median_seconds,
@@ -365,4 +384,5 @@ class StrategyContext:
 
 
 def default_workers(parallel: bool) -> int:
-    return min(4, os.cpu_count() or 1) if parallel else 0
+    """Threads that compile ahead on GPUs (compiling a large kernel takes longer than timing it)."""
+    return min(8, os.cpu_count() or 1) if parallel else 0

@@ -24,9 +24,11 @@ from typing import Any
 import numpy as np
 
 from .evaluation import (
+    FAIL_FAST,
     Budget,
     BudgetExhausted,
     DeviceEvaluator,
+    FailingFast,
     InvalidConfiguration,
     StrategyContext,
     Trial,
@@ -245,12 +247,16 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), seeds,
                               list(run.prior), dict(options or {}))
     _notify("start", configurations=planned)
+    stopped = ""
     try:
         if baseline is not None:
             evaluator.evaluate([baseline])
         STRATEGIES[strategy](context)
     except BudgetExhausted:
         pass
+    except FailingFast:
+        stopped = (f"; stopped after the first {FAIL_FAST} candidates all failed with "
+                   f"{type(evaluator.last_error).__name__}")
     finally:
         evaluator.close()
     best = evaluator.best()
@@ -260,6 +266,6 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     run.info = info
     if best is None:
         raise AutotuneError(_summarise_failures(evaluator.trials, len(configs),
-                                                len(evaluator.scores))) from evaluator.last_error
+                                                len(evaluator.scores)) + stopped) from evaluator.last_error
     key, score = best
     return SearchResult(best=evaluator.config(key), score=score, trials=evaluator.trials, info=info)

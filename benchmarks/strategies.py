@@ -6,7 +6,9 @@ brute-force search stores them). Each strategy is replayed ``--seeds`` times at 
 5% and 10% of the configurations; the table gives the median and 90th percentile, over the
 seeds, of (best time found) / (true best time). Kernel Tuner gets the same landscape as a cache
 file and runs with ``simulation_mode=True`` and ``max_fevals`` equal to our ``max_evals``
-(distinct valid configurations measured). A warm start (``--warm-from DEVICE``) seeds our
+(distinct valid configurations measured); numpy's and Python's random generators are seeded
+before each run, but some of Kernel Tuner's strategies (diff_evo, bayes_opt) draw from
+generators of their own and differ between runs. A warm start (``--warm-from DEVICE``) seeds our
 strategies with another device's recorded trials of the same key, as the tuner does.
 
 Usage: python benchmarks/strategies.py --db DB --function PATTERN [--device NAME]
@@ -72,10 +74,29 @@ def ratios(found: list[float], best: float) -> dict[str, float]:
             "p90": values[max(0, math.ceil(0.9 * len(values)) - 1)]}
 
 
+def _patch_kernel_tuner() -> None:
+    """Kernel Tuner 1.5.0's neighbour cache keeps the numpy array a neighbour query returns and
+    later appends to it, so its neighbourhood strategies (greedy_ils, mls, greedy_mls,
+    simulated_annealing) raise AttributeError; hand them lists instead."""
+    from kernel_tuner.searchspace import Searchspace
+
+    query = Searchspace.get_neighbors_indices_no_cache
+    if getattr(query, "returns_lists", False):
+        return
+
+    def as_list(self, *args, **kwargs):
+        return list(query(self, *args, **kwargs))
+
+    as_list.returns_lists = True
+    Searchspace.get_neighbors_indices_no_cache = as_list
+
+
 def kernel_tuner_runs(land: tune.Landscape, strategy: str, budget: int, seeds: int) -> list[float]:
     """Kernel Tuner's ``strategy`` over the landscape as a cache file, ``seeds`` times."""
     import kernel_tuner
     from constraint import FunctionConstraint  # Kernel Tuner's constraint solver
+
+    _patch_kernel_tuner()
 
     names = list(land.space.names)
     valid = {k for k, t in land.times.items()}

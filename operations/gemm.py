@@ -127,6 +127,10 @@ class GemmTemplate:
         if self.dtype == np.float64 and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
         self.m, self.n, self.k = check_sizes(m, n, k)
+        largest = max(self.m * self.k, self.k * self.n, self.m * self.n)
+        if largest > MAX_ELEMENTS:  # before tuning allocates anything
+            raise ValueError(f"a matrix of {largest} elements is more than the 2^32 - 1 the "
+                             "kernel's 32-bit indices reach; split the product into blocks")
         if tuning is None:
             tuning = self.autotune(context, self.dtype, self.m, self.n, self.k)
         self.tuning = t = tune.checked_tuning(GemmTemplate, context, tuning, dtype=self.dtype,

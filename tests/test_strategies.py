@@ -246,3 +246,32 @@ def test_with_workers_nothing_past_the_budget_is_measured():
     log: Counter = Counter()
     result = tune.search(counting(log), SPACE, strategy="random", max_evals=5, seed=2, workers=4)
     assert result.info["measured"] == 5 and len(result.trials) == 5
+
+
+def test_candidates_abandoned_after_a_first_improvement_never_touch_the_device(context):
+    from autotune.tune.evaluation import Budget, DeviceEvaluator
+
+    queue = context.create_tuning_command_queue()
+    n = 1 << 12
+    shared = context.allocate(n, np.float32)
+    out = context.allocate(n, np.float32)
+    uploaded: list[int] = []
+
+    def generate(value):
+        shared.set(queue, np.full(n, value, np.float32))  # waits for this candidate's turn
+        uploaded.append(value)
+        return tune.make_measure(queue, lambda: out.copy_from(queue, shared),
+                                 check=lambda: bool(np.all(out.get(queue) == value)))
+
+    space = tune.Space({"value": list(range(10))})
+    evaluator = DeviceEvaluator(space, Budget(), generate, workers=4)
+    try:
+        walk = evaluator.iterate([(v,) for v in range(6)])
+        next(walk)        # the first candidate is measured; the next ones were generated ahead
+        walk.close()      # a first improvement: the rest are abandoned
+        time.sleep(0.2)   # an abandoned candidate that ran on would upload now
+        assert uploaded == [0]
+        assert evaluator.evaluate([{"value": 9}])[0] is not None  # checked and timed
+        assert uploaded == [0, 9] and all(t.status == "ok" for t in evaluator.trials)
+    finally:
+        evaluator.close()

@@ -100,9 +100,10 @@ def test_all_failures_raise_with_counts_and_first_messages(context):
     with pytest.raises(tune.AutotuneError) as info:
         FailingTemplate.autotune(context, ("invalid", "compile", "plain"))
     message = str(info.value)
-    # wgs 0..5 plus the test= baseline wgs=64 (64 % 3 == 1: a compile failure)
+    # wgs 0..5 (the test= baseline, wgs=64, is tried too but counted apart: it is outside the space)
+    assert "(6 in the space, 6 tried, 0 skipped by generate)" in message
     assert "invalid: 2" in message and "wgs 0 invalid" in message
-    assert "compile_error: 3" in message and "toy.mako" in message
+    assert "compile_error: 2" in message and "toy.mako" in message
     assert "error: 2" in message and "plain failure for 2" in message
     assert _store().records() == []
     assert len(_store().trials(function="toy_templates.FailingTemplate.autotune")) == 7

@@ -164,7 +164,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                         record.score, _test_score(store, record.key, template.test_parameters)))
                     progress.skipped()
                     continue
-                why = "" if verdict is None else f" ({verdict.freshness}: {verdict.reason})"
+                why = "" if verdict is None else (
+                    f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
                 if dry_run:
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
                                                 message=why.strip(" ()")))

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,15 +141,29 @@ class Evaluator:
         Raises :class:`BudgetExhausted` once the budget is spent (what was measured is kept).
         """
         keys = [self.key(c) for c in batch]
+        for _ in self.iterate(keys):
+            pass
+        return [self.scores.get(key) for key in keys]
+
+    def iterate(self, keys: Sequence[Key]) -> Iterator[tuple[Key, float | None]]:
+        """``(key, score)`` for each key in turn, measured as it is reached: a caller that stops
+        early (first improvement) spends nothing on the rest, though a device evaluator may
+        have compiled some of them ahead. Raises :class:`BudgetExhausted` at a key that would
+        need a measurement once the budget is spent."""
         fresh: list[Key] = []
         for key in keys:
             if key not in self.scores and key not in fresh:
                 fresh.append(key)
-        if fresh:
-            if self.spent():
-                raise BudgetExhausted()
-            self._measure(fresh)
-        return [self.scores.get(key) for key in keys]
+        measured = self._iterate(fresh)
+        try:
+            for key in keys:
+                while key not in self.scores:
+                    next(measured)
+                yield key, self.scores[key]
+        except StopIteration:
+            raise BudgetExhausted() from None
+        finally:
+            measured.close()
 
     def _record(self, key: Key, score: float | None) -> None:
         self.scores[key] = score
@@ -159,7 +173,9 @@ class Evaluator:
             if self._best is None or score < self._best[0]:
                 self._best = (score, key)
 
-    def _measure(self, keys: list[Key]) -> None:
+    def _iterate(self, keys: list[Key]) -> Iterator[None]:
+        """Measure ``keys`` in order, yielding after each is recorded; stop when the budget is
+        spent (the caller then finds a key unrecorded)."""
         raise NotImplementedError
 
 
@@ -171,11 +187,12 @@ class ReplayEvaluator(Evaluator):
         super().__init__(space, budget)
         self.landscape = landscape
 
-    def _measure(self, keys: list[Key]) -> None:
+    def _iterate(self, keys: list[Key]) -> Iterator[None]:
         for key in keys:
             if self.spent():
-                raise BudgetExhausted()
+                return
             self._record(key, self.landscape.get(key))
+            yield
 
 
 class _Cancelled(Exception):
@@ -189,17 +206,24 @@ class _Turns:
         self._cond = threading.Condition()
         self._current = -1
         self._closed = False
+        self._cancelled: set[int] = set()
 
     def advance(self, index: int) -> None:
         with self._cond:
             self._current = index
             self._cond.notify_all()
 
+    def cancel(self, index: int) -> None:
+        """Candidate ``index`` will not be measured: its device work must never run."""
+        with self._cond:
+            self._cancelled.add(index)
+            self._cond.notify_all()
+
     def wait_for(self, index: int) -> None:
         with self._cond:
-            while self._current < index and not self._closed:
+            while self._current < index and not self._closed and index not in self._cancelled:
                 self._cond.wait()
-            if self._current < index:
+            if index in self._cancelled or self._current < index:
                 raise _Cancelled()
 
     def close(self) -> None:
@@ -263,7 +287,7 @@ class DeviceEvaluator(Evaluator):
             return
         super()._record(key, score)
 
-    def _measure(self, keys: list[Key]) -> None:
+    def _iterate(self, keys: list[Key]) -> Iterator[None]:
         pending: deque[tuple[int, Key, Any]] = deque()
         todo = iter(keys)
         window = max(1, self.workers + 1)  # compile ahead, but never hold every candidate at once
@@ -282,7 +306,7 @@ class DeviceEvaluator(Evaluator):
                                                    self.thread_scope, self._turns, index)
                     pending.append((index, key, future))
                 if not pending or self.spent():
-                    break  # with the budget spent, what was generated ahead is abandoned
+                    return  # with the budget spent, what was generated ahead is abandoned
                 index, key, future = pending.popleft()
                 if self._turns is not None:
                     self._turns.advance(index)
@@ -290,12 +314,13 @@ class DeviceEvaluator(Evaluator):
                            else _generate(self.generate, self.config(key), None, None, index))
                 self._outcome(key, outcome)
                 del outcome  # release the candidate's buffers before the next one
+                yield
         finally:
-            for _, _, future in pending:
+            for index, _, future in pending:  # abandoned: their device work must never run
+                if self._turns is not None:
+                    self._turns.cancel(index)
                 if future is not None:
                     future.cancel()
-        if any(key not in self.scores for key in keys):
-            raise BudgetExhausted()
 
     def _failed(self, key: Key, params: Config, exc: BaseException) -> None:
         self.last_error = exc

@@ -5,7 +5,7 @@ brute-force search stores them). Replaying a strategy over it costs no device ti
 strategies can be compared over hundreds of seeds in seconds, reproducibly, on real data.
 
 >>> landscape = tune.landscape(store.trials(key), space)
->>> run = tune.replay(landscape, space, "local", max_evals=50, seed=3)
+>>> run = tune.replay(landscape, "local", max_evals=50, seed=3)
 >>> run.best_score / landscape.best_score
 """
 

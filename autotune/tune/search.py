@@ -78,7 +78,9 @@ _settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", d
 def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     """Within the block, searches use this strategy, budget and seed (None leaves one as the
     tuning function says)."""
-    chosen = SearchSettings(**settings)
+    outer = _settings.get()  # a setting left None here keeps the enclosing block's
+    chosen = SearchSettings(**{name: settings.get(name) if settings.get(name) is not None
+                               else getattr(outer, name) for name in SearchSettings.__dataclass_fields__})
     if chosen.strategy is not None and chosen.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {chosen.strategy!r}; choose from {', '.join(STRATEGIES)}")
     Budget(chosen.max_evals, chosen.max_seconds)  # checks the values
@@ -185,7 +187,7 @@ def _space(space: Space | None, restrictions: Sequence[Restriction],
 def _summarise_failures(trials: list[Trial], total: int, seen: int) -> str:
     failed = [t for t in trials if t.status is not TrialStatus.OK]
     counts = Counter(t.status for t in failed)
-    skipped = seen - len(trials)
+    skipped = max(0, seen - len(trials))
     lines = [f"no configuration succeeded ({total} in the space, {seen} tried, {skipped} skipped "
              "by generate)"]
     for kind, count in counts.most_common():
@@ -200,8 +202,8 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
            seed: int | None = None, options: dict[str, Any] | None = None) -> SearchResult:
     """:func:`autotune` with the full result (every trial, the best score, what was done).
 
-    ``workers`` threads generate candidates ahead (default: 4 on GPUs, none on CPU devices).
-    Settings from :func:`search_settings` win over these arguments.
+    ``workers`` threads generate candidates ahead (default: 8, at most the CPU count, on GPUs;
+    none on CPU devices). Settings from :func:`search_settings` win over these arguments.
     """
     if not isinstance(space, Space):
         space = _space(None, (), dict(space))
@@ -265,7 +267,9 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
             "warm_start": len(seeds), "prior": len(run.prior)}
     run.info = info
     if best is None:
-        raise AutotuneError(_summarise_failures(evaluator.trials, len(configs),
-                                                len(evaluator.scores)) + stopped) from evaluator.last_error
+        tried = sum(1 for key in evaluator.scores if key != evaluator.reference)
+        trials = [t for t in evaluator.trials if t.parameters != reference]
+        raise AutotuneError(_summarise_failures(trials, len(configs), tried)
+                            + stopped) from evaluator.last_error
     key, score = best
     return SearchResult(best=evaluator.config(key), score=score, trials=evaluator.trials, info=info)

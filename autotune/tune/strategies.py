@@ -102,12 +102,12 @@ def _perturbed(ctx: StrategyContext, key: Key, steps: int) -> Key | None:
 
 def local_search(ctx: StrategyContext) -> None:
     """Iterated local search: climb to a local optimum by first improvement (neighbours in a
-    random order, a few at a time), perturb the best configuration found by a short random walk
-    and climb again; after ``restart_after`` perturbations without a new best, restart from a
-    random configuration."""
+    random order, each measured only if no earlier one improved; a device evaluator compiles
+    the next ones meanwhile), perturb the best configuration found by a short random walk and
+    climb again; after ``restart_after`` perturbations without a new best, restart from a random
+    configuration."""
     steps = int(ctx.options.get("perturbation", 3))
     restart_after = int(ctx.options.get("restart_after", 4))
-    batch = _batch(ctx)
     current, score = _start(ctx)
     best, best_score = current, score
     stall = 0
@@ -117,11 +117,9 @@ def local_search(ctx: StrategyContext) -> None:
             improved = False
             neighbours = ctx.neighbours(current)
             order = [neighbours[int(i)] for i in ctx.rng.permutation(len(neighbours))]
-            for chunk in _chunks(order, batch):
-                scores = [math.inf if s is None else s for s in ctx.evaluate([ctx.config(k) for k in chunk])]
-                j = min(range(len(chunk)), key=scores.__getitem__)
-                if scores[j] < score:
-                    current, score, improved = chunk[j], scores[j], True
+            for key, value in ctx.evaluator.iterate(order):  # first improvement
+                if value is not None and value < score:
+                    current, score, improved = key, value, True
                     break
         if score < best_score:
             best, best_score, stall = current, score, 0
@@ -255,13 +253,33 @@ def bayes(ctx: StrategyContext) -> None:
         seed=int(ctx.rng.integers(2**31)), multivariate=True, constant_liar=True,
         n_startup_trials=int(ctx.options.get("startup", startup)))
     study = optuna.create_study(sampler=sampler)
+    # The model sees log(time / reference): the reference is this device's time of its first
+    # measured configuration (a seed, when there are seeds: the other devices' best), so that
+    # the prior's times, relative to their own device's best, sit on about the same scale.
+    reference: list[float] = []
+
+    def told(seconds: float | None) -> float | None:
+        if seconds is None or not math.isfinite(seconds):
+            return None
+        if not reference:
+            reference.append(seconds)
+        return math.log(seconds / reference[0])
+
+    def add(key: Key, value: float | None) -> None:
+        study.add_trial(optuna.trial.create_trial(
+            params=indices(key), distributions=distributions, value=value,
+            state=optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL))
+
+    seeds = [ctx.key(c) for c in ctx.seeds]
+    if not seeds and ctx.prior:  # measure the prior's best first: it sets the common scale
+        best = min(ctx.prior, key=lambda item: item[1])[0]
+        seeds = [ctx.key(best)] if ctx.key(best) in ctx.valid else []
+    for key, seconds in zip(seeds, ctx.evaluate([ctx.config(k) for k in seeds])):
+        add(key, told(seconds))
     for config, relative in ctx.prior:
         key = ctx.key(config)
-        if key in ctx.valid and math.isfinite(relative) and relative > 0:
-            study.add_trial(optuna.trial.create_trial(params=indices(key), distributions=distributions,
-                                                      value=math.log(relative)))
-    for config in ctx.seeds:
-        study.enqueue_trial(indices(ctx.key(config)))
+        if key in ctx.valid and key not in seeds and math.isfinite(relative) and relative > 0:
+            add(key, math.log(relative))
     batch = _batch(ctx)
     repeats = 0
     while not _exhausted(ctx):
@@ -280,19 +298,15 @@ def bayes(ctx: StrategyContext) -> None:
             trials[0] = None
             repeats = 0
         valid = [k for k in keys if k in ctx.valid]
-        scores = dict(zip(valid, _scores(ctx, valid)))
+        scores = dict(zip(valid, ctx.evaluate([ctx.config(k) for k in valid])))
         for trial, key in zip(trials, keys):
-            value = scores.get(key)
+            value = told(scores.get(key))
             if trial is None:
-                study.add_trial(optuna.trial.create_trial(
-                    params=indices(key), distributions=distributions,
-                    value=math.log(value) if value is not None and math.isfinite(value) else None,
-                    state=(optuna.trial.TrialState.COMPLETE if value is not None and math.isfinite(value)
-                           else optuna.trial.TrialState.FAIL)))
-            elif value is None or not math.isfinite(value):
+                add(key, value)
+            elif value is None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
-                study.tell(trial, math.log(value))
+                study.tell(trial, value)
 
 
 #: The strategies by name.

@@ -29,6 +29,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="devices for the context fixture: first (first of each backend, default), all, "
              "cuda or opencl",
     )
+    group.addoption(
+        "--autotune-use-db", action="store_true",
+        help="tuned functions serve (and on a miss tune into) the configured database "
+             "(AUTOTUNE_DB), as outside tests, instead of returning their test= parameters: for "
+             "benchmarks run under pytest",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -39,7 +45,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "opencl_only: run only with an OpenCL context",
     ):
         config.addinivalue_line("markers", line)
-    _decorator.test_mode.active = True
+    _decorator.test_mode.active = not config.getoption("--autotune-use-db")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -91,19 +91,19 @@ def _patch_kernel_tuner() -> None:
     Searchspace.get_neighbors_indices_no_cache = as_list
 
 
-def kernel_tuner_runs(land: tune.Landscape, strategy: str, budget: int, seeds: int) -> list[float]:
-    """Kernel Tuner's ``strategy`` over the landscape as a cache file, ``seeds`` times."""
+def kernel_tuner_runs(tune_params: dict[str, list], times: dict[tuple, float | None], strategy: str,
+                      budget: int, seeds: int) -> list[float]:
+    """Kernel Tuner's ``strategy`` over a landscape (``times`` per configuration of
+    ``tune_params``) as a cache file, ``seeds`` times."""
     import kernel_tuner
     from constraint import FunctionConstraint  # Kernel Tuner's constraint solver
 
     _patch_kernel_tuner()
-
-    names = list(land.space.names)
-    valid = {k for k, t in land.times.items()}
-    tune_params = {n: list(v) for n, v in land.space.parameters.items()}
+    names = list(tune_params)
+    valid = set(times)
     cache = {"device_name": "recorded", "kernel_name": "landscape", "problem_size": [1],
              "tune_params_keys": names, "tune_params": tune_params, "objective": "time", "cache": {}}
-    for key, seconds in land.times.items():
+    for key, seconds in times.items():
         entry = dict(zip(names, key))
         entry["time"] = seconds * 1e3 if seconds is not None else "RuntimeFailedConfig"
         entry.update(compile_time=0.0, verification_time=0.0, benchmark_time=0.0)
@@ -125,6 +125,20 @@ def kernel_tuner_runs(land: tune.Landscape, strategy: str, budget: int, seeds: i
             times = [r["time"] for r in results if isinstance(r.get("time"), (int, float))]
             found.append(min(times) / 1e3 if times else math.inf)
     return found
+
+
+def _isolated(fn, *args, timeout: float = 300.0):
+    """``fn(*args)`` in a fresh process, given up after ``timeout`` seconds: Kernel Tuner's
+    simulations keep memory between calls, and some of its neighbourhood strategies can loop
+    without spending their budget, so each strategy and budget gets a process of its own."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        try:
+            return pool.apply_async(fn, args).get(timeout=timeout)
+        except multiprocessing.TimeoutError:
+            pool.terminate()
+            raise TimeoutError(f"did not finish in {timeout:.0f} s") from None
 
 
 def main() -> None:
@@ -172,7 +186,8 @@ def main() -> None:
         if args.kernel_tuner:
             for name in args.kt_strategies:
                 try:
-                    found = kernel_tuner_runs(land, name, budget, args.seeds)
+                    found = _isolated(kernel_tuner_runs, {n: list(v) for n, v in space.parameters.items()},
+                                      dict(land.times), name, budget, args.seeds)
                 except Exception as exc:  # a strategy that fails on this landscape is reported
                     print(f"Kernel Tuner {name}: {type(exc).__name__}: {exc}", file=sys.stderr)
                     continue

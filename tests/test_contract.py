@@ -352,3 +352,70 @@ def test_show_plot_and_clear_select_functions_alike(context, capsys, tmp_path):
         assert run(capsys, "plot", name, "--out", tmp_path / "p.png")[0] == 0, name
     code, out, _ = run(capsys, "show")
     assert "old version (now 1)" in out
+
+
+_FIRST_USE = """
+import logging, sys
+sys.path.insert(0, {tests!r})
+from autotune import tune
+from test_trust import StandIn
+from toy_templates import FakeTimedTemplate
+if {configured}:
+    logging.basicConfig(level=logging.ERROR)
+with tune.use_database({db!r}):
+    FakeTimedTemplate.autotune(StandIn(), 1)
+    FakeTimedTemplate.autotune(StandIn(), 2)
+"""
+
+
+@pytest.mark.parametrize("configured", [False, True])
+def test_the_first_tuning_in_a_process_says_what_it_does(tmp_path, configured):
+    import subprocess
+    import sys
+
+    code = _FIRST_USE.format(tests=str(TESTS), db=str(tmp_path / "t.db"), configured=configured)
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    lines = [line for line in child.stderr.splitlines() if line.strip()]
+    if configured:  # the user chose what logging shows
+        assert lines == []
+    else:
+        assert len(lines) == 1, lines
+        line = lines[0]
+        assert "FakeTimedTemplate.autotune (size=1)" in line and "Stand-in device" in line
+        assert "first time over 5 configurations" in line and "python -m autotune warm" in line
+
+
+def test_jobs_without_all_devices_is_an_error(capsys, tmp_path):
+    code, _, err = run(capsys, "warm", "--db", tmp_path / "t.db", "--jobs", "2", "scale")
+    assert code == 2 and "--jobs 2 tunes several devices at once: add --all-devices" in err
+
+
+def test_under_pytest_an_option_serves_the_database(tmp_path):
+    import subprocess
+    import sys
+
+    db = tmp_path / "t.db"
+    store = ResultStore.open(db)
+    from test_trust import StandIn
+
+    key = tune.tuner_of(FakeTimedTemplate).key(FakeTimedTemplate, StandIn(), 4)
+    fingerprint = tune.tuner_of(FakeTimedTemplate).fingerprint(FakeTimedTemplate, StandIn(), 4)
+    store.put(tune.TuningRecord(key, '{"block":5}', 1e-6, "x", fingerprint=fingerprint.digest,
+                                sources=fingerprint.sources_json))
+    test = tmp_path / "test_served.py"
+    env = dict(__import__("os").environ, AUTOTUNE_DB=str(db))
+    for option, expected in (([], 1), (["--autotune-use-db"], 5)):  # test=, then the stored row
+        test.write_text(f"""
+import sys
+sys.path.insert(0, {str(TESTS)!r})
+from test_trust import StandIn
+from toy_templates import FakeTimedTemplate
+
+def test_served():
+    assert FakeTimedTemplate.autotune(StandIn(), 4) == {{"block": {expected}}}
+""")
+        child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                str(test), *option], capture_output=True, text=True, timeout=120,
+                               env=env, cwd=tmp_path)
+        assert child.returncode == 0, child.stdout + child.stderr

@@ -215,6 +215,11 @@ def run_warm(args: Any, url: str) -> int:
         pass
     started = time.perf_counter()
     templates = _select_templates(args.operations, args.template)
+    if args.jobs != 1 and not args.all_devices:
+        raise ValueError(f"--jobs {args.jobs} tunes several devices at once: add --all-devices "
+                         "(or drop --jobs)")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if args.all_devices:
         specs = accel.select_devices(None)
     else:

@@ -36,6 +36,7 @@ from . import search as _search
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
+    describe_arguments,
     encode_arguments,
     encode_parameters,
     validate_parameters,
@@ -458,7 +459,7 @@ class TunedFunction:
             seeds=seeds,
             prior=prior,
         )
-        logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
+        _announce(store, key, fingerprint.space, bool(device.is_gpu))
         started = time.perf_counter()
         with accel.recording() as rendered, _search.tuning_run(run):
             try:
@@ -561,6 +562,39 @@ def warm_start(store: ResultStore, key: TuningKey,
             prior = [(params, t / best) for params, t in found]
             break
     return seeds[:WARM_START_SEEDS], prior
+
+
+_announced = threading.Event()
+#: Rough seconds per configuration, for the first-use estimate where nothing is stored yet.
+_SECONDS_PER_CONFIGURATION = {True: 0.1, False: 0.5}
+
+
+def _announce(store: ResultStore, key: TuningKey, space: Space | None, gpu: bool) -> None:
+    """The first tuning in a process says what it tunes, where, for about how long, and how to
+    avoid the wait (a WARNING on the ``autotune.tune`` logger: shown on standard error unless
+    logging is configured otherwise); later ones are logged at INFO."""
+    if _announced.is_set():
+        logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
+        return
+    _announced.set()
+    seconds = None
+    try:  # how long this function's earlier tunings (of other arguments) on this device took
+        earlier = sorted(
+            s for s in (json.loads(r.search).get("seconds") for r in
+                        store.records(function=key.function, device=key.device_name)
+                        if r.search and not record_problem(r))
+            if isinstance(s, (int, float)) and s > 0)
+        seconds = earlier[len(earlier) // 2] if earlier else None
+    except (StoreError, ValueError, AttributeError):
+        pass
+    size = len(space.configurations()) if space is not None else None
+    if seconds is None and size is not None:
+        seconds = size * _SECONDS_PER_CONFIGURATION[gpu]
+    how_long = f", about {seconds:.0f} s" if seconds is not None and seconds >= 1 else ""
+    what = f" over {size} configurations" if size is not None else ""
+    logger.warning("tuning %s (%s) on %s for the first time%s%s; pre-tune with `python -m "
+                   "autotune warm` to tune ahead of use", key.function,
+                   describe_arguments(key.arguments), key.device_name, what, how_long)
 
 
 def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:

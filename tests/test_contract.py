@@ -419,3 +419,30 @@ def test_served():
                                 str(test), *option], capture_output=True, text=True, timeout=120,
                                env=env, cwd=tmp_path)
         assert child.returncode == 0, child.stdout + child.stderr
+
+
+@pytest.mark.autotune_database
+def test_results_and_trials_as_dataframes(context):
+    from operations.scale import ScaleTemplate
+
+    ScaleTemplate.autotune(context, np.float32)
+    store = ResultStore.open()
+    key = tune.tuner_of(ScaleTemplate).key(ScaleTemplate, context, np.dtype(np.float64))
+    store.put(tune.TuningRecord(key, '{"wgs":64}', 1e-5, "0.0.1"))  # stale: no fingerprint
+    store.put(tune.TuningRecord(tune.TuningKey("somebody.F.autotune", 0, "X", "P", "1",
+                                               '{"e":{"__enum__":"m:Color","name":"RED"}}'),
+                                '{"block":3}', -1.0, "x"))  # an invalid score
+    results = tune.results_frame()
+    assert len(results) == 3
+    scale = results[results.function.str.contains("ScaleTemplate")].set_index("arg.dtype")
+    assert set(scale.index) == {"float32", "float64"}
+    assert scale.loc["float32", "param.wgs"] in (32, 64, 128, 256, 512, 1024)
+    assert bool(scale.loc["float32", "valid"]) and not scale.loc["float32", "stale"]
+    assert scale.loc["float64", "stale"] and scale.loc["float32", "gbps"] > 0
+    other = results[results.function == "somebody.F.autotune"].iloc[0]
+    assert not other["valid"] and "score" in other["problem"] and other["arg.e"] == "Color.RED"
+    assert other["stale"] is None
+    trials = tune.trials_frame(function="%ScaleTemplate%")
+    assert (trials.status == "ok").all() and trials["param.wgs"].notna().all()
+    assert {"median_seconds", "gbps", "created_at", "valid"} <= set(trials.columns)
+    assert len(tune.results_frame(function="%ScaleTemplate%")) == 2

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ..registry import RegisteredTemplate, registered_templates
-from ..tune import (MergePolicy, ResultStore, TuningRecord, describe_arguments, display, export_text,
-                    format_for, read_import, record_problem)
+from ..tune import (MergePolicy, ResultStore, TuningRecord, describe_arguments, display, export_rows,
+                    format_for, read_import, record_problem, results_frame, rows_text)
 from .formatting import parameters_text, rate_text, seconds_text, short_function
 
 
@@ -52,23 +52,24 @@ def _table(records: list[TuningRecord]) -> str:
         return "no results stored"
     templates = _registered()
     current: dict[str, dict[str, str]] = {}
-    rows = [{
-        "operation": short_function(r.key.function),
-        "v": r.key.version,
-        "arguments": describe_arguments(r.key.arguments),
-        "device": r.key.device_name,
-        "platform": r.key.device_platform,
-        "driver": r.key.driver_version,
-        "parameters": parameters_text(r.parameters),
-        "time": seconds_text(r.score),
-        "GB/s": rate_text(r.gbps),
-        "GFLOP/s": rate_text(r.gflops),
-        "found": r.origin,
-        "status": status_text(r, templates, current),
-        "tuned": r.created_at.strftime("%Y-%m-%d %H:%M"),
-    } for r in records]
+    frame = results_frame(records=records)
+    table = pd.DataFrame({
+        "operation": frame.function.map(short_function),
+        "v": frame.version,
+        "arguments": frame.arguments.map(describe_arguments),
+        "device": frame.device_name,
+        "platform": frame.device_platform,
+        "driver": frame.driver_version,
+        "parameters": frame.parameters.map(parameters_text),
+        "time": frame.score.map(seconds_text),
+        "GB/s": frame.gbps.map(rate_text),
+        "GFLOP/s": frame.gflops.map(rate_text),
+        "found": frame.origin,
+        "status": [status_text(r, templates, current) for r in records],
+        "tuned": frame.created_at.map(lambda t: t.strftime("%Y-%m-%d %H:%M")),
+    })
     with pd.option_context("display.max_colwidth", 50, "display.width", 250):
-        return pd.DataFrame(rows).to_string(index=False)
+        return table.to_string(index=False)
 
 
 def run_show(args: Any, url: str) -> int:
@@ -98,14 +99,14 @@ def write_output(path: Path, text: str | bytes) -> None:
 
 
 def run_export(args: Any, url: str) -> int:
-    records = ResultStore(url).records(function=function_pattern(args.function), device=args.device)
+    frame = results_frame(url, function=function_pattern(args.function), device=args.device)
+    rows = export_rows(frame)
     if args.out:
         out = Path(args.out)
-        text = export_text(records, format_for(out, args.format))
-        write_output(out, text)
-        print(f"exported {len(records)} results to {out}", file=sys.stderr)
+        write_output(out, rows_text(rows, format_for(out, args.format)))
+        print(f"exported {len(rows)} results to {out}", file=sys.stderr)
     else:
-        sys.stdout.write(export_text(records, args.format or "csv"))
+        sys.stdout.write(rows_text(rows, args.format or "csv"))
     return 0
 
 

@@ -44,6 +44,7 @@ from .encoding import (
     encode_parameters,
     validate_parameters,
 )
+from .frames import export_rows, results_frame, trials_frame
 from .measurement import Measurement, WrongResult, make_measure
 from .records import TRIAL_STATUSES, ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
 from .evaluation import Budget
@@ -75,6 +76,7 @@ from .store import (
     export_text,
     format_for,
     read_import,
+    rows_text,
     sqlite_file,
     use_database,
 )
@@ -89,6 +91,9 @@ __all__ = [
     "SearchSettings",
     "landscape",
     "replay",
+    "results_frame",
+    "rows_text",
+    "trials_frame",
     "search_settings",
     "MATCH_MODES",
     "TRIAL_STATUSES",
@@ -134,6 +139,7 @@ __all__ = [
     "display",
     "encode_arguments",
     "encode_parameters",
+    "export_rows",
     "export_text",
     "format_for",
     "get_store",

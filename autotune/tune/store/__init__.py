@@ -22,7 +22,8 @@ from .location import (
 from .result_store import MergeCounts, MergePolicy, ResultStore
 from .rows import KEY_FIELDS, RESULT_COLUMNS, SCHEMA_VERSION, TRIAL_COLUMNS
 from .settings import BUSY_TIMEOUT_SECONDS
-from .transfer import EXPORT_FORMATS, ImportSource, NotAnExportError, export_text, format_for, read_import
+from .transfer import (EXPORT_FORMATS, ImportSource, NotAnExportError, export_text, format_for,
+                       read_import, rows_text)
 
 __all__ = [
     "BUSY_TIMEOUT_SECONDS",
@@ -47,6 +48,7 @@ __all__ = [
     "export_text",
     "format_for",
     "read_import",
+    "rows_text",
     "sqlite_file",
     "use_database",
 ]

@@ -40,7 +40,12 @@ def record_to_row(record: TuningRecord) -> dict[str, Any]:
 
 def export_text(records: Sequence[TuningRecord], fmt: str) -> str:
     """The records as CSV or JSON text, columns in :data:`RESULT_COLUMNS` order."""
-    rows = [record_to_row(r) for r in records]
+    return rows_text([record_to_row(r) for r in records], fmt)
+
+
+def rows_text(rows: Sequence[dict[str, Any]], fmt: str) -> str:
+    """Export rows (dicts with the :data:`RESULT_COLUMNS`) as CSV or JSON text."""
+    rows = [{name: row.get(name) for name in RESULT_COLUMNS} for row in rows]
     if fmt == "json":
         return json.dumps(rows, indent=1, allow_nan=True) + "\n"
     if fmt != "csv":

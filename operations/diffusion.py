@@ -32,7 +32,7 @@ GPU_SPACE: dict[str, Sequence[Any]] = {
 }
 #: CPU devices (PoCL) compile slowly and gain little from large spaces.
 CPU_SPACE: dict[str, Sequence[Any]] = {
-    "block_x": (16, 64), "block_y": (1, 4), "tile_x": (1, 4), "tile_y": (1,),
+    "block_x": (16, 64), "block_y": (1, 4, 16), "tile_x": (1, 4), "tile_y": (1,),
     "local": (False, True),
 }
 MAX_BLOCK = 1024

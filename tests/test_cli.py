@@ -26,13 +26,6 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.fixture
-def db(tmp_path, monkeypatch):
-    path = tmp_path / "tune.db"
-    monkeypatch.setenv("AUTOTUNE_DB", str(path))
-    return path
-
-
 def _rows(out: str, status: str) -> int:
     """Rows of warm's table with this status."""
     return sum(1 for line in out.splitlines()
@@ -190,18 +183,8 @@ def test_clear_asks_and_deletes(capsys, db, monkeypatch):
     assert store.records() == [] and store.trials() == []
 
 
-def test_plot_writes_a_png(capsys, db, tmp_path):
-    run(capsys, "warm", "--template", FAKE, "--quiet", "FakeTimedTemplate")
-    png = tmp_path / "plot.png"
-    code, _, _ = run(capsys, "plot", "FakeTimedTemplate", "--out", png)
-    assert code == 0
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    code, _, err = run(capsys, "plot", "NoSuchThing", "--out", png)
-    assert code == 2 and "no successful trials" in err
-
-
 def test_help_explains_the_database_with_an_example(capsys):
-    for command in ("warm", "show", "export", "import", "clear", "plot", "devices"):
+    for command in ("warm", "show", "export", "import", "clear", "plot", "report", "devices"):
         with pytest.raises(SystemExit):
             main([command, "--help"])
         out = capsys.readouterr().out

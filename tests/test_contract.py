@@ -446,3 +446,30 @@ def test_results_and_trials_as_dataframes(context):
     assert (trials.status == "ok").all() and trials["param.wgs"].notna().all()
     assert {"median_seconds", "gbps", "created_at", "valid"} <= set(trials.columns)
     assert len(tune.results_frame(function="%ScaleTemplate%")) == 2
+
+
+_ASKED_THEN_STALE = """
+import json, sys
+sys.path.insert(0, {tests!r})
+from autotune import tune
+from test_trust import StandIn
+from toy_templates import FakeTimedTemplate
+with tune.use_database({db!r}):
+    FakeTimedTemplate.autotune.retune(FakeTimedTemplate, StandIn(), 1)  # asked for: no warning
+    key = FakeTimedTemplate.autotune.key(FakeTimedTemplate, StandIn(), 2)
+    tune.ResultStore({url!r}).put(tune.TuningRecord(key, '{{"block":3}}', 1e-6, "0.0.1"))
+    FakeTimedTemplate.autotune(StandIn(), 2)  # stored but stale (no fingerprint): tuned again
+"""
+
+
+def test_asked_for_tuning_is_quiet_and_retuning_a_stale_row_says_again(tmp_path):
+    import subprocess
+    import sys
+
+    db = tmp_path / "t.db"
+    code = _ASKED_THEN_STALE.format(tests=str(TESTS), db=str(db), url=f"sqlite:///{db}")
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 0, child.stderr
+    lines = [line for line in child.stderr.splitlines() if line.startswith("tuning ")]
+    assert len(lines) == 1, child.stderr
+    assert "(size=2)" in lines[0] and "again (its stored result is unusable)" in lines[0]

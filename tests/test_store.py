@@ -21,6 +21,7 @@ from autotune.tune.store import (
     database_url,
     default_database_path,
 )
+from processes import run_together
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
 
@@ -376,7 +377,7 @@ def test_delete_removes_results_and_their_trials(populated):
     assert populated.records() == [] and populated.trials() == []
 
 
-# -- many processes on one file -----------------------------------------------------------------
+# -- many processes on one database -------------------------------------------------------------
 
 PROCESSES = 8
 OPERATIONS = 48
@@ -420,21 +421,17 @@ def _hammer(url: str, worker: int, start: multiprocessing.synchronize.Barrier, r
         results.put((worker, [], traceback.format_exc()))
 
 
-def test_many_processes_write_one_fresh_file(tmp_path):
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
-    context = multiprocessing.get_context("spawn")
-    start = context.Barrier(PROCESSES)
-    results = context.Queue()
-    processes = [context.Process(target=_hammer, args=(url, w, start, results)) for w in range(PROCESSES)]
-    for process in processes:
-        process.start()
-    reports = [results.get(timeout=120) for _ in processes]
-    for process in processes:
-        process.join(timeout=60)
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shared_url(request, tmp_path) -> str:
+    """A new shared database: a SQLite file, or a database on the test session's PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'shared.db'}"
+    return request.getfixturevalue("postgres_url")
 
-    errors = [f"worker {worker}:\n{error}" for worker, _, error in reports if error]
-    assert not errors, "\n".join(errors)
-    assert [p.exitcode for p in processes] == [0] * PROCESSES
+
+def test_many_processes_write_one_fresh_database(shared_url):
+    url = shared_url
+    reports = run_together(_hammer, url, PROCESSES, timeout=120)
 
     with ResultStore(url) as store:
         stored = store.records()

@@ -101,10 +101,20 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--device", help="part of a device name")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
-    plot = _sub(sub, "plot", "plot time per configuration for one function, per parameter",
-                "python -m autotune plot ScaleTemplate --out scale.png")
-    plot.add_argument("function", help="qualified function name or part of it")
-    plot.add_argument("--out", required=True, metavar="FILE.png")
+    plot = _sub(sub, "plot", "draw each key's trials of one function: the distribution of their "
+                             "times, and how the time depends on the parameters (one PNG a key)",
+                "python -m autotune plot ScaleTemplate --device epyc --out scale.png")
+    plot.add_argument("function", help="part of a qualified function name, or a pattern with %%")
+    plot.add_argument("--device", help="part of a device name (case-insensitive)")
+    plot.add_argument("--out", required=True, metavar="FILE.png",
+                      help="the picture; with several keys FILE-1.png, FILE-2.png, ...")
+
+    report = _sub(sub, "report", "write a static HTML report with pictures: per function its "
+                                 "results per device, each key's trials, the parameters each "
+                                 "device chose",
+                  "python -m autotune report --out report/ --function Reduce")
+    report.add_argument("--out", required=True, metavar="DIR", help="folder for index.html and img/")
+    report.add_argument("--function", help="part of a qualified function name, or a pattern with %%")
     return parser
 
 
@@ -147,13 +157,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .warm import run_warm
 
             return run_warm(args, url)
-        if args.command in ("show", "export", "plot", "clear"):
+        if args.command in ("show", "export", "plot", "clear", "report"):
             _require_existing(url)
         from . import results
         from .plot import run_plot
+        from .report import run_report
 
         handlers = {"show": results.run_show, "export": results.run_export,
-                    "import": results.run_import, "clear": results.run_clear, "plot": run_plot}
+                    "import": results.run_import, "clear": results.run_clear, "plot": run_plot,
+                    "report": run_report}
         return handlers[args.command](args, url)
     except (StoreError, ConfigurationError, RegistryError, accel.DeviceNotFoundError,
             FileNotFoundError, NotAnExportError, AutotuneError, ValueError) as exc:

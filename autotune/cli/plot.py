@@ -1,61 +1,45 @@
-"""``plot``: time per configuration from the trials table, one panel per parameter."""
+"""``plot``: the pictures of one function's keys (the distribution of the trials' times, and how
+the time depends on the parameters), one PNG per key."""
 
 from __future__ import annotations
 
-import json
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..tune import ResultStore, describe_arguments, trial_problem
-from .results import function_pattern, write_output
+from ..registry import registered_templates
+from ..tune import ResultStore, TrialRecord, TuningKey
+from .figures import write_figures
+from .report import key_trials
+from .results import function_pattern
 
 
 def run_plot(args: Any, url: str) -> int:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("plot needs matplotlib: pip install 'autotune[plot]'") from None
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        raise ValueError(f"--out {out}: name a .png file (several keys get -1, -2, ... before "
+                         "the suffix)")
     store = ResultStore(url)
     pattern = function_pattern(args.function)
-    trials = [t for t in store.trials(function=pattern)
-              if t.status == "ok" and not trial_problem(t) and t.median_seconds]
-    if not trials:
-        raise ValueError(f"no successful trials stored for {args.function!r}; "
-                         "see `python -m autotune show` for what is there")
-    parameters = [json.loads(t.parameters) for t in trials]
-    names = sorted({name for p in parameters for name in p})
-    series: dict[str, list[tuple[dict, float]]] = {}
-    for t, p in zip(trials, parameters):
-        label = f"{t.key.device_name}: {describe_arguments(t.key.arguments)}"
-        series.setdefault(label, []).append((p, t.median_seconds * 1e6))
-    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), squeeze=False)
-    for ax, name in zip(axes[0], names):
-        values = sorted({p.get(name) for p in parameters}, key=lambda v: (str(type(v)), v))
-        position = {v: i for i, v in enumerate(values)}
-        for label, points in series.items():
-            xs = [position[p.get(name)] for p, _ in points]
-            ax.scatter(xs, [us for _, us in points], label=label, alpha=0.7, s=18)
-        ax.set_xticks(range(len(values)), [str(v) for v in values], rotation=45)
-        ax.set_xlabel(name)
-        ax.set_ylabel("median time per call (us)")
-        ax.set_yscale("log")
-        ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=7)
-    fig.suptitle(f"{args.function}: {len(trials)} configurations")
-    fig.tight_layout()
-    import io
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)
-    out = Path(args.out)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"cannot create the folder of {out}: {exc.strerror or exc}") from None
-    write_output(out, buffer.getvalue())
-    plt.close(fig)
-    print(f"wrote {args.out}")
+    by_key: dict[TuningKey, list[TrialRecord]] = defaultdict(list)
+    for t in store.trials(function=pattern):
+        if args.device is None or args.device.lower() in t.key.device_name.lower():
+            by_key[t.key].append(t)
+    keys = sorted(by_key, key=lambda k: (k.function, k.device_name, k.arguments))
+    tests = {t.function: t.test_parameters for t in registered_templates()}
+    results = {r.key: r.parameters for r in store.records(function=pattern)}
+    drawn = []
+    for key in keys:
+        trials = key_trials(key, by_key[key], results.get(key), tests.get(key.function))
+        if len(trials.seconds) >= 1:
+            drawn.append(trials)
+    if not drawn:
+        raise ValueError(f"no successful trials stored for {args.function!r}"
+                         + (f" on a device matching {args.device!r}" if args.device else "")
+                         + "; see `python -m autotune show` for what is there")
+    paths = [out] if len(drawn) == 1 else [out.with_name(f"{out.stem}-{i}{out.suffix}")
+                                            for i in range(1, len(drawn) + 1)]
+    write_figures(list(zip(drawn, paths)))
+    for trials, path in zip(drawn, paths):
+        print(f"wrote {path}: {trials.label}, {len(trials.seconds)} configurations")
     return 0

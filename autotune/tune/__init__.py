@@ -80,7 +80,7 @@ from .store import (
     sqlite_file,
     use_database,
 )
-from .validation import record_problem, trial_problem
+from .validation import parameters_problem, record_problem, recorded_test, trial_problem
 
 __all__ = [
     "ENV_MATCH",
@@ -147,7 +147,9 @@ __all__ = [
     "match_mode",
     "observers",
     "read_import",
+    "parameters_problem",
     "record_problem",
+    "recorded_test",
     "restriction",
     "search",
     "sqlite_file",

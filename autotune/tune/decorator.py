@@ -353,7 +353,7 @@ class TunedFunction:
         """Tune now, whatever the database holds, and store the result."""
         call = _Call(self, args, kwargs)
         store = get_store(database_url())
-        outcome = self._tune(call, store)
+        outcome = self._tune(call, store, explicit=True)
         with _memo_lock:
             _memo[(store.url, match_mode(), call.key)] = dict(outcome.parameters)
         return outcome
@@ -444,7 +444,9 @@ class TunedFunction:
 
     # -- tuning -------------------------------------------------------------------------------
 
-    def _tune(self, call: _Call, store: ResultStore) -> TuningOutcome:
+    def _tune(self, call: _Call, store: ResultStore, *, explicit: bool = False) -> TuningOutcome:
+        """Tune ``call``'s key and store the result; ``explicit`` (``retune``, ``warm``): asked
+        for, so not announced as a wait the user did not expect."""
         key = call.key
         fingerprint = self._fingerprint(call)
         device = call.context.device
@@ -459,7 +461,10 @@ class TunedFunction:
             seeds=seeds,
             prior=prior,
         )
-        _announce(store, key, fingerprint.space, bool(device.is_gpu))
+        if explicit:
+            logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
+        else:
+            _announce(store, key, fingerprint.space, bool(device.is_gpu))
         started = time.perf_counter()
         with accel.recording() as rendered, _search.tuning_run(run):
             try:
@@ -480,7 +485,11 @@ class TunedFunction:
         baseline = run.timed(self.test)
         score = timed.median_seconds if timed is not None else math.inf
         search_info = {**run.info, "trials": len(run.trials),
-                       "seconds": round(time.perf_counter() - started, 3)}
+                       "seconds": round(time.perf_counter() - started, 3),
+                       # what the winner was compared against, for reports that cannot import
+                       # the template
+                       "test": json.loads(encode_parameters(self.test)),
+                       "test_seconds": baseline.median_seconds if baseline else None}
         record = TuningRecord(
             key=key, parameters=encode_parameters(params), score=score,
             package_version=autotune.__version__, fingerprint=fingerprint.digest,
@@ -592,9 +601,13 @@ def _announce(store: ResultStore, key: TuningKey, space: Space | None, gpu: bool
         seconds = size * _SECONDS_PER_CONFIGURATION[gpu]
     how_long = f", about {seconds:.0f} s" if seconds is not None and seconds >= 1 else ""
     what = f" over {size} configurations" if size is not None else ""
-    logger.warning("tuning %s (%s) on %s for the first time%s%s; pre-tune with `python -m "
+    try:
+        when = "for the first time" if store.get(key) is None else "again (its stored result is unusable)"
+    except StoreError:
+        when = "for the first time"
+    logger.warning("tuning %s (%s) on %s %s%s%s; pre-tune with `python -m "
                    "autotune warm` to tune ahead of use", key.function,
-                   describe_arguments(key.arguments), key.device_name, what, how_long)
+                   describe_arguments(key.arguments), key.device_name, when, what, how_long)
 
 
 def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:

@@ -8,6 +8,7 @@ decorator on top of these.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -121,6 +122,17 @@ def record_problem(record: TuningRecord, test: dict[str, Any] | None = None) -> 
             if not isinstance(value, dict):
                 return f"{name} is not a JSON object"
     return None
+
+
+def recorded_test(record: TuningRecord) -> dict[str, Any] | None:
+    """The ``test=`` parameters a result was compared against, as its search summary records
+    them; None where the row does not say (rows of autotune before 0.2) or says it badly."""
+    if record_problem(record) or not record.search:
+        return None
+    test = load_json(record.search, "search").get("test")
+    if not isinstance(test, dict) or parameters_problem(json.dumps(test)):
+        return None
+    return test
 
 
 def trial_problem(trial: TrialRecord) -> str | None:

@@ -363,20 +363,25 @@ class SqlBackend:
               trials: Sequence[TrialRecord] = ()) -> dict[str, int]:
         """Merge results under ``policy`` (``keep``, ``replace`` or ``better``) in one
         transaction; counts of added, replaced and kept results, true on every backend."""
-        rows = [result_values(r) for r in records]
+        # one order of keys for every importer: rows are locked in it, so two never deadlock
+        rows = sorted((result_values(r) for r in records),
+                      key=lambda v: tuple(str(v[name]) for name in KEY_FIELDS))
         trial_rows = [trial_values(t) for t in trials]
         self.prepare()
         counts = {"added": 0, "replaced": 0, "kept": 0}
         with self.transaction(write=True, purpose="import into") as connection:
             for values in rows:
                 condition = [tuning_results.c[name] == values[name] for name in KEY_FIELDS]
-                current = connection.execute(
-                    select(tuning_results.c.id, tuning_results.c.score).where(*condition).with_for_update()
-                ).first()
+                existing = (select(tuning_results.c.id, tuning_results.c.score).where(*condition)
+                            .with_for_update())
+                current = connection.execute(existing).first()
                 if current is None:
-                    connection.execute(insert(tuning_results).values(values))
-                    counts["added"] += 1
-                elif policy == "replace" or (policy == "better" and values["score"] < current.score):
+                    if _insert_if_absent(connection, values):
+                        counts["added"] += 1
+                        continue
+                    # another writer added the key since the select; its row is committed now
+                    current = connection.execute(existing).one()
+                if policy == "replace" or (policy == "better" and values["score"] < current.score):
                     connection.execute(update(tuning_results).where(tuning_results.c.id == current.id)
                                        .values(values))
                     counts["replaced"] += 1
@@ -397,6 +402,20 @@ class SqlBackend:
             connection.execute(delete(tuning_trials).where(
                 *selection_filter(tuning_trials, function, device)))
         return len(doomed)
+
+
+def _insert_if_absent(connection: Connection, values: Mapping[str, Any]) -> bool:
+    """Insert a result unless its key exists; whether it was inserted. ``SELECT ... FOR UPDATE``
+    cannot lock a row that does not exist yet, so on servers two importers can both find a key
+    missing: ``ON CONFLICT DO NOTHING`` makes the second wait for the first and insert nothing.
+    (Other servers keep the plain insert, and a lost race is an error, not a wrong count.)"""
+    if connection.dialect.name != "postgresql":  # SQLite: the write transaction serialises
+        connection.execute(insert(tuning_results).values(values))
+        return True
+    statement = postgresql.insert(tuning_results).values(values)
+    statement = statement.on_conflict_do_nothing(index_elements=list(KEY_FIELDS))
+    # RETURNING, not rowcount: drivers do not all report rowcount for ON CONFLICT
+    return connection.execute(statement.returning(tuning_results.c.id)).first() is not None
 
 
 def _upsert_result(connection: Connection, values: Mapping[str, Any]) -> None:

@@ -1,0 +1,58 @@
+"""Fixtures shared by the test modules."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def db(tmp_path, monkeypatch):
+    """A new tuning database file, made the default through ``AUTOTUNE_DB``."""
+    path = tmp_path / "tune.db"
+    monkeypatch.setenv("AUTOTUNE_DB", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for this test session, from the ``pgserver`` wheel of the test
+    extra: a new data folder, reached through a Unix socket in it (no TCP port is opened), and
+    stopped and deleted after the session. Run as root, pgserver runs the server as its own
+    unprivileged ``pgserver`` user (PostgreSQL refuses root)."""
+    import shutil
+    import tempfile
+    import warnings
+    from pathlib import Path
+
+    try:
+        with warnings.catch_warnings():  # platformdirs warns where XDG_RUNTIME_DIR is unset
+            warnings.simplefilter("ignore")
+            import pgserver
+    except ImportError:
+        pytest.fail("the PostgreSQL tests need the test extra's pgserver: "
+                    "pip install -e '.[opencl,test]'")
+    # short: the socket's path must fit in 107 bytes
+    folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
+    server = pgserver.get_server(folder / "data", cleanup_mode="delete")
+    try:
+        yield folder / "data"
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def postgres_url(postgres_server, request):
+    """The SQLAlchemy URL of a new, empty database on the session's PostgreSQL server."""
+    import re
+
+    import sqlalchemy
+
+    name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.node.name.lower())[:50]
+    admin = sqlalchemy.create_engine(f"postgresql+psycopg://postgres@/postgres?host={postgres_server}",
+                                     isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sqlalchemy.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        connection.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return f"postgresql+psycopg://postgres@/{name}?host={postgres_server}"

@@ -90,22 +90,31 @@ def _pair(key: KeyTrials, names: list[str]) -> tuple[str, str] | None:
     return None if best is None else best[1]
 
 
-def _plain_log_ticks(axis: Any, low: float, high: float) -> None:
-    """Log-axis ticks written as plain numbers: at 1, 2 and 5 times powers of ten over wide
-    ranges, and at five rounded values spread over a narrow one (where 1-2-5 would leave one)."""
-    from matplotlib.ticker import FixedLocator, LogLocator, NullFormatter, StrMethodFormatter
+_MANTISSAS = ((1,), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8),
+              tuple(round(1 + 0.1 * i, 1) for i in range(90)))
 
-    if high / low >= 20:
-        axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    else:
-        span = np.log(high / low) if high > low else 1.0
-        ticks: list[float] = []
-        for t in sorted({float(f"{t:.2g}") for t in np.geomspace(low, high, 5)}):
-            # Rounding to two figures can pull neighbours together; keep labels apart.
-            if not ticks or np.log(t / ticks[-1]) >= 0.15 * span:
-                ticks.append(t)
-        axis.set_major_locator(FixedLocator(ticks))
+
+def nice_log_ticks(low: float, high: float) -> list[float]:
+    """Three to six round values between ``low`` and ``high`` for a log axis: from the sparsest
+    of the series 1-10-100, 1-2-5, 1-1.5-2-3-5-7, ... that puts at least three in the range."""
+    if not high > low > 0:
+        return [low]
+    for mantissas in _MANTISSAS:
+        ticks = [float(f"{m * 10.0 ** e:.6g}") for e in range(math.floor(math.log10(low)) - 1,
+                                                               math.ceil(math.log10(high)) + 1)
+                 for m in mantissas if low <= m * 10.0 ** e <= high]
+        if len(ticks) >= 3:
+            return ticks[::-(-len(ticks) // 6)]
+    return sorted({float(f"{t:.2g}") for t in np.geomspace(low, high, 3)})
+
+
+def _plain_log_ticks(axis: Any, low: float, high: float) -> None:
+    """Log-axis ticks at round values written as plain numbers (no 10^x, no minor labels)."""
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator, StrMethodFormatter
+
+    axis.set_major_locator(FixedLocator(nice_log_ticks(low, high)))
     axis.set_major_formatter(StrMethodFormatter("{x:g}"))
+    axis.set_minor_locator(NullLocator())
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -141,7 +150,7 @@ def draw_distribution(ax: Any, key: KeyTrials) -> list[Any]:
         handles.append(ax.axvline(test / scale, color="#d95f02", linewidth=2, linestyle="--",
                                   label=f"test= {test / scale:.3g} {unit}{speedup}"))
     ax.set_title(f"{len(values)} configurations timed", fontsize=10)
-    ax.grid(alpha=0.3, which="both", axis="x")
+    ax.grid(alpha=0.3, axis="x")
     return handles
 
 

@@ -9,7 +9,8 @@ Operations use only this module; they never import pycuda or pyopencl themselves
 >>> kernel = program.get_kernel("scale")
 """
 
-from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program, tuning_turn
+from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Program,
+                   tuning_turn)
 from .ctype import C_TYPES, c_type, real_dtype
 from .errors import (
     AccelError,
@@ -33,6 +34,7 @@ __all__ = [
     "DeviceArray",
     "DeviceIdentity",
     "DeviceNotFoundError",
+    "IntervalTimer",
     "DeviceSpec",
     "ENV_DEVICE",
     "Kernel",

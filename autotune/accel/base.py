@@ -264,17 +264,83 @@ class DeviceArray(ABC):
     def _copy_from(self, queue: CommandQueue, other: DeviceArray) -> Any: ...
 
 
+class IntervalTimer(ABC):
+    """The device time of the work a queue runs between :meth:`start` and :meth:`stop`, read
+    later without stalling the host: :meth:`ready` asks whether that work has finished,
+    :meth:`seconds` waits for it. One timer is reused for many intervals (start it again once
+    read); at most one timer of a queue runs at a time. From :meth:`CommandQueue.interval_timer`.
+    """
+
+    def __init__(self, queue: CommandQueue):
+        self.queue = queue
+        self.running = False
+
+    def start(self) -> None:
+        if self.running:
+            raise AccelError("IntervalTimer.start called twice without stop")
+        if self.queue._interval is not None:
+            raise AccelError("another interval timer of this queue is running")
+        self.running = True
+        self.queue._interval = self
+        self._start()
+
+    def stop(self) -> None:
+        if not self.running:
+            raise AccelError("IntervalTimer.stop called without start")
+        self.running = False
+        self.queue._interval = None
+        self._stop()
+
+    def ready(self) -> bool:
+        """Whether the timed work has finished (never waits)."""
+        return not self.running and self._ready()
+
+    def seconds(self) -> float:
+        """Device seconds from the start of the first command timed to the end of the last;
+        waits for them to finish."""
+        if self.running:
+            raise AccelError("IntervalTimer.seconds called before stop")
+        return self._seconds()
+
+    @abstractmethod
+    def _start(self) -> None: ...
+
+    @abstractmethod
+    def _stop(self) -> None: ...
+
+    @abstractmethod
+    def _ready(self) -> bool: ...
+
+    @abstractmethod
+    def _seconds(self) -> float: ...
+
+
 class CommandQueue(ABC):
     """An in-order queue of device work.
 
     A *tuning* queue times everything enqueued between :meth:`start_tuning` and
-    :meth:`stop_tuning` with device-side timestamps, copies included.
+    :meth:`stop_tuning` with device-side timestamps, copies included. Any queue whose context
+    made it with ``timed=True`` (and every tuning queue) can also time intervals of its work
+    without waiting for it (:meth:`interval_timer`), as online tuning does.
     """
 
-    def __init__(self, context: Context, tuning: bool):
+    def __init__(self, context: Context, tuning: bool, timed: bool = False):
         self.context = context
         self.tuning = tuning
+        self.timed = tuning or timed
         self._timing = False
+        self._interval: IntervalTimer | None = None
+
+    def interval_timer(self) -> IntervalTimer:
+        """A new reusable :class:`IntervalTimer` on this queue (allocate them up front: a
+        timer holds device events)."""
+        if not self.timed:
+            raise AccelError("timing intervals needs a queue made with "
+                             "context.create_command_queue(timed=True)")
+        return self._interval_timer()
+
+    @abstractmethod
+    def _interval_timer(self) -> IntervalTimer: ...
 
     def enqueue_kernel(self, kernel: Kernel, args: Sequence[Any],
                        global_size: int | Sequence[int], local_size: int | Sequence[int]) -> None:
@@ -484,7 +550,9 @@ class Context(ABC):
         )
 
     @abstractmethod
-    def create_command_queue(self) -> CommandQueue: ...
+    def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
+        """An in-order queue; ``timed``: its work can be timed by interval timers (on OpenCL
+        this enables profiling, which some drivers make slightly slower)."""
 
     @abstractmethod
     def create_tuning_command_queue(self) -> CommandQueue: ...

@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from . import nvrtc
-from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program, _as_shape
+from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Program,
+                   _as_shape)
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .render import RenderedSource
@@ -193,9 +194,36 @@ class CudaArray(DeviceArray):
         drv.memcpy_dtod_async(self.pointer, other.pointer, self.nbytes, queue.stream)
 
 
+class CudaIntervalTimer(IntervalTimer):
+    """Two CUDA events on the queue's stream."""
+
+    def __init__(self, queue: CudaQueue):
+        super().__init__(queue)
+        with queue.context.thread_scope():
+            self._begin = drv.Event()
+            self._end = drv.Event()
+
+    def _start(self) -> None:
+        with self.queue.context.thread_scope():
+            self._begin.record(self.queue.stream)
+
+    def _stop(self) -> None:
+        with self.queue.context.thread_scope():
+            self._end.record(self.queue.stream)
+
+    def _ready(self) -> bool:
+        with self.queue.context.thread_scope():
+            return self._end.query()
+
+    def _seconds(self) -> float:
+        with self.queue.context.thread_scope():
+            self._end.synchronize()
+            return self._end.time_since(self._begin) * 1e-3
+
+
 class CudaQueue(CommandQueue):
-    def __init__(self, context: CudaContext, tuning: bool):
-        super().__init__(context, tuning)
+    def __init__(self, context: CudaContext, tuning: bool, timed: bool = False):
+        super().__init__(context, tuning, timed)
         with context.thread_scope():
             self.stream = drv.Stream()
             self._start = drv.Event() if tuning else None
@@ -214,6 +242,9 @@ class CudaQueue(CommandQueue):
 
     def _finish(self) -> None:
         self.stream.synchronize()
+
+    def _interval_timer(self) -> IntervalTimer:
+        return CudaIntervalTimer(self)
 
     def _start_timing(self) -> None:
         self._start.record(self.stream)
@@ -298,8 +329,8 @@ class CudaContext(Context):
         """A device array viewing ``obj``'s memory (anything with ``__cuda_array_interface__``)."""
         return CudaArray.wrap(self, obj)
 
-    def create_command_queue(self) -> CommandQueue:
-        return CudaQueue(self, tuning=False)
+    def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
+        return CudaQueue(self, tuning=False, timed=timed)
 
     def create_tuning_command_queue(self) -> CommandQueue:
         return CudaQueue(self, tuning=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import CommandQueue, Context, DeviceArray, Kernel, KernelLimits, Program
+from .base import CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Program
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .render import RenderedSource
@@ -148,10 +148,38 @@ class OpenCLArray(DeviceArray):
         return cl.enqueue_copy(queue.handle, self.buffer, other.buffer, byte_count=self.nbytes)
 
 
+class OpenCLIntervalTimer(IntervalTimer):
+    """Profiles the commands enqueued while it runs (OpenCL markers' timestamps are not
+    dependable on every driver)."""
+
+    def __init__(self, queue: OpenCLQueue):
+        super().__init__(queue)
+        self.events: list[Any] = []
+
+    def _start(self) -> None:
+        self.events.clear()
+
+    def _stop(self) -> None:
+        pass
+
+    def _ready(self) -> bool:
+        # an in-order queue: the last command finished means all did
+        return not self.events or (self.events[-1].command_execution_status
+                                   == cl.command_execution_status.COMPLETE)
+
+    def _seconds(self) -> float:
+        if not self.events:
+            return 0.0
+        self.events[-1].wait()
+        start = min(e.profile.start for e in self.events)
+        end = max(e.profile.end for e in self.events)
+        return max(end - start, 0) * 1e-9
+
+
 class OpenCLQueue(CommandQueue):
-    def __init__(self, context: OpenCLContext, tuning: bool):
-        super().__init__(context, tuning)
-        props = cl.command_queue_properties.PROFILING_ENABLE if tuning else 0
+    def __init__(self, context: OpenCLContext, tuning: bool, timed: bool = False):
+        super().__init__(context, tuning, timed)
+        props = cl.command_queue_properties.PROFILING_ENABLE if self.timed else 0
         self.handle = cl.CommandQueue(context.cl_context, context.cl_device, properties=props)
         self._events: list[Any] = []
 
@@ -165,8 +193,15 @@ class OpenCLQueue(CommandQueue):
         self.handle.finish()
 
     def _record(self, event: Any) -> None:
-        if self._timing and event is not None:
+        if event is None:
+            return
+        if self._timing:
             self._events.append(event)
+        if self._interval is not None:
+            self._interval.events.append(event)
+
+    def _interval_timer(self) -> IntervalTimer:
+        return OpenCLIntervalTimer(self)
 
     def _start_timing(self) -> None:
         self._events = []
@@ -218,8 +253,8 @@ class OpenCLContext(Context):
     def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
         return OpenCLArray(self, shape, dtype)
 
-    def create_command_queue(self) -> CommandQueue:
-        return OpenCLQueue(self, tuning=False)
+    def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
+        return OpenCLQueue(self, tuning=False, timed=timed)
 
     def create_tuning_command_queue(self) -> CommandQueue:
         return OpenCLQueue(self, tuning=True)

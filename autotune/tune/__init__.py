@@ -49,6 +49,7 @@ from .measurement import Measurement, WrongResult, make_measure
 from .records import TRIAL_STATUSES, ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
 from .evaluation import Budget
 from .replay import Landscape, ReplayRun, landscape, replay
+from .online import OnlineTuner, OnlineTuningError
 from .search import (
     AutotuneError,
     InvalidConfiguration,
@@ -83,6 +84,8 @@ from .store import (
 from .validation import parameters_problem, record_problem, recorded_test, trial_problem
 
 __all__ = [
+    "OnlineTuner",
+    "OnlineTuningError",
     "ENV_MATCH",
     "STRATEGIES",
     "Budget",

@@ -62,3 +62,33 @@ def test_bad_selector_lists_the_devices_that_exist(monkeypatch, value):
     assert f"AUTOTUNE_DEVICE={value}" in message
     for spec in accel.list_devices():
         assert spec.selector in message
+
+
+def test_interval_timers_time_work_without_waiting_for_it(context):
+    from pathlib import Path
+
+    import numpy as np
+
+    queue = context.create_command_queue(timed=True)
+    kernel = context.build(Path(__file__).with_name("kernels") / "busy.mako").get_kernel("busy")
+    n = 1 << 14
+    x = context.to_device(queue, np.ones(n, np.float32))
+    y = context.allocate(n, np.float32)
+    light, heavy = queue.interval_timer(), queue.interval_timer()
+    for timer, reps in ((light, 2), (heavy, 2000)):
+        timer.start()
+        queue.enqueue_kernel(kernel, [y, x, np.uint32(n), np.uint32(reps)], n, 32)
+        timer.stop()
+    assert heavy.seconds() > 20 * light.seconds() > 0  # 1000x the work
+    assert light.ready() and heavy.ready()
+    light.start()
+    light.stop()
+    assert light.seconds() == 0.0 or context.device.backend == "cuda"  # nothing enqueued
+    with pytest.raises(accel.AccelError, match="another interval timer"):
+        light.start()
+        heavy.start()
+    light.stop()
+    with pytest.raises(accel.AccelError, match="without start"):
+        light.stop()
+    with pytest.raises(accel.AccelError, match="timed=True"):
+        context.create_command_queue().interval_timer()

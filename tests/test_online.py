@@ -18,7 +18,7 @@ from autotune.tune.store import ResultStore
 
 KERNEL = Path(__file__).with_name("kernels") / "busy.mako"
 N = 1 << 14
-SPACE = {"reps": [300, 3, 60], "wgs": [16, 32, 64]}
+SPACE = {"reps": [300, 3, 600], "wgs": [16, 32, 64]}
 TEST = {"reps": 300, "wgs": 64}
 
 
@@ -31,11 +31,22 @@ class Work:
         self.x = context.to_device(self.queue, np.linspace(0, 1, N, dtype=np.float32))
         self.y = context.allocate(N, np.float32)
 
-    def step(self, tuner: tune.OnlineTuner) -> dict:
+    def step(self, tuner: tune.OnlineTuner, device: threading.Lock | None = None) -> dict:
+        """One launch with the tuner's parameters; with ``device``, the launch runs alone on the
+        device (threads share one CPU device, whose work-groups would otherwise interleave and
+        stretch every kernel's time), while the tuner itself is entered concurrently."""
         with tuner.measure(self.queue) as params:
-            self.queue.enqueue_kernel(self.kernel, [self.y, self.x, np.uint32(N),
-                                                    np.uint32(params["reps"])], N, params["wgs"])
+            if device is None:
+                self._launch(params)
+            else:
+                with device:
+                    self._launch(params)
+                    self.queue.finish()
         return dict(params)
+
+    def _launch(self, params) -> None:
+        self.queue.enqueue_kernel(self.kernel, [self.y, self.x, np.uint32(N),
+                                                np.uint32(params["reps"])], N, params["wgs"])
 
 
 def _reference(reps: int) -> np.ndarray:
@@ -46,7 +57,7 @@ def _reference(reps: int) -> np.ndarray:
 
 
 def _tuner(context, db, **kwargs) -> tune.OnlineTuner:
-    space = kwargs.pop("space", tune.Space(SPACE, [lambda c: c["wgs"] * c["reps"] != 32 * 60]))
+    space = kwargs.pop("space", tune.Space(SPACE, [lambda c: (c["reps"], c["wgs"]) != (600, 32)]))
     return tune.OnlineTuner(context, kwargs.pop("name", "tests.Busy.step"), space, TEST,
                             arguments={"n": N}, db=str(db), **kwargs)
 
@@ -63,7 +74,7 @@ def test_a_scan_visits_every_valid_candidate_and_the_median_picks_the_fastest(co
     # 9 configurations, one excluded by the restriction: 8 candidates x 5 samples
     assert len(used) == 40 and {json.dumps(u, sort_keys=True) for u in used} == {
         json.dumps({"reps": r, "wgs": w}, sort_keys=True)
-        for r in SPACE["reps"] for w in SPACE["wgs"] if (r, w) != (60, 32)}
+        for r in SPACE["reps"] for w in SPACE["wgs"] if (r, w) != (600, 32)}
     assert used[0] == TEST  # the default first, so the first launch is the known one
     assert tuner.best is not None and tuner.best["reps"] == 3  # 100x less work than reps=300
     assert tuner.best_seconds > 0 and tuner.stored
@@ -146,10 +157,10 @@ def test_an_offline_result_or_a_bad_row_for_the_key(context, tmp_path):
     db = tmp_path / "t.db"
     probe = _tuner(context, db)  # scanning: nothing stored yet
     store = ResultStore(f"sqlite:///{db}")
-    store.put(tune.TuningRecord(probe.key, '{"reps":60,"wgs":16}', 1e-4, "0.1"))
-    assert _tuner(context, db).best == {"reps": 60, "wgs": 16}  # offline rows count the same
-    # a row outside the space (60 x 32 is restricted) or hostile text is never used
-    for bad in ('{"reps":60,"wgs":32}', '{"reps":"1); } __kernel void x() { //","wgs":16}',
+    store.put(tune.TuningRecord(probe.key, '{"reps":600,"wgs":16}', 1e-4, "0.1"))
+    assert _tuner(context, db).best == {"reps": 600, "wgs": 16}  # offline rows count the same
+    # a row outside the space (600 x 32 is restricted) or hostile text is never used
+    for bad in ('{"reps":600,"wgs":32}', '{"reps":"1); } __kernel void x() { //","wgs":16}',
                 '{"reps":3}'):
         store.put(tune.TuningRecord(probe.key, bad, 1e-4, "0.1"))
         tuner = _tuner(context, db)
@@ -190,6 +201,7 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
               {"reps": [90, 600, 6], "wgs": [32]}]
     found: dict[int, dict] = {}
     errors: list[BaseException] = []
+    device = threading.Lock()
 
     def run(i: int) -> None:
         try:
@@ -197,7 +209,7 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
                            name=f"tests.Busy.thread{i}")
             work = Work(context)
             for _ in range(3 * len(spaces[i]) + 5):
-                work.step(tuner)
+                work.step(tuner, device)
             found[i] = tuner.best
         except BaseException as exc:  # noqa: BLE001 (reported below)
             errors.append(exc)
@@ -218,7 +230,7 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
     def hammer(work: Work) -> None:
         try:
             for _ in range(10):
-                assert work.step(shared)["reps"] in (200, 2)
+                assert work.step(shared, device)["reps"] in (200, 2)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 

@@ -10,6 +10,7 @@ Accumulation is in double precision for sums of single-precision data.
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,11 @@ CPU_VEC_SPACE = (1, 4)
 #: candidates are timed streaming from memory, as large reductions and solvers run.
 GPU_TUNING_BYTES = 1 << 28
 CPU_TUNING_LENGTH = 1 << 20
+#: The part of the space scanned when tuning online, while a solver runs: few enough candidates
+#: to compile in the background and time within the first hundred iterations, around the
+#: parameters that won offline on the H100 and H200 (tune.db.example).
+ONLINE_GPU = {"wgs": (256, 512, 1024), "ipt": (4, 8), "groups_per_cu": (4, 16)}
+ONLINE_CPU = {"wgs": (16, 64), "ipt": (4,), "groups_per_cu": (1, 4)}
 #: Parameters used inside test suites (and the schema every stored result must match).
 TEST_PARAMETERS = {"wgs": 64, "ipt": 1, "groups_per_cu": 4, "vec": 1, "shuffle": False}
 
@@ -128,7 +134,7 @@ class FusedTemplate:
         return cls._tune(context, np.dtype(dtype), op)
 
     def __init__(self, context: accel.Context, dtype: Any, op: str,
-                 tuning: dict[str, Any] | None = None):
+                 tuning: dict[str, Any] | str | None = None):
         self.context = context
         self.dtype = np.dtype(dtype)
         if self.dtype not in DTYPES:
@@ -142,6 +148,10 @@ class FusedTemplate:
             raise TypeError(f"{op} is defined for {kind} data only, not {self.dtype}")
         if self.dtype in (np.float64, np.complex128) and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
+        self.online = tuning == "online"
+        if self.online:  # instantiate() makes an OnlineFusedPass, which builds its candidates
+            self.tuning = None
+            return
         if tuning is None:
             tuning = self.autotune(context, self.dtype, op)
         self.tuning = tune.checked_tuning(type(self), context, tuning, dtype=self.dtype, op=op)
@@ -167,8 +177,23 @@ class FusedTemplate:
             "shuffle": self.tuning["shuffle"], "single_pass": self.single_pass,
         })
 
-    def instantiate(self, queue: accel.CommandQueue, n: int) -> FusedPass:
+    def instantiate(self, queue: accel.CommandQueue, n: int) -> FusedPass | OnlineFusedPass:
+        """The pass for vectors of length ``n`` on ``queue`` (tuned online, for a template made
+        with ``tuning="online"``: then ``queue`` must be timed)."""
+        if self.online:
+            return OnlineFusedPass(type(self), self.context, queue, self.dtype, self.op.name, n)
         return FusedPass(self, queue, n)
+
+    @classmethod
+    def autotune_online_space(cls, context: accel.Context, dtype: Any, op: str) -> tune.Space:
+        """What an online tuner scans: work-group size, items per thread and work-groups per
+        compute unit, with the widest load the element allows and (CUDA) warp shuffles."""
+        dtype = np.dtype(dtype)
+        lists: dict[str, Any] = dict(ONLINE_GPU if context.device.is_gpu else ONLINE_CPU)
+        vec = max(v for v in (VEC_SPACE if context.device.is_gpu else CPU_VEC_SPACE)
+                  if v * dtype.itemsize <= 16)
+        lists.update(vec=(vec,), shuffle=(context.backend == "cuda" and context.device.is_gpu,))
+        return tune.Space(lists, restrictions(context, dtype))
 
     @classmethod
     def autotune_space(cls, context: accel.Context, dtype: Any, op: str) -> tune.Space:
@@ -393,6 +418,68 @@ class FusedPass:
         """
         self.enqueue(vectors, scalars)
         if not self.template.components:
+            return None
+        outputs = self.result()
+        return outputs[0] if len(outputs) == 1 else outputs
+
+
+class OnlineFusedPass:
+    """A fused pass tuned online while it runs (HOOMD-style, :class:`autotune.tune.OnlineTuner`):
+    one :class:`FusedPass` per candidate, built ahead in the tuner's background threads; each
+    launch uses the candidate the tuner gives. Called like a :class:`FusedPass`; ``out`` and
+    :meth:`result` are those of the last launch."""
+
+    def __init__(self, family: type[FusedTemplate], context: accel.Context,
+                 queue: accel.CommandQueue, dtype: np.dtype, op: str, n: int):
+        self.family, self.context, self.queue, self.dtype, self.n = family, context, queue, dtype, n
+        if not getattr(queue, "timed", False):
+            raise ValueError(f"{family.__name__} {op}: online tuning times its launches; make the "
+                             "queue with context.create_command_queue(timed=True)")
+        self._passes: dict[tuple, FusedPass] = {}
+        self._guard = threading.Lock()
+        self.op_name = op
+        self.tuner = tune.OnlineTuner.for_template(family, context, prepare=self._pass,
+                                                   dtype=dtype, op=op)
+        self._last = self._pass(self.tuner.best or self.tuner.test)
+        self._memo: tuple[Any, FusedPass | None] = (None, None)
+
+    def _pass(self, params: Any) -> FusedPass:
+        """The pass of one candidate, built on first use (by a worker thread, ahead)."""
+        key = tuple(sorted(params.items()))
+        found = self._passes.get(key)
+        if found is None:
+            made = self.family(self.context, self.dtype, self.op_name, dict(params)).instantiate(
+                self.queue, self.n)
+            with self._guard:
+                found = self._passes.setdefault(key, made)
+        return found
+
+    @property
+    def template(self) -> FusedTemplate:
+        return self._last.template
+
+    @property
+    def out(self) -> accel.DeviceArray:
+        return self._last.out
+
+    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any], *, fetch: bool = True) -> None:
+        with self.tuner.measure(self.queue) as params:
+            memo = self._memo  # locked, the tuner gives the same mapping every launch
+            chosen = memo[1] if memo[0] is params else self._choose(params)
+            chosen.enqueue(vectors, scalars, fetch=fetch)
+        self._last = chosen
+
+    def _choose(self, params: Any) -> FusedPass:
+        chosen = self._pass(params)
+        self._memo = (params, chosen)
+        return chosen
+
+    def result(self) -> tuple:
+        return self._last.result()
+
+    def __call__(self, *vectors: Any, **scalars: Any) -> Any:
+        self.enqueue(vectors, scalars)
+        if not self._last.template.components:
             return None
         outputs = self.result()
         return outputs[0] if len(outputs) == 1 else outputs

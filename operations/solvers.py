@@ -9,8 +9,10 @@ per iteration only the reduction scalars cross to the host, and nothing is alloc
 from __future__ import annotations
 
 import math
+import threading
 import time
 import warnings
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -24,6 +26,9 @@ from .reduce import ReduceTemplate
 
 
 class LinearOperator(Protocol):
+    """What a solver needs of an operator. One with a ``tuning`` attribute of ``"online"`` has
+    the solver's vector passes tuned online too (its queue must then be timed)."""
+
     context: accel.Context
     queue: accel.CommandQueue
     dtype: np.dtype
@@ -54,8 +59,10 @@ class SolveInfo:
 class VectorOps:
     """The fused kernels for vectors of one dtype and length, instantiated once and reused."""
 
-    def __init__(self, context: accel.Context, queue: accel.CommandQueue, dtype: Any, size: int):
+    def __init__(self, context: accel.Context, queue: accel.CommandQueue, dtype: Any, size: int,
+                 tuning: str | None = None):
         self.context, self.queue, self.dtype, self.size = context, queue, np.dtype(dtype), size
+        self.tuning = tuning  #: None (stored or tuned offline) or "online"
         self._passes: dict[tuple[str, str], Any] = {}
 
     def fused(self, family: type, op: str) -> Any:
@@ -63,7 +70,8 @@ class VectorOps:
         key = (family.__name__, op)
         inst = self._passes.get(key)
         if inst is None:
-            inst = self._passes[key] = family(self.context, self.dtype, op).instantiate(self.queue, self.size)
+            inst = self._passes[key] = family(self.context, self.dtype, op, self.tuning).instantiate(
+                self.queue, self.size)
         return inst
 
     def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
@@ -81,6 +89,30 @@ class VectorOps:
             self.fused(BlasTemplate, op)
         for op in reduce:
             self.fused(ReduceTemplate, op)
+
+
+def _tuning(A: LinearOperator) -> str | None:
+    return "online" if getattr(A, "tuning", None) == "online" else None
+
+
+#: The vector passes outlive a solve (per queue, dtype, length and tuning): a sequence of
+#: solves (an HMC trajectory) reuses their buffers, and an online-tuned pass launched once or
+#: twice a solve finishes its scan over several solves instead of starting afresh in each.
+#: Solves on one queue run one at a time, as the queue runs their work.
+_shared_ops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_shared_ops_lock = threading.Lock()
+
+
+def _vector_ops(A: LinearOperator) -> VectorOps:
+    """The vector passes for ``A``'s vectors: those its queue already has, else new ones."""
+    tuning = _tuning(A)
+    with _shared_ops_lock:
+        per_queue = _shared_ops.setdefault(A.queue, {})
+        key = (np.dtype(A.dtype), A.size, tuning)
+        ops = per_queue.get(key)
+        if ops is None:
+            ops = per_queue[key] = VectorOps(A.context, A.queue, A.dtype, A.size, tuning)
+        return ops
 
 
 def check_stopping(tol: Any, maxiter: Any) -> tuple[float, int]:
@@ -172,7 +204,7 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     tol, maxiter = check_stopping(tol, maxiter)
     _check(A, b)
     start = time.perf_counter()
-    ops = VectorOps(A.context, A.queue, A.dtype, A.size)
+    ops = _vector_ops(A)
     ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
     dot = ops.fused(ReduceTemplate, "dot")
     x, r, p, ap = ops.new(), ops.new(), ops.new(), ops.new()
@@ -211,7 +243,7 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
     tol, maxiter = check_stopping(tol, maxiter)
     _check(A, b)
     start = time.perf_counter()
-    ops = VectorOps(A.context, A.queue, A.dtype, A.size)
+    ops = _vector_ops(A)
     ops.prepare(blas=("xmy_norm", "caxpy_norm", "cdot_norm", "bicgstab_xs", "bicgstab_p"),
                 reduce=("sumsq", "dot"))
     x, r, r0, p, v, t = (ops.new() for _ in range(6))
@@ -283,8 +315,8 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     if A_low.size != A.size:
         raise ValueError("the two operators act on vectors of different lengths")
     start = time.perf_counter()
-    hi = VectorOps(A.context, A.queue, A.dtype, A.size)
-    lo = VectorOps(A_low.context, A_low.queue, A_low.dtype, A_low.size)
+    hi = _vector_ops(A)
+    lo = _vector_ops(A_low)
     hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
     lo.prepare(blas=("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"), reduce=("dot",))
     dot = lo.fused(ReduceTemplate, "dot")

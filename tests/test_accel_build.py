@@ -200,3 +200,29 @@ def test_an_edit_to_an_included_file_within_the_same_second_is_seen(context, tmp
     assert second is not first and "#define VALUE 2.0f" in second.source.text
     assert {f.name for f in second.source.files} == {
         "portability.mako", "same_second_main.mako", "same_second_part.mako"}
+
+
+def test_builds_in_helper_processes_match_builds_here_and_report_the_same_errors(
+        context, command_queue, tmp_path):
+    from autotune.accel import helpers
+
+    path = _write(tmp_path, "helped.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${value}; }\n")
+    with accel.recording() as used, accel.builds_in_helpers():
+        program = context.build(path, {"value": "2.5f"})
+    assert {f.name for f in used} >= {"helped.mako"}  # what the helper rendered is recorded
+    assert [h.process.pid for h in helpers._started] and \
+        all(h.process.pid != os.getpid() for h in helpers._started)
+    here = accel.render(path, context.backend, {"value": "2.5f"}, header_kws={"backend": context.backend})
+    assert program.source.text == here.text
+    y = context.zeros(command_queue, 1, np.float32)
+    command_queue.enqueue_kernel(program.get_kernel("k"), [y], 1, 1)
+    assert y.get(command_queue)[0] == 2.5
+    assert context.build(path, {"value": "2.5f"}) is program  # the same cache as builds here
+    # a template error and a compile error read as they do for a build here
+    broken = _write(tmp_path, "broken2.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${nope}; }\n")
+    with accel.builds_in_helpers(), pytest.raises(accel.CompileError, match="nope"):
+        context.build(broken, {})
+    wrong = _write(tmp_path, "wrong.mako", "KERNEL void k(GLOBAL float *y) {\n y[0] = missing; }\n")
+    with accel.builds_in_helpers(), pytest.raises(accel.CompileError, match="wrong.mako:2"):
+        context.build(wrong, {})
+    assert not helpers.active()

@@ -3,6 +3,7 @@ threads. The kernel's cost grows with a runtime argument, so candidates differ o
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -18,6 +19,10 @@ from autotune.tune.store import ResultStore
 
 KERNEL = Path(__file__).with_name("kernels") / "busy.mako"
 N = 1 << 14
+#: GPUs get more elements and more iterations each, so that the kernels' times differ by more
+#: than the cost of scheduling their work-groups
+GPU_SCALE = 64
+GPU_REPS = 20
 SPACE = {"reps": [300, 3, 600], "wgs": [16, 32, 64]}
 TEST = {"reps": 300, "wgs": 64}
 
@@ -28,29 +33,31 @@ class Work:
     def __init__(self, context: accel.Context):
         self.queue = context.create_command_queue(timed=True)
         self.kernel = context.build(KERNEL).get_kernel("busy")
-        self.x = context.to_device(self.queue, np.linspace(0, 1, N, dtype=np.float32))
-        self.y = context.allocate(N, np.float32)
+        self.n = N * GPU_SCALE if context.device.is_gpu else N
+        self.reps = GPU_REPS if context.device.is_gpu else 1  #: iterations per unit of ``reps``
+        self.x = context.to_device(self.queue, np.linspace(0, 1, self.n, dtype=np.float32))
+        self.y = context.allocate(self.n, np.float32)
 
     def step(self, tuner: tune.OnlineTuner, device: threading.Lock | None = None) -> dict:
-        """One launch with the tuner's parameters; with ``device``, the launch runs alone on the
-        device (threads share one CPU device, whose work-groups would otherwise interleave and
-        stretch every kernel's time), while the tuner itself is entered concurrently."""
-        with tuner.measure(self.queue) as params:
-            if device is None:
+        """One launch with the tuner's parameters; with ``device``, the launch and its timing
+        run alone on the device (threads share one device: another thread's kernel running
+        between a launch's timer events would count as this launch's time)."""
+        with device if device is not None else contextlib.nullcontext():
+            with tuner.measure(self.queue) as params:
                 self._launch(params)
-            else:
-                with device:
-                    self._launch(params)
-                    self.queue.finish()
+            if device is not None:
+                self.queue.finish()
         return dict(params)
 
     def _launch(self, params) -> None:
-        self.queue.enqueue_kernel(self.kernel, [self.y, self.x, np.uint32(N),
-                                                np.uint32(params["reps"])], N, params["wgs"])
+        self.queue.enqueue_kernel(self.kernel, [self.y, self.x, np.uint32(self.n),
+                                                np.uint32(params["reps"] * self.reps)],
+                                  self.n, params["wgs"])
 
 
-def _reference(reps: int) -> np.ndarray:
-    v = np.linspace(0, 1, N, dtype=np.float32)
+def _reference(reps: int, n: int, count: int = 4096) -> np.ndarray:
+    """The first ``count`` elements of y after ``reps`` iterations on n elements."""
+    v = np.linspace(0, 1, n, dtype=np.float32)[:count]
     for _ in range(reps):
         v = v * np.float32(0.999) + np.float32(0.001)
     return v
@@ -70,7 +77,8 @@ def test_a_scan_visits_every_valid_candidate_and_the_median_picks_the_fastest(co
     used = [work.step(tuner) for _ in range(8 * 5)]
     # every launch computed the right thing with the parameters it was given
     work.queue.finish()
-    np.testing.assert_allclose(work.y.get(work.queue), _reference(used[-1]["reps"]), rtol=1e-5)
+    np.testing.assert_allclose(work.y.get(work.queue)[:4096],  # rtol: FMA contraction
+                               _reference(used[-1]["reps"] * work.reps, work.n), rtol=1e-4)
     # 9 configurations, one excluded by the restriction: 8 candidates x 5 samples
     assert len(used) == 40 and {json.dumps(u, sort_keys=True) for u in used} == {
         json.dumps({"reps": r, "wgs": w}, sort_keys=True)
@@ -112,7 +120,7 @@ def test_locked_until_the_period_then_rescans(context, tmp_path):
     time.sleep(1.0)
     seen = [work.step(tuner) for _ in range(4)]
     assert tuner.scans == 2 and {s["reps"] for s in seen} == {200, 2}
-    assert tuner.best == {"reps": 2, "wgs": 32} and not tuner.scanning
+    assert tuner.best == {"reps": 2, "wgs": 32} and not tuner.scanning and tuner.stored
     assert len(ResultStore(f"sqlite:///{tmp_path / 't.db'}").trials()) == 4  # 2 scans x 2
 
 
@@ -157,14 +165,132 @@ def test_an_offline_result_or_a_bad_row_for_the_key(context, tmp_path):
     db = tmp_path / "t.db"
     probe = _tuner(context, db)  # scanning: nothing stored yet
     store = ResultStore(f"sqlite:///{db}")
-    store.put(tune.TuningRecord(probe.key, '{"reps":600,"wgs":16}', 1e-4, "0.1"))
-    assert _tuner(context, db).best == {"reps": 600, "wgs": 16}  # offline rows count the same
-    # a row outside the space (600 x 32 is restricted) or hostile text is never used
-    for bad in ('{"reps":600,"wgs":32}', '{"reps":"1); } __kernel void x() { //","wgs":16}',
-                '{"reps":3}'):
-        store.put(tune.TuningRecord(probe.key, bad, 1e-4, "0.1"))
+    # an offline row tuned against the same sources and space counts the same
+    store.put(tune.TuningRecord(probe.key, '{"reps":600,"wgs":16}', 1e-4, "0.1",
+                                fingerprint=probe.fingerprint))
+    assert _tuner(context, db).best == {"reps": 600, "wgs": 16}
+    # a row outside the space (600 x 32 is restricted), hostile text, or one tuned against
+    # another kernel or space is never used
+    for bad, fingerprint in [('{"reps":600,"wgs":32}', probe.fingerprint),
+                             ('{"reps":"1); } __kernel void x() { //","wgs":16}', probe.fingerprint),
+                             ('{"reps":3}', probe.fingerprint), ('{"reps":600,"wgs":16}', "0" * 64)]:
+        store.put(tune.TuningRecord(probe.key, bad, 1e-4, "0.1", fingerprint=fingerprint))
         tuner = _tuner(context, db)
         assert tuner.best is None and tuner.scanning, bad
+
+
+@pytest.mark.autotune_database
+def test_an_edited_kernel_source_makes_the_stored_result_stale(context, tmp_path):
+    source = tmp_path / "busy.mako"
+    source.write_text(KERNEL.read_text())
+    db = tmp_path / "t.db"
+    tuner = _tuner(context, db, sources=[source], samples=1)
+    work = Work(context)
+    while tuner.scanning:
+        work.step(tuner)
+    assert tuner.stored and _tuner(context, db, sources=[source]).best == tuner.best
+    source.write_text(KERNEL.read_text() + "\n// edited\n")
+    again = _tuner(context, db, sources=[source])
+    assert again.best is None and again.scanning
+    assert tune.OnlineTuner(context, "x.y", {"wgs": [32]}, {"wgs": 32}, sources=[source]).fingerprint \
+        != tuner.fingerprint  # the space is part of it too
+
+
+@pytest.mark.force_autotune
+def test_parts_scan_each_kernel_on_its_own_and_their_medians_add_up(context, tmp_path):
+    # two kernels share one parameter x and are launched alternately, as a solver's variants
+    # are: with one round-robin over two candidates, each candidate would only ever be timed
+    # on one of the kernels (candidate 0 on the cheap launch of "a"), and lose or win wrongly
+    reps = {("a", 0): 3, ("b", 0): 900, ("a", 1): 300, ("b", 1): 300}
+    tuner = tune.OnlineTuner(context, "tests.Busy.parts", {"x": [0, 1]}, {"x": 0},
+                             arguments={"n": N}, db=str(tmp_path / "t.db"), samples=3)
+    work = Work(context)
+    launched = []
+    while tuner.scanning:
+        for part in ("a", "b"):
+            with tuner.measure(work.queue, part) as params:
+                launched.append((part, params["x"]))
+                work._launch({"reps": reps[part, params["x"]], "wgs": 32})
+    assert tuner.best == {"x": 1}  # 300 + 300 against 3 + 900
+    for part in ("a", "b"):
+        assert sorted(x for p, x in launched if p == part)[:6] == [0, 0, 0, 1, 1, 1]
+    assert tuner.stored  # written in a thread of its own: this waits for it
+    stored = ResultStore(f"sqlite:///{tmp_path / 't.db'}").get(tuner.key)
+    assert json.loads(stored.search)["parts"] == 2 and stored.score == tuner.best_seconds
+
+
+@pytest.mark.force_autotune
+def test_candidates_are_launched_only_once_prepared(context, tmp_path):
+    prepared: set[int] = set()
+    guard = threading.Lock()
+
+    def prepare(params: dict) -> None:
+        if params["reps"] == 7:
+            raise RuntimeError("does not compile")
+        time.sleep(0.2 if params["reps"] != 300 else 0.0)
+        with guard:
+            prepared.add(params["reps"])
+
+    tuner = _tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 7, 30], "wgs": [32]},
+                   samples=2, prepare=prepare, workers=2)
+    work = Work(context)
+    early = work.step(tuner)
+    assert early == {"reps": 300, "wgs": 32}  # nothing else is ready yet: test= (untimed)
+    seen = []
+    while tuner.scanning:
+        params = work.step(tuner)
+        work.queue.finish()  # as a solver's reductions do: untimed launches do not pile up
+        with guard:
+            assert params["reps"] in prepared or params["reps"] == 300, params
+        seen.append(params["reps"])
+    assert 7 not in seen and tuner.best is not None and tuner.best["reps"] != 7 and tuner.stored
+    statuses = {json.loads(t.parameters)["reps"]: t.status
+                for t in ResultStore(f"sqlite:///{tmp_path / 't.db'}").trials()}
+    assert statuses == {300: "ok", 3: "ok", 30: "ok", 7: "compile_error"}
+    # a rescan does not prepare again what was prepared
+    prepared.clear()
+    tuner._start_scan()
+    assert tuner.wait_prepared(5) and prepared == set()
+
+
+@pytest.mark.autotune_database
+def test_a_template_tuner_shares_offline_keys_both_ways(context):
+    from operations.scale import ScaleTemplate
+
+    queue = context.create_command_queue(timed=True)
+    n = 1 << 14
+    x = np.arange(n, dtype=np.float32) % 97
+    instances: dict[int, object] = {}
+    guard = threading.Lock()
+
+    def instance(params: dict):
+        with guard:
+            made = instances.get(params["wgs"])
+        if made is None:
+            made = ScaleTemplate(context, np.float32, params).instantiate(queue, n)
+            made.x.set(queue, x)
+            with guard:
+                made = instances.setdefault(params["wgs"], made)
+        return made
+
+    tuner = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32, samples=2,
+                                          prepare=instance)
+    assert tuner.key == tune.tuner_of(ScaleTemplate).key(ScaleTemplate, context, np.float32)
+    while tuner.scanning:
+        with tuner.measure(queue) as params:
+            used = instance(params)
+            used()
+    np.testing.assert_array_equal(used.y.get(queue), 2 * x)
+    assert tuner.stored
+    # the offline call serves the online result (no tuning: no trials are added)
+    store = ResultStore(tune.database_url())
+    trials = len(store.trials())
+    assert ScaleTemplate.autotune(context, np.float32) == tuner.best
+    assert len(store.trials()) == trials
+    # and an offline result starts a template tuner locked
+    offline = tune.tuner_of(ScaleTemplate).retune(ScaleTemplate, context, np.float64)
+    fresh = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float64)
+    assert fresh.best == offline.parameters and fresh.scans == 0
 
 
 def test_under_pytest_it_uses_test_and_tunes_nothing(context, tmp_path):
@@ -188,7 +314,7 @@ def test_a_failing_candidate_is_skipped_and_its_error_raised_once(context, tmp_p
         except accel.AccelError:
             errors += 1
     assert errors == 1 and {u["wgs"] for u in used} == {32, 64} and len(used) == 5
-    assert tuner.best["wgs"] in (32, 64)
+    assert tuner.best["wgs"] in (32, 64) and tuner.stored
     statuses = {json.loads(t.parameters)["wgs"]: t.status
                 for t in ResultStore(f"sqlite:///{tmp_path / 't.db'}").trials()}
     assert statuses == {too_big: "launch_error", 32: "ok", 64: "ok"}
@@ -205,14 +331,19 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
 
     def run(i: int) -> None:
         try:
-            tuner = _tuner(context, tmp_path / "t.db", space=spaces[i], samples=3,
-                           name=f"tests.Busy.thread{i}")
-            work = Work(context)
-            for _ in range(3 * len(spaces[i]) + 5):
-                work.step(tuner, device)
-            found[i] = tuner.best
+            with context.thread_scope():  # CUDA: the context current in this thread
+                run_here(i)
         except BaseException as exc:  # noqa: BLE001 (reported below)
             errors.append(exc)
+
+    def run_here(i: int) -> None:
+        tuner = _tuner(context, tmp_path / "t.db", space=spaces[i], samples=3,
+                       name=f"tests.Busy.thread{i}")
+        work = Work(context)
+        for _ in range(3 * len(spaces[i]) + 5):
+            work.step(tuner, device)
+        assert tuner.stored
+        found[i] = tuner.best
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(len(spaces))]
     for t in threads:
@@ -220,8 +351,10 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
     for t in threads:
         t.join(timeout=120)
     assert not errors, errors
+    trials = {(t.key.function, t.parameters): t.median_seconds
+              for t in ResultStore(f"sqlite:///{tmp_path / 't.db'}").trials()}
     assert found == {0: {"reps": 4, "wgs": 32}, 1: {"reps": 5, "wgs": 32},
-                     2: {"reps": 6, "wgs": 32}}
+                     2: {"reps": 6, "wgs": 32}}, trials
     # one tuner shared by threads, each on its own queue: the scan finishes, all launches valid
     shared = _tuner(context, tmp_path / "t.db", space={"reps": [200, 2], "wgs": [32]},
                     samples=4, name="tests.Busy.shared")
@@ -229,8 +362,9 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
 
     def hammer(work: Work) -> None:
         try:
-            for _ in range(10):
-                assert work.step(shared, device)["reps"] in (200, 2)
+            with context.thread_scope():
+                for _ in range(10):
+                    assert work.step(shared, device)["reps"] in (200, 2)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 

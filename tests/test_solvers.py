@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -121,3 +123,41 @@ def test_bad_arguments(context, weak8):
         op.solve(b, "bicgstab", precision="mixed")
     with pytest.raises(ValueError, match="elements"):
         solvers.cg(WilsonLinearOperator(op, "Mpc"), op.to_device(b).flat)
+
+
+@pytest.mark.autotune_database
+def test_an_online_tuned_solve_is_right_and_its_tuning_serves_offline_calls(context):
+    from autotune import tune
+    from autotune.tune.store import ResultStore
+    from operations.lqcd import DslashTemplate
+
+    dims = (4, 4, 4, 8)
+    u = weak_field(dims, 0.1, 1)
+    b = _b(dims)
+    op = WilsonOperator(context, u, KAPPA, "single", 12, tuning="online")
+    dslash = op.template.online
+    assert dslash is not None and dslash.scanning and op.queue.timed
+    solves = 0
+    x, info = op.solve(b, "cg", 1e-5, True, "single")  # at test= while candidates are built
+    assert info.converged and _true_residual(u, x, b) < 1e-4
+    assert dslash.wait_prepared(300)
+    while dslash.scanning:  # every solve is right, whichever candidates it ran
+        x, info = op.solve(b, "cg", 1e-5, True, "single")
+        solves += 1
+        assert info.converged and _true_residual(u, x, b) < 1e-4
+        assert solves < 20
+    space = DslashTemplate.autotune_space(context, dims, "single", 12)
+    assert space.why_not(dslash.best) is None
+    assert dslash.stored
+    stored = ResultStore(tune.database_url()).get(dslash.key)
+    assert stored.origin == "online" and json.loads(stored.search)["parts"] == 4
+    # the key is the offline one: an offline call (or a new operator) serves the online result
+    assert DslashTemplate.autotune(context, dims, "single", 12) == dslash.best
+    assert WilsonOperator(context, u, KAPPA, "single", 12).template.wgs == dslash.best["wgs"]
+    again = WilsonOperator(context, u, KAPPA, "single", 12, tuning="online")
+    assert again.template.online.best == dslash.best and again.template.online.scans == 0
+    with pytest.raises(ValueError, match="timed=True"):
+        WilsonOperator(context, u, KAPPA, "single", 12, tuning="online",
+                       queue=context.create_command_queue())
+    with pytest.raises(ValueError, match="'online'"):
+        WilsonOperator(context, u, KAPPA, "single", 12, tuning="later")

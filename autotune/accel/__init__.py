@@ -19,6 +19,7 @@ from .errors import (
     DeviceNotFoundError,
     LaunchError,
 )
+from .helpers import builds_in_helpers
 from .identity import DeviceIdentity
 from .render import RenderedSource, render
 from .sources import SourceFile, recording, template_sources
@@ -43,6 +44,7 @@ __all__ = [
     "Program",
     "RenderedSource",
     "SourceFile",
+    "builds_in_helpers",
     "c_type",
     "create_some_context",
     "list_devices",

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from . import helpers
 from .errors import AccelError, LaunchError
 from .identity import DeviceIdentity
 from .render import RenderedSource, render
@@ -483,9 +484,14 @@ class Context(ABC):
             if built is not None and all(f.unchanged() for f in built[1]):
                 note_used(built[1])
                 return built[0]
-        source = render(template, self.backend, render_kws, extra_dirs=extra_dirs,
-                        header_kws={"backend": self.backend})
-        program = self.compile(source, options)
+        source = program = None
+        if helpers.active():
+            source, program = self._build_in_helper(template, render_kws, extra_dirs, options)
+        if source is None:
+            source = render(template, self.backend, render_kws, extra_dirs=extra_dirs,
+                            header_kws={"backend": self.backend})
+        if program is None:
+            program = self.compile(source, options)
         if key is not None:  # with the files of this render (the program may be an equal one's)
             with self._programs_lock:
                 self._built[key] = (program, source.files)
@@ -506,6 +512,38 @@ class Context(ABC):
     @abstractmethod
     def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
         ...
+
+    def _build_in_helper(self, template: str | Path, render_kws: dict[str, Any] | None,
+                         extra_dirs: tuple[str | Path, ...], options: Sequence[str]
+                         ) -> tuple[RenderedSource | None, Program | None]:
+        """Render in a helper process, and compile there where the backend can (see
+        :mod:`.helpers`); ``(None, None)`` if the helper could not, so that the build runs
+        here and reports its own error."""
+        reply = helpers.run(("render", str(Path(template).resolve()), self.backend,
+                             dict(render_kws or {}), tuple(str(d) for d in extra_dirs),
+                             self._helper_target(tuple(options))))
+        if reply is None:
+            return None, None
+        source, compiled, seconds = reply
+        note_used(source.files)
+        if compiled is None:
+            return source, None
+        key = (source.text, tuple(options))
+        with self._programs_lock:
+            program = self._programs.get(key)
+        if program is None:
+            program = self._program_from_helper(source, compiled, seconds)
+            with self._programs_lock:
+                program = self._programs.setdefault(key, program)
+        return source, program
+
+    def _helper_target(self, options: tuple[str, ...]) -> Any:
+        """What a helper needs to compile for this device, or None where only this process can
+        (OpenCL programs belong to their context)."""
+        return None
+
+    def _program_from_helper(self, source: RenderedSource, compiled: Any, seconds: float) -> Program:
+        raise NotImplementedError
 
     # Memory and queues -----------------------------------------------------------------------
     @abstractmethod

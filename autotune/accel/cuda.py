@@ -288,6 +288,15 @@ class CudaContext(Context):
         finally:
             drv.Context.pop()
 
+    def _helper_target(self, options: tuple[str, ...]) -> Any:
+        return (self.device.compute_capability, options) if self.compiler == "nvrtc" else None
+
+    def _program_from_helper(self, source: RenderedSource, compiled: Any, seconds: float) -> Program:
+        log = source.map_log(compiled.log) if compiled.log else ""
+        if "warning" in log:
+            logger.warning("CUDA build of %s: %s", source.template, log)
+        return CudaProgram(self, source, seconds, log, "nvrtc", compiled.binary)
+
     def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
         cc = self.device.compute_capability
         name = source.template.rsplit("/", 1)[-1].replace(".mako", ".cu")

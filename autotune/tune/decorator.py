@@ -196,6 +196,15 @@ class TuningOutcome:
         return None
 
 
+def make_fingerprint(files: Iterable[accel.SourceFile], space: Space | None) -> Fingerprint:
+    """What a result is tuned against: the digests of its kernel template files and of the
+    space searched (offline and online tuning compute it alike)."""
+    sources = {f.name: f.digest for f in files}
+    text = json.dumps({"sources": sources, "space": space.digest() if space else ""},
+                      sort_keys=True, separators=(",", ":"))
+    return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), sources, space)
+
+
 class _Call:
     """What one call tells: the owner class, the context, the key's arguments and the key."""
 
@@ -329,11 +338,15 @@ class TunedFunction:
         return self._fingerprint(_Call(self, args, kwargs))
 
     def _fingerprint(self, call: _Call) -> Fingerprint:
-        sources = {f.name: f.digest for f in self.sources(call.owner)}
-        space = self.declared_space(call.owner, call.context, call.arguments)
-        text = json.dumps({"sources": sources, "space": space.digest() if space else ""},
-                          sort_keys=True, separators=(",", ":"))
-        return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), sources, space)
+        return make_fingerprint(self.sources(call.owner),
+                                self.declared_space(call.owner, call.context, call.arguments))
+
+    def online_setup(self, owner: Any, context: Any, arguments: dict[str, Any]
+                     ) -> tuple[TuningKey, dict[str, Any], Fingerprint]:
+        """The key, ``test=`` and fingerprint an offline call on ``owner`` with these arguments
+        would use: an online tuner made from them shares its results with offline tuning."""
+        call = _Call(self, (owner, context) if owner is not None else (context,), arguments)
+        return call.key, self.test, self._fingerprint(call)
 
     # -- calling ------------------------------------------------------------------------------
 

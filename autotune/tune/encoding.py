@@ -14,6 +14,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -250,8 +251,11 @@ def validate_parameters(parameters: Any, test: dict[str, Any]) -> dict[str, Any]
 
     The keys must be exactly those of ``test``; each value must be of the same kind as the test
     value: a boolean, an integer (at most 2^53 in magnitude), a finite number, or an
-    identifier-like string. Numpy scalars count as the Python values they hold.
+    identifier-like string. Numpy scalars count as the Python values they hold. A read-only
+    mapping (what an online tuner's ``measure`` enters to) counts as the dict it holds.
     """
+    if isinstance(parameters, MappingProxyType):
+        parameters = dict(parameters)
     if not isinstance(parameters, dict):
         raise InvalidParametersError(f"parameters must be a JSON object, got {parameters!r}")
     if set(parameters) != set(test):

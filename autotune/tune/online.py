@@ -9,26 +9,39 @@ candidate for the rest of the scan. The best of each scan is stored in the tunin
 the same kind of key as an offline result, with its trials, so the next process starts locked.
 
 Locked, ``measure`` returns one preallocated object: no device work, no allocation, no lock.
+
+Kernels whose parameters are compile-time constants name a ``prepare`` callable: it builds a
+candidate's kernels in background threads while the work goes on, and a candidate is launched
+only once it is prepared (until then, launches use the fastest candidate timed so far, else
+``test=``). Several kernels sharing one set of parameters (the variants of a template) name the
+``part`` of each launch: each part scans the candidates on its own, and a candidate's score is
+its parts' medians weighted by how often each part is launched (seconds per launch of the
+mix), so a periodic sequence of different kernels biases no candidate; parts launched rarely
+(under ``RARE_PART`` of the launches) do not hold up the scan.
 """
 
 from __future__ import annotations
 
-import hashlib
+import concurrent.futures
+import contextlib
 import json
 import logging
 import math
+import os
 import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
 import autotune
 
 from .. import accel
-from .decorator import _TrialWriter, get_store, test_mode
+from .decorator import Fingerprint, _stale_reason, _TrialWriter, get_store, make_fingerprint, test_mode, tuner_of
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
@@ -48,6 +61,9 @@ logger = logging.getLogger("autotune.tune")
 TIMERS_PER_QUEUE = 32
 DEFAULT_SAMPLES = 5
 DEFAULT_PERIOD = 600.0
+#: A part launched less often than this share of a scan's launches neither holds up the scan
+#: nor counts in the score (a solver's one-off kernel beside the ones its iterations launch).
+RARE_PART = 0.05
 
 
 class OnlineTuningError(ValueError):
@@ -72,22 +88,28 @@ class _Locked:
 @dataclass
 class _Candidate:
     params: Mapping[str, Any]
-    samples: list[float] = field(default_factory=list)
-    launched: int = 0
+    fixed: _Locked  #: an untimed launch with these parameters
+    samples: dict[Hashable, list[float]] = field(default_factory=dict)  #: per part
+    launched: dict[Hashable, int] = field(default_factory=dict)  #: per part
+    ready: bool = True  #: prepared (compiled) and so launchable in the scan
     failed: str = ""
     status: TrialStatus = TrialStatus.OK
+
+    def short(self, part: Hashable, samples: int) -> bool:
+        return self.launched.get(part, 0) < samples
 
 
 class _ScanLaunch:
     """One timed launch of a candidate while scanning (reused: one per tuner)."""
 
-    __slots__ = ("tuner", "queue", "candidate", "timer")
+    __slots__ = ("tuner", "queue", "candidate", "timer", "part")
 
     def __init__(self, tuner: OnlineTuner):
         self.tuner = tuner
         self.queue: accel.CommandQueue | None = None
         self.candidate: _Candidate | None = None
         self.timer: accel.IntervalTimer | None = None
+        self.part: Hashable = None
 
     def __enter__(self) -> Mapping[str, Any]:
         assert self.timer is not None and self.candidate is not None
@@ -103,12 +125,17 @@ class OnlineTuner:
 
     ``name`` (a qualified name such as ``"mylib.Stencil.step"``), ``arguments`` (what the kernel
     is tuned for: sizes, dtypes), ``version`` and the context's device make the tuning key, as
-    for offline results: a stored result for the key, online or offline, is used at once.
-    ``space`` is a dict of parameter lists or a :class:`~autotune.tune.Space` (its restrictions,
-    where the device's limits belong, are honoured); ``test`` the parameters used under pytest
-    and the schema every stored result must match. ``samples`` launches per candidate are timed
-    (the median decides); ``period`` seconds after locking, the tuner scans again. ``db`` is a
-    path or URL (default: the configured database).
+    for offline results: a stored result for the key, online or offline, is used at once unless
+    it is stale (tuned against other ``sources`` or another space). ``space`` is a dict of
+    parameter lists or a :class:`~autotune.tune.Space` (its restrictions, where the device's
+    limits belong, are honoured); ``test`` the parameters used under pytest and the schema every
+    stored result must match. ``samples`` launches per candidate are timed (the median decides);
+    ``period`` seconds after locking, the tuner scans again. ``db`` is a path or URL (default:
+    the configured database). ``sources`` are the kernel template files, whose digests make
+    results of an edited kernel stale. ``prepare(params)``, if given, builds a candidate's
+    kernels; it runs in ``workers`` background threads and a candidate is scanned once its
+    ``prepare`` returned (one that raises is skipped). :meth:`for_template` makes a tuner that
+    shares a template's offline key.
 
     Thread-safe: launches of several threads may share one tuner; scanning serialises them.
     """
@@ -116,7 +143,10 @@ class OnlineTuner:
     def __init__(self, context: accel.Context, name: str, space: Mapping[str, Any] | Space,
                  test: dict[str, Any], *, arguments: dict[str, Any] | None = None,
                  version: int = 0, samples: int = DEFAULT_SAMPLES, period: float = DEFAULT_PERIOD,
-                 db: str | None = None):
+                 db: str | None = None, sources: Iterable[str | Path] = (),
+                 prepare: Callable[[dict[str, Any]], Any] | None = None,
+                 workers: int | None = None, _key: TuningKey | None = None,
+                 _fingerprint: Fingerprint | None = None):
         device = getattr(context, "device", None)
         if not isinstance(device, accel.DeviceIdentity):
             raise OnlineTuningError(f"OnlineTuner needs an autotune.accel context, got "
@@ -130,11 +160,22 @@ class OnlineTuner:
             raise OnlineTuningError(f"period={period!r}: give a positive number of seconds")
         if isinstance(version, bool) or not isinstance(version, int):
             raise OnlineTuningError(f"version={version!r}: give an int")
+        if prepare is not None and not callable(prepare):
+            raise OnlineTuningError(f"prepare={prepare!r}: give a function of the parameters")
+        if workers is None:
+            workers = max(1, min(4, (os.cpu_count() or 2) - 1))
+        if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
+            raise OnlineTuningError(f"workers={workers!r}: give an int from 1 to 64")
         try:
             self.space = space if isinstance(space, Space) else Space(space)
             self.test = validate_test_parameters(test)
             configurations = self.space.configurations()
-        except (SpaceError, TypeError, ValueError) as exc:
+            if _fingerprint is None:
+                files: dict[str, accel.SourceFile] = {}
+                for template in sources:
+                    files.update((f.name, f) for f in accel.template_sources(template))
+                _fingerprint = make_fingerprint([files[n] for n in sorted(files)], self.space)
+        except (SpaceError, TypeError, ValueError, FileNotFoundError) as exc:
             raise OnlineTuningError(f"OnlineTuner {name}: {exc}") from None
         if set(self.test) != set(self.space.names):
             raise OnlineTuningError(f"OnlineTuner {name}: test= names {sorted(self.test)} differ "
@@ -142,36 +183,77 @@ class OnlineTuner:
         if not configurations:
             raise OnlineTuningError(f"OnlineTuner {name}: the restrictions exclude every "
                                     "configuration of the space")
+        self.context = context
         self.name = name
         self.samples = samples
         self.period = float(period)
-        self.key = TuningKey(function=name, version=version, device_name=device.name,
-                             device_platform=device.platform, driver_version=device.driver_version,
-                             arguments=encode_arguments(arguments or {}))
-        self.fingerprint = hashlib.sha256(json.dumps(
-            {"online": name, "space": {n: list(v) for n, v in self.space.parameters.items()}},
-            sort_keys=True).encode()).hexdigest()
+        self.key = _key or TuningKey(
+            function=name, version=version, device_name=device.name,
+            device_platform=device.platform, driver_version=device.driver_version,
+            arguments=encode_arguments(arguments or {}))
+        self._fingerprint = _fingerprint
+        self.fingerprint = _fingerprint.digest
+        #: stored results must lie in this space (the template's, where the scan covers part of it)
+        self._valid_space = _fingerprint.space or self.space
         self._configurations = sorted(configurations, key=lambda c: c != self.test)  # test= first
         self._url = database_url(db)
         self._lock = threading.Lock()
         self._launch = _ScanLaunch(self)
         self._timers: dict[int, list[accel.IntervalTimer]] = {}
-        self._pending: deque[tuple[_Candidate, accel.IntervalTimer]] = deque()
+        self._pending: deque[tuple[_Candidate, Hashable, accel.IntervalTimer]] = deque()
         self._candidates: list[_Candidate] = []
-        self._next = 0
+        self._parts: dict[Hashable, int] = {}  #: part -> its round-robin position
+        self._part_launches: dict[Hashable, int] = {}  #: part -> launches this scan, any kind
+        self._fallbacks: dict[Hashable, _Locked] = {}
+        self._prepare = prepare
+        self._workers = workers
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._prepared: set[str] = set()
         self._scan_started = 0.0
         self._locked: _Locked | None = None
         self._rescan_at = math.inf
         self.best_seconds: float | None = None
         self.scans = 0
-        self.stored = False
+        self._stored = False
+        self._store_thread: threading.Thread | None = None
         self.off_best_seconds = 0.0  #: device time of scan launches beyond the best's time
+        self.scan_seconds: float | None = None  #: how long the last finished scan took
         if test_mode.active and not (test_mode.force or test_mode.cached):
             self._lock_on(dict(self.test), math.inf)  # under pytest: test=, nothing tuned
         elif not (test_mode.active and test_mode.force):
             self._load()
         if self._locked is None:
+            self._prepare_store()
             self._start_scan()
+
+    @classmethod
+    def for_template(cls, template: type, context: accel.Context, *,
+                     samples: int = DEFAULT_SAMPLES, period: float = DEFAULT_PERIOD,
+                     db: str | None = None, prepare: Callable[[dict[str, Any]], Any] | None = None,
+                     workers: int | None = None, **arguments: Any) -> OnlineTuner:
+        """A tuner under the key, ``test=`` and fingerprint of ``template``'s offline tuning
+        for these arguments: an offline result (``warm``) starts it locked, and what it stores
+        serves offline calls. It scans ``template.autotune_online_space(context, **arguments)``
+        where the template declares one (a part of its space worth scanning online), else the
+        space it declares for offline tuning."""
+        tuned = tuner_of(template)
+        try:
+            key, test, fingerprint = tuned.online_setup(template, context, arguments)
+        except TypeError as exc:
+            raise OnlineTuningError(f"OnlineTuner for {template.__name__}: {exc}") from None
+        if fingerprint.space is None:
+            raise OnlineTuningError(f"{template.__name__} declares no autotune_space to scan online")
+        online = getattr(template, "autotune_online_space", None)
+        space = fingerprint.space
+        if online is not None:
+            value = online(context, **arguments)
+            try:
+                space = value if isinstance(value, Space) else Space(value)
+            except SpaceError as exc:
+                raise OnlineTuningError(f"{template.__name__}.autotune_online_space: {exc}") from None
+        return cls(context, key.function, space, test, version=key.version, samples=samples,
+                   period=period, db=db, prepare=prepare, workers=workers, _key=key,
+                   _fingerprint=fingerprint)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -183,12 +265,23 @@ class OnlineTuner:
         return dict(locked.params) if locked is not None else None
 
     @property
+    def stored(self) -> bool:
+        """Whether the last scan's result is in the database (waits for it to be written: the
+        write runs in a thread of its own, so that the launching thread never waits on the
+        database)."""
+        thread = self._store_thread
+        if thread is not None:
+            thread.join()
+        return self._stored
+
+    @property
     def scanning(self) -> bool:
         return self._locked is None or bool(self._candidates)
 
-    def measure(self, queue: accel.CommandQueue) -> Any:
+    def measure(self, queue: accel.CommandQueue, part: Hashable = None) -> Any:
         """A context manager around one launch on ``queue``: it enters to the parameters this
-        launch must use. ``queue`` must be timed (``context.create_command_queue(timed=True)``)."""
+        launch must use. ``queue`` must be timed (``context.create_command_queue(timed=True)``).
+        ``part`` names which of several kernels sharing these parameters is launched."""
         locked = self._locked
         if locked is not None and not self._candidates:
             if time.monotonic() < self._rescan_at:
@@ -196,7 +289,7 @@ class OnlineTuner:
             with self._lock:
                 if not self._candidates and time.monotonic() >= self._rescan_at:
                     self._start_scan()
-        return self._begin_launch(queue)
+        return self._begin_launch(queue, part)
 
     def finish_scan(self) -> None:
         """Wait for the launches timed so far and, if every candidate has its samples, lock."""
@@ -204,44 +297,134 @@ class OnlineTuner:
             self._collect(wait=True)
             self._maybe_lock()
 
+    def wait_prepared(self, timeout: float | None = None) -> bool:
+        """Wait until every candidate of the scan is prepared (or failed); False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                if not any(not c.ready for c in self._candidates):
+                    return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+
     # -- scanning -----------------------------------------------------------------------------
 
     def _start_scan(self) -> None:
-        self._candidates = [_Candidate(MappingProxyType(dict(c))) for c in self._configurations]
-        self._next = 0
+        self._candidates = [_Candidate(MappingProxyType(dict(c)), _Locked(MappingProxyType(dict(c))))
+                            for c in self._configurations]
+        self._parts = {}
+        self._part_launches = {}
+        self._fallbacks = {}
         self._scan_started = time.monotonic()
         self.scans += 1
         logger.info("online tuning %s on %s: scanning %d configurations, %d launches each",
                     self.name, self.key.device_name, len(self._candidates), self.samples)
+        if self._prepare is not None:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    self._workers, thread_name_prefix=f"online-{self.name}")
+            for c in self._candidates:
+                if encode_parameters(dict(c.params)) not in self._prepared:
+                    c.ready = False
+                    self._pool.submit(self._prepare_one, c)
 
-    def _next_candidate(self) -> _Candidate | None:
-        """Round-robin over the candidates still short of samples (a drift in the device's speed
-        then affects every candidate alike)."""
-        alive = [c for c in self._candidates if not c.failed and c.launched < self.samples]
-        if not alive:
+    def _prepare_one(self, candidate: _Candidate) -> None:
+        """Build one candidate's kernels (in a worker thread, the device's context current)."""
+        scope = getattr(self.context, "thread_scope", None)
+        failed = ""
+        try:
+            # builds render (and where they can, compile) in helper processes: rendering here
+            # would hold the interpreter lock the launching thread needs
+            with scope() if scope is not None else contextlib.nullcontext(), \
+                    accel.builds_in_helpers():
+                assert self._prepare is not None
+                self._prepare(dict(candidate.params))
+        except Exception as exc:  # noqa: BLE001 (the candidate is skipped, the error logged)
+            failed = f"{type(exc).__name__}: {exc}"[:2000]
+            logger.warning("online tuning %s: preparing %s failed (%s); it is skipped",
+                           self.name, dict(candidate.params), failed)
+        with self._lock:
+            if failed:
+                candidate.failed, candidate.status = failed, TrialStatus.COMPILE_ERROR
+            else:
+                self._prepared.add(encode_parameters(dict(candidate.params)))
+            candidate.ready = True
+
+    def _next_candidate(self, part: Hashable) -> _Candidate | None:
+        """Round-robin over the prepared candidates still short of samples in ``part`` (a drift
+        in the device's speed then affects every candidate alike)."""
+        candidates = self._candidates
+        fewest = min((c.launched.get(part, 0) for c in candidates if not c.failed and c.ready),
+                     default=self.samples)
+        if fewest >= self.samples:
             return None
-        fewest = min(c.launched for c in alive)
-        for offset in range(len(self._candidates)):
-            c = self._candidates[(self._next + offset) % len(self._candidates)]
-            if not c.failed and c.launched == fewest:
-                self._next = (self._next + offset + 1) % len(self._candidates)
+        start = self._parts.get(part, 0)
+        for offset in range(len(candidates)):
+            index = (start + offset) % len(candidates)
+            c = candidates[index]
+            if not c.failed and c.ready and c.launched.get(part, 0) == fewest:
+                self._parts[part] = (index + 1) % len(candidates)
                 return c
         return None  # not reached
 
-    def _begin_launch(self, queue: accel.CommandQueue) -> Any:
+    def _frequent_parts(self) -> dict[Hashable, float]:
+        """The parts that are not rare, with their shares of the scan's launches."""
+        total = sum(self._part_launches.values())
+        return {part: n / total for part, n in self._part_launches.items()
+                if total and n >= RARE_PART * total}
+
+    def _all_launched(self) -> bool:
+        """Every candidate prepared (or failed) and launched ``samples`` times in every part
+        that is not rare."""
+        parts = self._frequent_parts()
+        if not parts:
+            return False
+        for c in self._candidates:
+            if c.failed:
+                continue
+            if not c.ready or any(c.short(part, self.samples) for part in parts):
+                return False
+        return True
+
+    def _fallback(self, part: Hashable) -> _Locked:
+        """An untimed launch while no candidate can be timed in ``part`` (the rest are being
+        prepared, or their timings are in flight): the fastest so far there, else ``test=``."""
+        found = self._fallbacks.get(part)
+        if found is None:
+            timed = [c for c in self._candidates if not c.failed and c.samples.get(part)]
+            if timed:
+                found = min(timed, key=lambda c: statistics.median(c.samples[part])).fixed
+            else:
+                test = next((c for c in self._candidates if dict(c.params) == self.test), None)
+                found = test.fixed if test is not None else _Locked(MappingProxyType(dict(self.test)))
+            self._fallbacks[part] = found
+        return found
+
+    def _begin_launch(self, queue: accel.CommandQueue, part: Hashable) -> Any:
         self._lock.acquire()
         try:
             self._collect(wait=False)
-            candidate = self._next_candidate()
-            if candidate is None:  # all launched; the last timings are still in flight
-                self._collect(wait=True)
-                self._maybe_lock()
+            if not self._candidates:  # another thread locked meanwhile
                 self._lock.release()
-                return self.measure(queue)
+                return self.measure(queue, part)
+            self._parts.setdefault(part, 0)
+            self._part_launches[part] = self._part_launches.get(part, 0) + 1
+            candidate = self._next_candidate(part)
+            if candidate is None:
+                if self._all_launched():  # the last timings are still in flight
+                    self._collect(wait=True)
+                    self._maybe_lock()
+                    self._lock.release()
+                    return self.measure(queue, part)
+                fallback = self._fallback(part)
+                self._lock.release()
+                return fallback
             timer = self._free_timer(queue)
-            candidate.launched += 1
-            self._launch.queue, self._launch.candidate, self._launch.timer = queue, candidate, timer
-            return self._launch  # the lock is held until its __exit__
+            candidate.launched[part] = candidate.launched.get(part, 0) + 1
+            launch = self._launch
+            launch.queue, launch.candidate, launch.timer, launch.part = queue, candidate, timer, part
+            return launch  # the lock is held until its __exit__
         except BaseException:
             self._lock.release()
             raise
@@ -258,20 +441,23 @@ class OnlineTuner:
                 logger.warning("online tuning %s: %s failed (%s); it is skipped for this scan",
                                self.name, dict(candidate.params), candidate.failed)
                 self._release(timer)
+                self._fallbacks.clear()
             else:
-                self._pending.append((candidate, timer))
-            if self._next_candidate() is None:
+                self._pending.append((candidate, launch.part, timer))
+            # the scan can only be complete once some candidate completes a part
+            if (error is not None or candidate.launched[launch.part] >= self.samples) \
+                    and self._all_launched():
                 self._collect(wait=True)
                 self._maybe_lock()
         finally:
-            launch.candidate = launch.timer = launch.queue = None
+            launch.candidate = launch.timer = launch.queue = launch.part = None
             self._lock.release()
 
     def _free_timer(self, queue: accel.CommandQueue) -> accel.IntervalTimer:
         pool = self._timers.setdefault(id(queue), [])
         if pool:
             return pool.pop()
-        in_flight = sum(1 for _, t in self._pending if t.queue is queue)
+        in_flight = sum(1 for _, _, t in self._pending if t.queue is queue)
         if in_flight >= TIMERS_PER_QUEUE:
             self._collect(wait=True, queue=queue, one=True)
             return pool.pop()
@@ -283,13 +469,18 @@ class OnlineTuner:
     def _collect(self, *, wait: bool, queue: accel.CommandQueue | None = None,
                  one: bool = False) -> None:
         """Read finished timings (in launch order); ``wait``: also wait for unfinished ones."""
-        kept: deque[tuple[_Candidate, accel.IntervalTimer]] = deque()
-        while self._pending:
-            candidate, timer = self._pending.popleft()
-            if (queue is not None and timer.queue is not queue) or not (wait or timer.ready()):
-                kept.append((candidate, timer))
+        kept: deque[tuple[_Candidate, Hashable, accel.IntervalTimer]] = deque()
+        blocked: list[accel.CommandQueue] = []  # a queue runs in order: after one unfinished
+        while self._pending:                    # timing, its later ones are unfinished too
+            candidate, part, timer = self._pending.popleft()
+            if (queue is not None and timer.queue is not queue) or any(
+                    timer.queue is b for b in blocked) or not (wait or timer.ready()):
+                if not wait and not any(timer.queue is b for b in blocked):
+                    blocked.append(timer.queue)
+                kept.append((candidate, part, timer))
                 continue
-            candidate.samples.append(timer.seconds())
+            candidate.samples.setdefault(part, []).append(timer.seconds())
+            self._fallbacks.pop(part, None)
             self._release(timer)
             if one:
                 break
@@ -297,25 +488,42 @@ class OnlineTuner:
         self._pending = kept
 
     def _maybe_lock(self) -> None:
-        if not self._candidates or self._pending or self._next_candidate() is not None:
+        if not self._candidates or self._pending or not self._all_launched():
             return
-        timed = [c for c in self._candidates if not c.failed and c.samples]
+        shares = self._frequent_parts()
+        parts = list(shares)
+        timed = [c for c in self._candidates
+                 if not c.failed and parts and all(c.samples.get(p) for p in parts)]
         candidates, self._candidates = self._candidates, []
+        self._stop_pool()
         if not timed:
             logger.warning("online tuning %s on %s: every candidate failed; using test= %s",
                            self.name, self.key.device_name, self.test)
             self._lock_on(dict(self.test), time.monotonic() + self.period)
             return
-        medians = {id(c): statistics.median(c.samples) for c in timed}
-        best = min(timed, key=lambda c: medians[id(c)])
-        self.best_seconds = medians[id(best)]
-        self.off_best_seconds += sum(s - self.best_seconds for c in timed for s in c.samples
-                                     if c is not best and s > self.best_seconds)
+        medians = {id(c): {p: statistics.median(c.samples[p]) for p in parts} for c in timed}
+        scores = {id(c): sum(shares[p] * m for p, m in medians[id(c)].items()) for c in timed}
+        best = min(timed, key=lambda c: scores[id(c)])
+        self.best_seconds = scores[id(best)]
+        self.scan_seconds = time.monotonic() - self._scan_started
+        for p in parts:
+            reference = medians[id(best)][p]
+            self.off_best_seconds += sum(s - reference for c in timed if c is not best
+                                         for s in c.samples[p] if s > reference)
         self._lock_on(dict(best.params), time.monotonic() + self.period)
         logger.info("online tuning %s on %s: locked on %s (%.3g s a launch) after %.3g s",
                     self.name, self.key.device_name, dict(best.params), self.best_seconds,
                     time.monotonic() - self._scan_started)
-        self._store(best, candidates, medians)
+        previous = self._store_thread
+        self._store_thread = threading.Thread(
+            target=self._store, args=(best, candidates, scores, shares, previous),
+            name=f"online-store-{self.name}")
+        self._store_thread.start()
+
+    def _stop_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False)
+            self._pool = None
 
     def _lock_on(self, params: dict[str, Any], rescan_at: float) -> None:
         self._rescan_at = rescan_at
@@ -324,7 +532,7 @@ class OnlineTuner:
     # -- the database -------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """Lock on the stored result for this key, if one is usable."""
+        """Lock on the stored result for this key, if one is usable and fresh."""
         try:
             record = get_store(self._url).get(self.key)
         except StoreError as exc:
@@ -336,33 +544,57 @@ class OnlineTuner:
         if problem is None:
             try:
                 params = validate_parameters(decode_parameters(record.parameters), self.test)
-                problem = self.space.why_not(params)
+                problem = self._valid_space.why_not(params)
             except InvalidParametersError as exc:
                 problem = str(exc)
         if problem is not None:
             logger.warning("ignoring stored result for online tuner %s on %s: %s; it will be "
                            "tuned again", self.name, self.key.device_name, problem)
             return
+        if record.fingerprint != self.fingerprint:
+            logger.info("stored result for online tuner %s on %s is stale: %s; it will be "
+                        "tuned again", self.name, self.key.device_name,
+                        _stale_reason(record, self._fingerprint))
+            return
         self.best_seconds = record.score if math.isfinite(record.score) else None
         self._lock_on(params, time.monotonic() + self.period)
 
-    def _store(self, best: _Candidate, candidates: list[_Candidate],
-               medians: dict[int, float]) -> None:
+    def _prepare_store(self) -> None:
+        """Ready the database for this scan's write now, while nothing runs yet: a first write
+        loads the SQL layer and may create the tables, a few hundred milliseconds of work that
+        would hold the interpreter lock the launching thread needs."""
+        try:
+            get_store(self._url).prepare_writes()
+        except StoreError as exc:  # the result is then kept in this process (see _store)
+            logger.info("online tuning %s: the database cannot be written (%s)", self.name, exc)
+
+    def _store(self, best: _Candidate, candidates: list[_Candidate], scores: dict[int, float],
+               shares: dict[Hashable, float], previous: threading.Thread | None) -> None:
+        if previous is not None:  # the scans' results are written in order
+            previous.join()
         store = get_store(self._url)
         writer = _TrialWriter(store, self.key, self.fingerprint)
         test = next((c for c in candidates if dict(c.params) == self.test), None)
+
+        def total(c: _Candidate, pick: Callable[[list[float]], float]) -> float | None:
+            if c.failed or not all(c.samples.get(p) for p in shares):
+                return None
+            return sum(share * pick(c.samples[p]) for p, share in shares.items())
+
         writer.buffer = [TrialRecord(
             key=self.key, parameters=encode_parameters(dict(c.params)), status=c.status.value,
-            message=c.failed, min_seconds=min(c.samples) if c.samples and not c.failed else None,
-            median_seconds=medians.get(id(c)), max_seconds=max(c.samples) if c.samples and not c.failed else None,
-            fingerprint=self.fingerprint) for c in candidates if c.samples or c.failed]
+            message=c.failed, min_seconds=total(c, min), median_seconds=scores.get(id(c)),
+            max_seconds=total(c, max), fingerprint=self.fingerprint)
+            for c in candidates if c.samples or c.failed]
         search = {"strategy": "online", "samples": self.samples, "period": self.period,
-                  "configurations": len(candidates), "measured": len(medians),
-                  "test": self.test, "test_seconds": medians.get(id(test)) if test else None,
+                  "configurations": len(candidates), "measured": len(scores),
+                  "parts": len(shares),
+                  "test": self.test, "test_seconds": scores.get(id(test)) if test else None,
                   "seconds": round(time.monotonic() - self._scan_started, 3)}
         record = TuningRecord(
-            key=self.key, parameters=encode_parameters(dict(best.params)), score=medians[id(best)],
+            key=self.key, parameters=encode_parameters(dict(best.params)), score=scores[id(best)],
             package_version=autotune.__version__, fingerprint=self.fingerprint,
+            sources=self._fingerprint.sources_json,
             search=json.dumps(search, sort_keys=True, separators=(",", ":")),
             origin=ResultOrigin.ONLINE.value)
-        self.stored = writer.finish(record, dict(best.params))
+        self._stored = writer.finish(record, dict(best.params))

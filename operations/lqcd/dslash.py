@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,9 @@ PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.co
 #: Floating-point operations per site of one parity (the standard Wilson dslash count).
 FLOPS_PER_SITE = 1320
 RECONSTRUCTS = (18, 12, 8)
+#: (parity, dagger, xpay) of the kernels an even-odd CG launches: D_oe, then x + a D_eo, and
+#: both daggered (built ahead for every online candidate; others are built on first use).
+SOLVER_VARIANTS = ((1, False, False), (0, False, True), (1, True, False), (0, True, True))
 
 
 def _coefficient(z: complex) -> str:
@@ -87,7 +91,10 @@ class DslashTemplate:
                 for d in lattices for p in precisions for r in RECONSTRUCTS]
 
     def __init__(self, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
-                 reconstruct: int, t_boundary: int = -1, tuning: dict[str, Any] | None = None):
+                 reconstruct: int, t_boundary: int = -1,
+                 tuning: dict[str, Any] | str | None = None):
+        """``tuning``: explicit parameters, None (the stored result, tuned now on a miss) or
+        ``"online"``: tuned while it runs (:meth:`instantiate` then needs a timed queue)."""
         self.lattice = check_options(dims, precision, reconstruct, t_boundary)
         self.context = context
         self.precision = precision
@@ -96,31 +103,56 @@ class DslashTemplate:
         self.real_dtype, self.dtype = (np.dtype(d) for d in PRECISIONS[precision])
         if precision == "double" and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
+        self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
+                        "dims": self.lattice.dims,
+                        "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS}
+        self._kernels: dict[tuple[int, int, bool, bool], accel.Kernel] = {}
+        self._guard = threading.Lock()
+        self.online: tune.OnlineTuner | None = None
+        if isinstance(tuning, str):
+            if tuning != "online":
+                raise ValueError(f"tuning must be a dict of parameters, None or 'online', "
+                                 f"got {tuning!r}")
+            self.online = tune.OnlineTuner.for_template(
+                DslashTemplate, context, prepare=self.prepare, dims=self.lattice.dims,
+                precision=precision, reconstruct=reconstruct)
+            self.tuning = None
+            return
         if tuning is None:
             tuning = self.autotune(context, self.lattice.dims, precision, reconstruct)
         self.tuning = tune.checked_tuning(DslashTemplate, context, tuning, dims=self.lattice.dims,
                                           precision=precision, reconstruct=reconstruct)
-        self.wgs = wgs = self.tuning["wgs"]
-        self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
-                        "dims": self.lattice.dims,
-                        "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
-                        "wgs": wgs}
-        self.global_size = -(-self.lattice.half_volume // wgs) * wgs
-        self._kernels: dict[tuple[int, bool, bool], accel.Kernel] = {}
+        self.wgs = self.tuning["wgs"]
+        self.global_size = self.global_size_for(self.wgs)
 
-    def kernel(self, parity: int, dagger: bool, xpay: bool) -> accel.Kernel:
+    def global_size_for(self, wgs: int) -> int:
+        """Work-items launched with work-groups of ``wgs``: every even (odd) site, rounded up."""
+        return -(-self.lattice.half_volume // wgs) * wgs
+
+    def kernel(self, parity: int, dagger: bool, xpay: bool, wgs: int | None = None) -> accel.Kernel:
         """One variant, compiled on first use (a program each: building all eight costs 8x).
 
         Kept here once built: rendering the template again on every launch would leave the
-        device idle while the host renders.
+        device idle while the host renders. ``wgs``: another work-group size than the tuned one
+        (online tuning builds one kernel per candidate).
         """
+        wgs = self.wgs if wgs is None else wgs
         variant = (parity, bool(dagger), bool(xpay))
-        kernel = self._kernels.get(variant)
+        key = (wgs, *variant)
+        kernel = self._kernels.get(key)
         if kernel is None:
-            program = self.context.build(TEMPLATE, {**self._render, "variants": [variant]})
+            program = self.context.build(TEMPLATE, {**self._render, "wgs": wgs,
+                                                    "variants": [variant]})
             name = f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
-            kernel = self._kernels[variant] = program.get_kernel(name)
+            built = program.get_kernel(name)
+            with self._guard:
+                kernel = self._kernels.setdefault(key, built)
         return kernel
+
+    def prepare(self, params: dict[str, Any]) -> None:
+        """Build the kernels an even-odd solve launches, for one online candidate."""
+        for variant in SOLVER_VARIANTS:
+            self.kernel(*variant, wgs=params["wgs"])
 
     def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
         """Compress SU(3) links and copy them to the device in this template's layout."""
@@ -128,6 +160,9 @@ class DslashTemplate:
 
     def instantiate(self, queue: accel.CommandQueue) -> Dslash:
         """The dslash on one queue: ``dslash(out, inp, gauge, parity, dagger=, x=, a=)``."""
+        if self.online is not None and not getattr(queue, "timed", False):
+            raise ValueError("an online-tuned dslash times its launches; make the queue with "
+                             "context.create_command_queue(timed=True)")
         return Dslash(self, queue)
 
     @classmethod
@@ -174,15 +209,34 @@ class Dslash:
     def __init__(self, template: DslashTemplate, queue: accel.CommandQueue):
         self.template = template
         self.queue = queue
-        self._launchers: dict[tuple[int, bool, bool], Any] = {}
+        self._launchers: dict[tuple, Any] = {}
+        self._memo: dict[tuple, tuple[Any, Any]] = {}  #: variant -> (parameters, launcher)
 
     def __call__(self, out: accel.DeviceArray, inp: accel.DeviceArray, gauge: accel.DeviceArray,
                  parity: int, *, dagger: bool = False, x: accel.DeviceArray | None = None,
                  a: float = 0.0) -> None:
         """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked)."""
         key = (parity, bool(dagger), x is not None)
-        launch = self._launchers.get(key)
-        if launch is None:
-            t = self.template
-            launch = self._launchers[key] = self.queue.launcher(t.kernel(*key), t.global_size, t.wgs)
-        launch([out, inp, gauge, x if x is not None else inp, self.template.real_dtype.type(a)])
+        args = [out, inp, gauge, x if x is not None else inp, self.template.real_dtype.type(a)]
+        online = self.template.online
+        if online is None:
+            launch = self._launchers.get(key)
+            if launch is None:
+                t = self.template
+                launch = self._launchers[key] = self.queue.launcher(t.kernel(*key), t.global_size,
+                                                                    t.wgs)
+            launch(args)
+            return
+        with online.measure(self.queue, key) as params:  # each variant is a part of the scan
+            memo = self._memo.get(key)  # locked, the tuner gives the same mapping every launch
+            if memo is not None and memo[0] is params:
+                launch = memo[1]
+            else:
+                wgs = params["wgs"]
+                launch = self._launchers.get((wgs, *key))
+                if launch is None:
+                    t = self.template
+                    launch = self._launchers[(wgs, *key)] = self.queue.launcher(
+                        t.kernel(*key, wgs=wgs), t.global_size_for(wgs), wgs)
+                self._memo[key] = (params, launch)
+            launch(args)

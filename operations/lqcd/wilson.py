@@ -46,13 +46,16 @@ class WilsonOperator:
     ``precision`` is "double" or "single"; ``reconstruct`` 18, 12 or 8 chooses how links are
     stored on the device; ``t_boundary`` is -1 (antiperiodic in time, the default) or +1.
     Links must be unitary (and, for 12 and 8, of determinant 1) to within ``unitarity_tol``
-    when ``check`` is true.
+    when ``check`` is true. ``tuning``: the dslash's parameters, None (the stored result, tuned
+    at once on a miss) or ``"online"``: the dslash and the solvers' vector passes are tuned
+    while they run, and their results stored (an untuned lattice or a new GPU then costs no
+    wait; the queue, if given, must be timed).
     """
 
     def __init__(self, context: accel.Context, U: np.ndarray, kappa: float,
                  precision: str = "double", reconstruct: int = 18, t_boundary: int = -1, *,
                  check: bool = True, unitarity_tol: float = 1e-8, queue: Any = None,
-                 tuning: dict[str, Any] | None = None):
+                 tuning: dict[str, Any] | str | None = None):
         U = np.asarray(U)
         if U.ndim != 7 or U.shape[0] != 4 or U.shape[-2:] != (3, 3):
             raise ValueError(f"U must have shape (4, T, Z, Y, X, 3, 3), got {U.shape}")
@@ -85,7 +88,8 @@ class WilsonOperator:
                 raise ValueError(f"reconstruct={reconstruct} needs SU(3) links, but max |det U - 1| "
                                  f"= {det:.2e}; use reconstruct=18 for U(3) links")
         self.context = context
-        self.queue = queue or context.create_command_queue()
+        self.tuning = "online" if tuning == "online" else None  #: how solvers tune their passes
+        self.queue = queue or context.create_command_queue(timed=self.tuning == "online")
         self.kappa = float(kappa)
         self.precision = precision
         self.reconstruct = reconstruct
@@ -197,7 +201,7 @@ class WilsonOperator:
         if precision not in cached:
             cached[precision] = WilsonOperator(
                 self.context, self._links, self.kappa, precision, self.reconstruct,
-                self.t_boundary, check=False, queue=self.queue)
+                self.t_boundary, check=False, queue=self.queue, tuning=self.tuning)
             self._other_precisions = cached
         return cached[precision]
 
@@ -227,6 +231,7 @@ class WilsonLinearOperator:
             raise ValueError(f"kind must be one of {', '.join(self.KINDS)}, got {kind!r}")
         self.wilson, self.kind = wilson, kind
         self.context, self.queue, self.dtype = wilson.context, wilson.queue, np.dtype(wilson.dtype)
+        self.tuning = wilson.tuning
         half = 12 * wilson.lattice.half_volume
         self.size = half if kind.startswith("Mpc") else 2 * half
         self._tmp = wilson.context.allocate(self.size, self.dtype)

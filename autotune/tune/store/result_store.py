@@ -223,6 +223,12 @@ class ResultStore:
 
     # -- writes ---------------------------------------------------------------------------------
 
+    def prepare_writes(self) -> None:
+        """Do now what the first write would otherwise do (load the SQL layer, create or
+        upgrade the tables), for a caller whose first write must be quick. StoreError (a
+        read-only store: ReadOnlyStoreError) if this store cannot be written."""
+        self._writer().prepare()
+
     def put(self, record: TuningRecord) -> None:
         """Store ``record``, replacing any result for the same key (one atomic upsert)."""
         self._writer().save(record, ())

@@ -1,0 +1,200 @@
+"""Online tuning of whole solves: even-odd CG on a lattice with no stored results.
+
+Usage (GPU machine): python benchmarks/online_solver.py [--dims 24 24 24 48] [--solves 300]
+    [--iterations 30] [--rounds 3] [--offline-db FILE] [--json FILE]
+
+Each round runs three fresh processes, one after another, each timing ``solves`` CG solves of ``iterations``
+iterations on M_pc^dag M_pc (single precision, 12-parameter links, a Haar-random gauge field,
+kappa 0.12), on one timed queue:
+
+1. ``offline``: a copy of ``--offline-db`` (default ``tune.db.example``); the dslash key is
+   tuned offline when the operator is made and the vector passes on their first solve, before
+   the timed solves, which then run tuned;
+2. ``online``: an empty database and ``WilsonOperator(..., tuning="online")``: the solves start
+   at once and the dslash and the vector passes are tuned while they run (candidates built in
+   helper processes, scanned, locked, stored);
+3. ``stored``: the database the online run wrote: every tuner should start locked, scanning
+   nothing.
+
+Each run first does one 1-iteration solve (untimed: it builds the kernels the first iteration
+launches, tuned ones or ``test=``), then times the solves. Reported per run: the timed seconds,
+and for the online runs each tuner's scans, choice and device time spent beyond the chosen
+parameters' (the off-optimal time) as a share of the timed run. The rounds interleave the
+three (the GPU's speed drifts by a few percent between processes); the summary gives medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+KAPPA = 0.12
+
+
+def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int) -> dict:
+    from autotune import accel
+    from operations import solvers
+    from operations.lqcd import WilsonOperator, haar_field
+    from operations.lqcd.wilson import WilsonLinearOperator
+
+    context = accel.create_some_context()
+    u = haar_field(dims, seed=7)
+    made = time.perf_counter()
+    op = WilsonOperator(context, u, KAPPA, "single", 12, check=False,
+                        tuning="online" if mode != "offline" else None,
+                        queue=context.create_command_queue(timed=True))
+    A = WilsonLinearOperator(op, "MpcdagMpc")
+    rng = np.random.default_rng(3)
+    b = context.to_device(op.queue, (rng.standard_normal(A.size)
+                                     + 1j * rng.standard_normal(A.size)).astype(np.complex64))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a tolerance no solve reaches
+        solvers.cg(A, b, 1e-300, 1)
+        op.queue.finish()
+        variant = os.environ.get("ONLINE_SOLVER_VARIANT", "")
+        if variant == "switch":
+            sys.setswitchinterval(2e-4)
+        if variant == "prepared" and op.template.online is not None:  # isolate the build phase
+            op.template.online.wait_prepared(120)
+            for inst in solvers._shared_ops[op.queue][
+                    (np.dtype(A.dtype), A.size, "online")]._passes.values():
+                inst.tuner.wait_prepared(120)
+        ready = time.perf_counter()
+        residuals, marks = [], [ready]
+        for _ in range(solves):
+            _, info = solvers.cg(A, b, 1e-300, iterations)
+            residuals.append(info.residual)
+            marks.append(time.perf_counter())
+        op.queue.finish()
+        done = time.perf_counter()
+        extra = {}
+        if os.environ.get("ONLINE_SOLVER_PROBE"):  # what the steady state costs, and why
+            import gc
+            for label in ("again", "frozen", "no-gc"):
+                if label == "frozen":
+                    gc.collect()
+                    gc.freeze()
+                if label == "no-gc":
+                    gc.disable()
+                t0 = time.perf_counter()
+                for _ in range(30):
+                    solvers.cg(A, b, 1e-300, iterations)
+                op.queue.finish()
+                extra[label] = (time.perf_counter() - t0) / 30
+            gc.enable()
+            extra["objects"] = len(gc.get_objects())
+            extra["threads"] = __import__("threading").active_count()
+    tuners = []
+    if op.template.online is not None:
+        tuners.append(("dslash", op.template.online))
+        for (family, name), inst in solvers._shared_ops[op.queue][
+                (np.dtype(A.dtype), A.size, "online")]._passes.items():
+            tuners.append((f"{family}.{name}", inst.tuner))
+    for _, tuner in tuners:
+        tuner.finish_scan()
+    used = {"dslash": op.template.tuning or (op.template.online.best if op.template.online else None)}
+    for (family, name), inst in solvers._shared_ops[op.queue][
+            (np.dtype(A.dtype), A.size, op.tuning)]._passes.items():
+        used[f"{family}.{name}"] = inst.template.tuning if op.tuning is None else inst.tuner.best
+    seconds = done - ready
+    return {
+        "mode": mode, "device": context.device.describe(), "dims": list(dims),
+        "solves": solves, "iterations": iterations, "seconds": seconds,
+        "setup_seconds": ready - made, "final_residual": residuals[-1], "parameters": used,
+        "solve_seconds": list(np.diff(marks)), "probe": extra,
+        "tuners": [{"name": name, "best": t.best, "scans": t.scans, "scanning": t.scanning,
+                    "stored": t.stored, "best_seconds": t.best_seconds,
+                    "scan_seconds": t.scan_seconds,
+                    "off_best_seconds": t.off_best_seconds,
+                    "off_best_share": t.off_best_seconds / seconds} for name, t in tuners],
+    }
+
+
+def report(runs: dict, round_index: int) -> None:
+    base = runs["offline"]["seconds"]
+    online = runs["online"]
+    print(f"round {round_index + 1}, {online['device']}: {online['solves']} even-odd CG solves x "
+          f"{online['iterations']} iterations, {'x'.join(map(str, online['dims']))}, single, "
+          "12-parameter links")
+    for mode, run in runs.items():
+        off = sum(t["off_best_seconds"] for t in run["tuners"])
+        print(f"  {mode:8s} {run['seconds']:8.3f} s  ({run['seconds'] / base:.4f} of offline)  "
+              f"off-optimal {off * 1e3:.2f} ms ({100 * off / run['seconds']:.3f}%)  "
+              f"setup {run['setup_seconds']:.2f} s")
+        if run["probe"]:
+            print("      probe", {k: round(v * 1e3, 3) if isinstance(v, float) else v
+                                  for k, v in run["probe"].items()})
+        per = run["solve_seconds"]
+        tenth = max(1, len(per) // 10)
+        print(f"      first {tenth} solves {sum(per[:tenth]):.3f} s, the median solve after them "
+              f"{1e3 * float(np.median(per[tenth:] or per)):.3f} ms")
+        if not run["tuners"]:
+            for name, params in run["parameters"].items():
+                print(f"      {name:32s} {params}")
+        for t in run["tuners"]:
+            took = f"{t['scan_seconds']:.2f} s" if t["scan_seconds"] is not None else "-"
+            print(f"      {t['name']:32s} scans {t['scans']} (last took {took}) best {t['best']} "
+                  f"off {t['off_best_seconds'] * 1e3:.3f} ms")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", type=int, nargs=4, default=[24, 24, 24, 48], help="X Y Z T")
+    parser.add_argument("--solves", type=int, default=300)
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--offline-db", default=str(HERE.parent / "tune.db.example"))
+    parser.add_argument("--child", choices=["offline", "online", "stored"], help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    dims = tuple(args.dims)
+    if args.child:
+        print(json.dumps(child(args.child, dims, args.solves, args.iterations)))
+        return
+    work = Path(tempfile.mkdtemp(prefix="online-solver-"))
+    offline_db = work / "offline.db"
+    shutil.copy(args.offline_db, offline_db)
+    rounds = []
+    for r in range(args.rounds):  # interleaved: the GPU's state drifts between processes
+        online_db = work / f"online{r}.db"
+        runs = {}
+        for mode, db in (("offline", offline_db), ("online", online_db), ("stored", online_db)):
+            env = dict(os.environ, AUTOTUNE_DB=str(db), PYTHONPATH=os.pathsep.join(
+                [str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+            out = subprocess.run([sys.executable, __file__, "--child", mode, "--dims",
+                                  *map(str, dims), "--solves", str(args.solves),
+                                  "--iterations", str(args.iterations)],
+                                 capture_output=True, text=True, env=env, check=False)
+            if out.returncode != 0:
+                sys.exit(f"{mode} run failed:\n{out.stderr[-4000:]}")
+            runs[mode] = json.loads(out.stdout.strip().splitlines()[-1])
+        rounds.append(runs)
+        report(runs, r)
+    print(f"\nmedians over {len(rounds)} rounds:")
+    base = statistics.median(r["offline"]["seconds"] for r in rounds)
+    for mode in ("offline", "online", "stored"):
+        seconds = statistics.median(r[mode]["seconds"] for r in rounds)
+        off = statistics.median(sum(t["off_best_seconds"] for t in r[mode]["tuners"]) / r[mode]["seconds"]
+                                for r in rounds)
+        first = statistics.median(sum(r[mode]["solve_seconds"][:args.solves // 10]) for r in rounds)
+        print(f"  {mode:8s} {seconds:8.3f} s  {seconds / base:.4f} of offline  off-optimal share "
+              f"{100 * off:.3f}%  first tenth of the solves {first:.3f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rounds, indent=1))
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -27,7 +27,9 @@ from .reduce import ReduceTemplate
 
 class LinearOperator(Protocol):
     """What a solver needs of an operator. One with a ``tuning`` attribute of ``"online"`` has
-    the solver's vector passes tuned online too (its queue must then be timed)."""
+    the solver's vector passes tuned online too (its queue must then be timed); one with a
+    ``comm`` attribute (an mpi4py communicator) holds, on each rank, a block of the vectors, and
+    the solver sums its reductions over the ranks."""
 
     context: accel.Context
     queue: accel.CommandQueue
@@ -60,9 +62,12 @@ class VectorOps:
     """The fused kernels for vectors of one dtype and length, instantiated once and reused."""
 
     def __init__(self, context: accel.Context, queue: accel.CommandQueue, dtype: Any, size: int,
-                 tuning: str | None = None):
+                 tuning: str | None = None, comm: Any = None):
         self.context, self.queue, self.dtype, self.size = context, queue, np.dtype(dtype), size
         self.tuning = tuning  #: None (stored or tuned offline) or "online"
+        #: an MPI communicator (mpi4py) when each rank holds a block of the vectors: reductions
+        #: are then summed over the ranks
+        self.comm = comm
         self._passes: dict[tuple[str, str], Any] = {}
 
     def fused(self, family: type, op: str) -> Any:
@@ -70,15 +75,41 @@ class VectorOps:
         key = (family.__name__, op)
         inst = self._passes.get(key)
         if inst is None:
-            inst = self._passes[key] = family(self.context, self.dtype, op, self.tuning).instantiate(
+            tuning = self.tuning
+            if self.comm is not None and tuning is None:
+                # one rank tunes (or reads the store) and tells the others, so that every rank
+                # launches the same parameters (QUDA's rule)
+                mine = family.autotune(self.context, self.dtype, op) if self.comm.rank == 0 else None
+                tuning = self.comm.bcast(mine, root=0)
+            inst = self._passes[key] = family(self.context, self.dtype, op, tuning).instantiate(
                 self.queue, self.size)
         return inst
 
     def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
-        return self.fused(BlasTemplate, op)(*vectors, **scalars)
+        return self.global_sum(self.fused(BlasTemplate, op)(*vectors, **scalars))
 
     def reduce(self, op: str, *vectors: Any) -> Any:
-        return self.fused(ReduceTemplate, op)(*vectors)
+        return self.global_sum(self.fused(ReduceTemplate, op)(*vectors))
+
+    def global_sum(self, value: Any) -> Any:
+        """``value`` (a pass's output: a number or a tuple of them) summed over the ranks of
+        ``comm``; as it is without one. One allreduce of all the numbers."""
+        if self.comm is None or value is None:
+            return value
+        items = value if isinstance(value, tuple) else (value,)
+        flat = np.array([part for v in items for part in (complex(v).real, complex(v).imag)])
+        total = np.empty_like(flat)
+        self.comm.Allreduce(flat, total)
+        summed = tuple(complex(total[2 * i], total[2 * i + 1]) if isinstance(v, complex)
+                       else float(total[2 * i]) for i, v in enumerate(items))
+        return summed if isinstance(value, tuple) else summed[0]
+
+    def publish(self, inst: Any, outputs: tuple) -> None:
+        """Write global ``outputs`` over ``inst``'s results on the device (its ``out``), for a
+        later pass that reads them there (a ``DeviceRatio``)."""
+        parts = [part for v in outputs
+                 for part in ((v.real, v.imag) if isinstance(v, complex) else (v,))]
+        inst.out.set(self.queue, np.array(parts, dtype=inst.out.dtype))
 
     def new(self) -> accel.DeviceArray:
         return self.context.allocate(self.size, self.dtype)
@@ -106,12 +137,13 @@ _shared_ops_lock = threading.Lock()
 def _vector_ops(A: LinearOperator) -> VectorOps:
     """The vector passes for ``A``'s vectors: those its queue already has, else new ones."""
     tuning = _tuning(A)
+    comm = getattr(A, "comm", None)
     with _shared_ops_lock:
         per_queue = _shared_ops.setdefault(A.queue, {})
-        key = (np.dtype(A.dtype), A.size, tuning)
+        key = (np.dtype(A.dtype), A.size, tuning, id(comm))
         ops = per_queue.get(key)
         if ops is None:
-            ops = per_queue[key] = VectorOps(A.context, A.queue, A.dtype, A.size, tuning)
+            ops = per_queue[key] = VectorOps(A.context, A.queue, A.dtype, A.size, tuning, comm)
         return ops
 
 
@@ -193,6 +225,12 @@ def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
     the dot product's copy to the host, enqueued behind its kernel, is complete by then.
     """
     dot.enqueue([p, ap], {})
+    if ops.comm is not None:  # the ranks' sum first: one more wait per step
+        outputs = ops.global_sum(dot.result())
+        ops.publish(dot, outputs)
+        rr_new = ops.blas("axpy_norm_ratio", ap, r, a=DeviceRatio(-rr, dot.out))
+        pap = outputs[0]
+        return (pap.real if isinstance(pap, complex) else pap), rr_new
     rr_new = ops.blas("axpy_norm_ratio", ap, r, a=DeviceRatio(-rr, dot.out))
     pap = dot.result()[0]
     return (pap.real if isinstance(pap, complex) else pap), rr_new

@@ -7,6 +7,14 @@
 ##   blocks            per direction the 2x2 upper-right block A of gamma_mu, entries "0", "1", "-1", "i", "-i"
 ##   wgs               work-group size
 ##   variants          (parity, dagger, xpay) triples: the kernels this program holds
+##   dist              (optional) one rank's block of a partitioned lattice (dims are then the
+##                     block's): partitioned (4 flags), t_signs (forward, backward: -1 where a
+##                     time hop from the block's edge crosses the antiperiodic boundary),
+##                     region ("all", "interior": sites with no hop off the block, "exterior":
+##                     the sites listed in `sites`), ghost_offsets {(mu, step): offset} and
+##                     link_offsets {(mu, link parity): offset} into the ghost buffers,
+##                     face_sites (sites of one parity on a face, per direction). See
+##                     operations/lqcd/partition.py for the face order.
 ## Layout: spinors (12, V/2) complex per parity, component = 3 * spin + colour; links
 ## (4, 2, n, V/2): direction, parity, component (complex for 18/12, real for 8), site.
 <%
@@ -30,6 +38,14 @@
         """(column, coefficient) of the one non-zero entry of a row of A."""
         [(j, c)] = [(j, c) for j, c in enumerate(row) if c != "0"]
         return j, c
+
+    dist = context.get("dist", None)
+
+    def face_index(mu):
+        """The face index of the site's other three coordinates (partition.py's order)."""
+        names = [v for nu, v in enumerate("xyzt") if nu != mu]
+        ext = [n for nu, n in enumerate(dims) if nu != mu]
+        return f"((({names[2]} * {ext[1]}u + {names[1]}) * {ext[0]}u + {names[0]}) >> 1)"
 %>
 #define VH ${VH}u
 
@@ -46,6 +62,26 @@
 % else:
     % for k in range(ncomp):
     ${dest}[${k}] = gauge[(${(mu * 2 + parity) * ncomp + k}u) * VH + ${site}];
+    % endfor
+    % if reconstruct == 12:
+    third_row(${dest});
+    % endif
+% endif
+</%def>
+
+<%def name="load_ghost_link(dest, offset, fh, index)">\
+    /* ${dest} = a backward neighbour's link, from the ghost links (reconstruct ${reconstruct}) */
+% if reconstruct == 8:
+    {
+        ${real} p[8];
+    % for k in range(8):
+        p[${k}] = gauge_ghost[${offset + k * fh}u + ${index}];
+    % endfor
+        reconstruct8(p, ${dest});
+    }
+% else:
+    % for k in range(ncomp):
+    ${dest}[${k}] = gauge_ghost[${offset + k * fh}u + ${index}];
     % endfor
     % if reconstruct == 12:
     third_row(${dest});
@@ -117,6 +153,7 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 % endif
 
 % for parity, dagger, xpay in variants:
+% if dist is None:
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}(
     GLOBAL ${C} * RESTRICT out, GLOBAL const ${C} * RESTRICT in,
     GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge,
@@ -125,6 +162,25 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagg
     const unsigned int cb = get_global_id(0);
     if (cb >= VH)
         return;
+% else:
+KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
+    GLOBAL ${C} * RESTRICT out, GLOBAL const ${C} * RESTRICT in,
+    GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge,
+    GLOBAL const ${C} * RESTRICT x_in, ${real} a,
+    GLOBAL const ${C} * RESTRICT ghost,
+    GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge_ghost,
+    GLOBAL const unsigned int * RESTRICT sites, unsigned int nsites)
+{
+% if dist["region"] == "exterior":
+    if (get_global_id(0) >= nsites)
+        return;
+    const unsigned int cb = sites[get_global_id(0)];
+% else:
+    const unsigned int cb = get_global_id(0);
+    if (cb >= VH)
+        return;
+% endif
+% endif
     unsigned int r = cb / ${X // 2}u;
     const unsigned int xh = cb - r * ${X // 2}u;
     const unsigned int y = r % ${Y}u;
@@ -132,6 +188,13 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagg
     const unsigned int z = r % ${Z}u;
     const unsigned int t = r / ${Z}u;
     const unsigned int x = 2 * xh + ((${parity}u + y + z + t) & 1u);
+% if dist is not None and dist["region"] == "interior":
+<% edges = [f"{v} == 0u || {v} == {dims[mu] - 1}u" for mu, v in enumerate("xyzt") if dist["partitioned"][mu]] %>\
+% if edges:
+    if (${" || ".join(edges)})
+        return;  /* a boundary site: the exterior kernel's, once the ghosts have arrived */
+% endif
+% endif
     ${C} acc[12];
     for (int k = 0; k < 12; k++)
         acc[k] = ${C}_new(0, 0);
@@ -152,8 +215,27 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagg
     c = {v: (moved if v == coord else v) for v in "xyzt"}
     A = blocks[mu]
 %>\
+<%
+    ghosted = dist is not None and dist["partitioned"][mu] and dist["region"] != "interior"
+    edge = (extent - 1) if direction == 1 else 0
+%>\
     {
         /* direction ${mu}, hop ${"+" if direction == 1 else "-"}: (1 ${"+" if sigma == 1 else "-"} gamma_${mu}) ${"U" if direction == 1 else "U^dagger"} psi */
+% if ghosted:
+        if (${coord} == ${edge}u)
+        {   /* off the block: the neighbour's face, from the ghost zone */
+            const unsigned int f = ${face_index(mu)};
+% if direction == 1:
+${load_link("u", mu, parity, "cb")}
+% else:
+${load_ghost_link("u", dist["link_offsets"][mu, 1 - parity], dist["face_sites"][mu], "f")}
+% endif
+            for (int k = 0; k < 12; k++)
+                psi[k] = ghost[${dist["ghost_offsets"][mu, direction]}u + k * ${dist["face_sites"][mu]}u + f];
+        }
+        else
+        {
+% endif
         const unsigned int nb = ((((${c["t"]}) * ${Z}u + ${c["z"]}) * ${Y}u + ${c["y"]}) * ${X}u + ${c["x"]}) >> 1;
 % if direction == 1:
 ${load_link("u", mu, parity, "cb")}
@@ -162,6 +244,9 @@ ${load_link("u", mu, 1 - parity, "nb")}
 % endif
         for (int k = 0; k < 12; k++)
             psi[k] = in[k * VH + nb];
+% if ghosted:
+        }
+% endif
         ${C} h[6];
 % for s in range(2):
 <% j, coef = nonzero(A[s]) %>\
@@ -169,7 +254,7 @@ ${load_link("u", mu, 1 - parity, "nb")}
         { const ${C} v = psi[${(2 + j) * 3 + col}]; h[${s * 3 + col}] = ${C}_add(psi[${s * 3 + col}], ${times(coef if sigma == 1 else neg(coef), "v")}); }
     % endfor
 % endfor
-% if mu == 3 and t_boundary == -1:
+% if mu == 3 and t_boundary == -1 and (dist is None or dist["t_signs"][0 if direction == 1 else 1] == -1):
         if (t == ${T - 1 if direction == 1 else 0}u)
             for (int k = 0; k < 6; k++)
                 h[k] = ${C}_scale(h[k], -1);

@@ -125,6 +125,11 @@ class DslashTemplate:
         self.wgs = self.tuning["wgs"]
         self.global_size = self.global_size_for(self.wgs)
 
+    def render_arguments(self) -> dict[str, Any]:
+        """What ``dslash.mako`` is rendered with for this template, less ``wgs`` and
+        ``variants`` (for kernels built elsewhere: the distributed operator's)."""
+        return dict(self._render)
+
     def global_size_for(self, wgs: int) -> int:
         """Work-items launched with work-groups of ``wgs``: every even (odd) site, rounded up."""
         return -(-self.lattice.half_volume // wgs) * wgs

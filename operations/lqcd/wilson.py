@@ -40,6 +40,45 @@ class SpinorField:
         return self.even if p == 0 else self.odd
 
 
+def link_array(U: Any) -> np.ndarray:
+    """``U`` as an array of shape (4, T, Z, Y, X, 3, 3) of complex numbers, else an error."""
+    U = np.asarray(U)
+    if U.ndim != 7 or U.shape[0] != 4 or U.shape[-2:] != (3, 3):
+        raise ValueError(f"U must have shape (4, T, Z, Y, X, 3, 3), got {U.shape}")
+    if not np.iscomplexobj(U):
+        raise TypeError(f"U must be complex, got {U.dtype}")
+    return U
+
+
+def check_links(U: np.ndarray, kappa: Any, reconstruct: int, check: bool, unitarity_tol: Any) -> None:
+    """``kappa`` and, when ``check``, the links' values (see :class:`WilsonOperator`);
+    ValueError or TypeError naming the problem."""
+    if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.integer, np.floating)):
+        raise TypeError(f"kappa must be a real number (the hopping parameter, such as 0.12), "
+                        f"not {type(kappa).__name__} {kappa!r}")
+    if not math.isfinite(kappa):
+        raise ValueError(f"kappa is {kappa}; pass a finite hopping parameter (such as 0.12)")
+    if check:
+        if isinstance(unitarity_tol, bool) or not isinstance(
+                unitarity_tol, (int, float, np.integer, np.floating)):
+            raise TypeError(f"unitarity_tol must be a real number, not "
+                            f"{type(unitarity_tol).__name__} {unitarity_tol!r}")
+        if not (math.isfinite(unitarity_tol) and unitarity_tol >= 0):
+            raise ValueError(f"unitarity_tol must be a finite number >= 0, got {unitarity_tol!r}")
+        bad = nonfinite_entries(U)
+        if bad:
+            raise ValueError(f"U has {bad} non-finite entries (NaN or inf) out of {U.size}; "
+                             "links must be finite unitary matrices: check how U was made or read")
+        unitary, det = unitarity_violation(U)
+        # not (x <= tol): a NaN deviation fails too
+        if not unitary <= unitarity_tol:
+            raise ValueError(f"links are not unitary (max |U^dag U - 1| = {unitary:.2e} > "
+                             f"{unitarity_tol:.0e}); reunitarize them or pass check=False")
+        if reconstruct != 18 and not det <= unitarity_tol:
+            raise ValueError(f"reconstruct={reconstruct} needs SU(3) links, but max |det U - 1| "
+                             f"= {det:.2e}; use reconstruct=18 for U(3) links")
+
+
 class WilsonOperator:
     """M = 1 - kappa D, with D the Wilson hopping term of ``U`` (DeGrand-Rossi gammas).
 
@@ -56,37 +95,10 @@ class WilsonOperator:
                  precision: str = "double", reconstruct: int = 18, t_boundary: int = -1, *,
                  check: bool = True, unitarity_tol: float = 1e-8, queue: Any = None,
                  tuning: dict[str, Any] | str | None = None):
-        U = np.asarray(U)
-        if U.ndim != 7 or U.shape[0] != 4 or U.shape[-2:] != (3, 3):
-            raise ValueError(f"U must have shape (4, T, Z, Y, X, 3, 3), got {U.shape}")
-        if not np.iscomplexobj(U):
-            raise TypeError(f"U must be complex, got {U.dtype}")
+        U = link_array(U)
         t, z, y, x = U.shape[1:5]
         self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary)
-        if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.integer, np.floating)):
-            raise TypeError(f"kappa must be a real number (the hopping parameter, such as 0.12), "
-                            f"not {type(kappa).__name__} {kappa!r}")
-        if not math.isfinite(kappa):
-            raise ValueError(f"kappa is {kappa}; pass a finite hopping parameter (such as 0.12)")
-        if check:
-            if isinstance(unitarity_tol, bool) or not isinstance(
-                    unitarity_tol, (int, float, np.integer, np.floating)):
-                raise TypeError(f"unitarity_tol must be a real number, not "
-                                f"{type(unitarity_tol).__name__} {unitarity_tol!r}")
-            if not (math.isfinite(unitarity_tol) and unitarity_tol >= 0):
-                raise ValueError(f"unitarity_tol must be a finite number >= 0, got {unitarity_tol!r}")
-            bad = nonfinite_entries(U)
-            if bad:
-                raise ValueError(f"U has {bad} non-finite entries (NaN or inf) out of {U.size}; "
-                                 "links must be finite unitary matrices: check how U was made or read")
-            unitary, det = unitarity_violation(U)
-            # not (x <= tol): a NaN deviation fails too
-            if not unitary <= unitarity_tol:
-                raise ValueError(f"links are not unitary (max |U^dag U - 1| = {unitary:.2e} > "
-                                 f"{unitarity_tol:.0e}); reunitarize them or pass check=False")
-            if reconstruct != 18 and not det <= unitarity_tol:
-                raise ValueError(f"reconstruct={reconstruct} needs SU(3) links, but max |det U - 1| "
-                                 f"= {det:.2e}; use reconstruct=18 for U(3) links")
+        check_links(U, kappa, reconstruct, check, unitarity_tol)
         self.context = context
         self.tuning = "online" if tuning == "online" else None  #: how solvers tune their passes
         self.queue = queue or context.create_command_queue(timed=self.tuning == "online")
@@ -199,11 +211,13 @@ class WilsonOperator:
             return self
         cached = getattr(self, "_other_precisions", {})
         if precision not in cached:
-            cached[precision] = WilsonOperator(
-                self.context, self._links, self.kappa, precision, self.reconstruct,
-                self.t_boundary, check=False, queue=self.queue, tuning=self.tuning)
+            cached[precision] = self._in_precision(precision)
             self._other_precisions = cached
         return cached[precision]
+
+    def _in_precision(self, precision: str) -> WilsonOperator:
+        return WilsonOperator(self.context, self._links, self.kappa, precision, self.reconstruct,
+                              self.t_boundary, check=False, queue=self.queue, tuning=self.tuning)
 
     def solve(self, b: np.ndarray, method: str = "cg", tol: float = 1e-10, even_odd: bool = True,
               precision: str | None = None, maxiter: int = 10000) -> tuple[np.ndarray, Any]:
@@ -232,6 +246,7 @@ class WilsonLinearOperator:
         self.wilson, self.kind = wilson, kind
         self.context, self.queue, self.dtype = wilson.context, wilson.queue, np.dtype(wilson.dtype)
         self.tuning = wilson.tuning
+        self.comm = getattr(wilson, "comm", None)  #: a distributed operator's ranks
         half = 12 * wilson.lattice.half_volume
         self.size = half if kind.startswith("Mpc") else 2 * half
         self._tmp = wilson.context.allocate(self.size, self.dtype)

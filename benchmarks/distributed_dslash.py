@@ -1,0 +1,88 @@
+"""The distributed dslash on several GPUs: time per dslash, and its exchange and kernel alone.
+
+Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_dslash.py
+    --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12] [--json FILE]
+
+One rank per GPU (``rank_context``); the operator's dslash of one parity (D_oe) is timed over
+``--launches`` launches after a warm-up, every rank synchronised before and after; the exchange
+(pack, device to host, MPI, host to device) and the dslash kernel with its ghosts in place are
+timed alone the same way. GFLOP/s count 1320 flops per site of the parity, all ranks together.
+Run it with ``-n 1 --grid 1 1 1 1`` for the one-GPU figure of the same code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+from mpi4py import MPI
+
+from operations.lqcd import DistributedWilsonOperator, weak_field
+from operations.lqcd.distributed import rank_context
+
+FLOPS_PER_SITE = 1320
+
+
+def timed(comm, queue, fn, launches: int) -> float:
+    for _ in range(5):
+        fn()
+    queue.finish()
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(launches):
+        fn()
+    queue.finish()
+    comm.Barrier()
+    return (time.perf_counter() - start) / launches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dims", type=int, nargs=4, required=True)
+    parser.add_argument("--grid", type=int, nargs=4, required=True)
+    parser.add_argument("--precision", default="single")
+    parser.add_argument("--reconstruct", type=int, default=12)
+    parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    context = rank_context(comm)
+    dims = tuple(args.dims)
+    u = weak_field(dims, 0.1, seed=3)  # SU(3) links; their values do not change the timing
+    op = DistributedWilsonOperator(comm, context, u, 0.12, tuple(args.grid), args.precision,
+                                   args.reconstruct, check=False)
+    rng = np.random.default_rng(comm.rank)
+    half = op.lattice.half_volume
+    inp = context.to_device(op.queue, (rng.standard_normal((12, half))
+                                       + 1j * rng.standard_normal((12, half))).astype(op.dtype))
+    out = context.allocate((12, half), op.dtype)
+    whole = timed(comm, op.queue, lambda: op.dslash_parity(out, inp, 0), args.launches)
+    exchange = timed(comm, op.queue, lambda: op.exchange(inp, 1), args.launches)
+    kernel = op._kernel(0, False, False, "all")
+    args_ = [out, inp, op.gauge, inp, op.template.real_dtype.type(0), op._ghost, op._ghost_links,
+             op._no_sites, np.uint32(0)]
+    alone = timed(comm, op.queue, lambda: kernel(args_), args.launches)
+    sites = int(np.prod(dims)) // 2
+    face_bytes = sum(12 * fh for *_, fh in op._sections) * op.dtype.itemsize
+    result = {"device": context.device.describe(), "ranks": comm.size, "dims": list(dims),
+              "grid": list(args.grid), "local": list(op.partition.local),
+              "precision": args.precision, "reconstruct": args.reconstruct,
+              "dslash_seconds": whole, "exchange_seconds": exchange, "kernel_seconds": alone,
+              "gflops": FLOPS_PER_SITE * sites / whole / 1e9,
+              "kernel_gflops_per_gpu": FLOPS_PER_SITE * half / alone / 1e9,
+              "bytes_sent_per_rank": face_bytes, "date": time.strftime("%Y-%m-%d")}
+    everyone = comm.gather(result)
+    if comm.rank == 0:
+        print(json.dumps(everyone[0]))
+        print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}: dslash {whole * 1e6:.1f} us "
+              f"({result['gflops']:.0f} GFLOP/s in all), exchange alone {exchange * 1e6:.1f} us "
+              f"({face_bytes / 1e6:.2f} MB out per rank), kernel alone {alone * 1e6:.1f} us")
+        if args.json:
+            Path(args.json).write_text(json.dumps(everyone, indent=1))
+
+
+if __name__ == "__main__":
+    main()

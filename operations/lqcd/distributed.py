@@ -1,0 +1,228 @@
+"""``DistributedWilsonOperator``: the Wilson operator on a lattice cut into blocks, one per MPI
+rank (the QUDA seed's multi-GPU dslash).
+
+Each rank holds its block of the links and spinors on its device, plus *ghost zones*: the faces
+of its neighbours' blocks that its boundary sites hop to. A dslash of one parity packs the faces
+of the input the neighbours need (``halo.mako``), exchanges them with the neighbours
+(``mpi4py``; through page-locked host buffers), and runs the dslash kernel, which reads a hop
+off the block from the ghost zone. Ghost links (the backward neighbours' links that a backward
+hop across the block's edge needs) never change, and every rank holds the global links, so they
+are built on the host once.
+
+Host methods take and return the global arrays (every rank passes the same ones, and gets the
+same result); device methods (``dslash_parity``, ``apply_pc`` on device arrays, the solvers)
+work on the rank's block. Solvers sum their reductions over the ranks.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune import accel
+
+from . import gauge as gauge_fields
+from .dslash import TEMPLATE as DSLASH_TEMPLATE
+from .dslash import DslashTemplate
+from .lattice import Lattice
+from .partition import Partition
+from .wilson import SpinorField, WilsonOperator, check_links, link_array
+
+HALO_TEMPLATE = Path(__file__).with_name("halo.mako")
+
+
+def rank_context(comm: Any, selector: str | None = None) -> accel.Context:
+    """A context for this rank: the ranks of one host take the devices ``selector`` (else
+    ``AUTOTUNE_DEVICE``) matches in turn, local rank i the i-th (one GPU per process); ranks
+    share a device only where there are fewer devices than ranks (a CPU device in tests)."""
+    from mpi4py import MPI
+
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    try:
+        specs = accel.select_devices(selector if selector is not None
+                                     else os.environ.get(accel.ENV_DEVICE))
+        return specs[local.rank % len(specs)].create_context()
+    finally:
+        local.Free()
+
+
+class DistributedWilsonOperator(WilsonOperator):
+    """M = 1 - kappa D on the global lattice of ``U``, cut by the process ``grid`` (px, py, pz,
+    pt) over the ranks of ``comm`` (an mpi4py communicator with px py pz pt ranks, x fastest);
+    each rank's device holds its block. Other arguments as for :class:`WilsonOperator`."""
+
+    def __init__(self, comm: Any, context: accel.Context, U: np.ndarray, kappa: float,
+                 grid: tuple[int, int, int, int] = (1, 1, 1, 1), precision: str = "double",
+                 reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
+                 unitarity_tol: float = 1e-8, queue: Any = None,
+                 tuning: dict[str, Any] | str | None = None):
+        U = link_array(U)
+        t, z, y, x = U.shape[1:5]
+        dims = (x, y, z, t)
+        self.partition = Partition(dims, tuple(grid), comm.rank)
+        if comm.size != self.partition.size:
+            raise ValueError(f"grid {tuple(grid)} has {self.partition.size} blocks but the "
+                             f"communicator has {comm.size} ranks; run one rank per block")
+        self.global_lattice = Lattice(dims)
+        check_links(U, kappa, reconstruct, check, unitarity_tol)
+        self.comm = comm
+        self._global_links = U
+        block = self.partition.block(U, site_axis=1)
+        if tuning is None:  # one rank tunes the block's dslash and tells the others (QUDA's rule)
+            mine = (DslashTemplate.autotune(context, self.partition.local, precision, reconstruct)
+                    if comm.rank == 0 else None)
+            tuning = comm.bcast(mine, root=0)
+        super().__init__(context, block, kappa, precision, reconstruct, t_boundary, check=False,
+                         queue=queue, tuning=tuning)
+        self._setup_halo()
+
+    # The exchange --------------------------------------------------------------------------
+    def _setup_halo(self) -> None:
+        part = self.partition
+        local = part.local
+        dirs = [mu for mu in range(4) if part.partitioned[mu]]
+        ghost_offsets, offset = {}, 0
+        for mu in dirs:
+            for step in (1, -1):
+                ghost_offsets[mu, step] = offset
+                offset += 12 * part.face_sites(mu)
+        self._sections = [(mu, step, ghost_offsets[mu, step], part.face_sites(mu))
+                          for mu in dirs for step in (1, -1)]
+        self._ghost_size = max(offset, 1)
+        link_offsets, links = {}, []
+        packed = gauge_fields.pack(self._global_links, self.reconstruct)
+        real = self.reconstruct == 8
+        n = packed.shape[-1]
+        offset = 0
+        for mu in dirs:
+            below = Partition(part.dims, part.grid, part.neighbour(mu, -1))
+            theirs = below.lattice.links_to_device(below.block(packed, site_axis=1),
+                                                   self.template.real_dtype if real else self.dtype)
+            for link_parity in (0, 1):
+                order = below.face_order(mu, link_parity, local[mu] - 1)
+                links.append(theirs[mu, link_parity][:, order].reshape(-1))
+                link_offsets[mu, link_parity] = offset
+                offset += n * part.face_sites(mu)
+        link_dtype = self.template.real_dtype if real else self.dtype
+        host_links = np.concatenate(links) if links else np.zeros(1, link_dtype)
+        self._ghost_links = self.context.to_device(self.queue, host_links.astype(link_dtype))
+        self._ghost = self.context.zeros(self.queue, self._ghost_size, self.dtype)
+        self._send = self.context.zeros(self.queue, self._ghost_size, self.dtype)
+        self._host_send = self.context.empty_host(self._ghost_size, self.dtype)
+        self._host_ghost = self.context.empty_host(self._ghost_size, self.dtype)
+        self._host_ghost[:] = 0
+        self._no_sites = self.context.zeros(self.queue, 1, np.uint32)
+        signs = tuple(self.t_boundary if part.at_time_edge(step) else 1 for step in (1, -1))
+        self._dist = {"partitioned": part.partitioned, "t_signs": signs,
+                      "ghost_offsets": ghost_offsets, "link_offsets": link_offsets,
+                      "face_sites": tuple(part.face_sites(mu) for mu in range(4))}
+        self._kernels: dict[tuple, Any] = {}
+        self._packers: dict[int, Any] = {}
+
+    def _packer(self, parity: int) -> Any:
+        launch = self._packers.get(parity)
+        if launch is None:
+            total = sum(fh for *_, fh in self._sections)
+            wgs = min(64, self.context.device.max_work_group_size)
+            program = self.context.build(HALO_TEMPLATE, {
+                "cplx": accel.c_type(self.dtype), "dims": self.partition.local, "parity": parity,
+                "sections": [tuple(s) for s in self._sections], "wgs": wgs})
+            launch = self._packers[parity] = self.queue.launcher(
+                program.get_kernel(f"pack_p{parity}"), -(-total // wgs) * wgs, wgs)
+        return launch
+
+    def _kernel(self, parity: int, dagger: bool, xpay: bool, region: str) -> Any:
+        key = (parity, dagger, xpay, region)
+        launch = self._kernels.get(key)
+        if launch is None:
+            t = self.template
+            wgs = getattr(t, "wgs", None) or t.online.test["wgs"]
+            program = self.context.build(DSLASH_TEMPLATE, {
+                **t.render_arguments(), "wgs": wgs, "variants": [(parity, dagger, xpay)],
+                "dist": {**self._dist, "region": region}})
+            name = (f"dslash_dist_p{parity}{'_dag' if dagger else ''}"
+                    f"{'_xpay' if xpay else ''}_{region}")
+            launch = self._kernels[key] = self.queue.launcher(
+                program.get_kernel(name), t.global_size_for(wgs), wgs)
+        return launch
+
+    def exchange(self, inp: accel.DeviceArray, parity: int) -> None:
+        """Fill the ghost zone with the neighbours' faces of ``inp`` (a block of parity
+        ``parity``): pack, copy to the host, swap with the neighbours, copy back."""
+        if not self._sections:
+            return
+        self._packer(parity)([self._send, inp])
+        self._send.get(self.queue, self._host_send)
+        part, comm = self.partition, self.comm
+        sections = {(mu, step): slice(offset, offset + 12 * fh)
+                    for mu, step, offset, fh in self._sections}
+        for mu in range(4):
+            if not part.partitioned[mu]:
+                continue
+            up, down = part.neighbour(mu, 1), part.neighbour(mu, -1)
+            # my forward face becomes the forward neighbour's backward ghost, and so on
+            comm.Sendrecv(self._host_send[sections[mu, 1]], dest=up, sendtag=2 * mu,
+                          recvbuf=self._host_ghost[sections[mu, -1]], source=down, recvtag=2 * mu)
+            comm.Sendrecv(self._host_send[sections[mu, -1]], dest=down, sendtag=2 * mu + 1,
+                          recvbuf=self._host_ghost[sections[mu, 1]], source=up, recvtag=2 * mu + 1)
+        self._ghost.set(self.queue, self._host_ghost)
+
+    # Device operations ---------------------------------------------------------------------
+    def dslash_parity(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, *,
+                      dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
+        """out = D_{parity,1-parity} inp on this rank's block (x + a D inp with ``x``), the
+        neighbours' faces of ``inp`` exchanged first."""
+        self.exchange(inp, 1 - parity)
+        launch = self._kernel(parity, bool(dagger), x is not None, "all")
+        launch([out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
+                self._ghost, self._ghost_links, self._no_sites, np.uint32(0)])
+
+    # Host arrays: global in, global out ----------------------------------------------------
+    def _check_spinor(self, psi: Any) -> np.ndarray:
+        shape = self.global_lattice.shape + (4, 3)
+        if not isinstance(psi, np.ndarray):
+            raise TypeError(f"spinor must be a numpy array of shape {shape} (or a SpinorField)")
+        if psi.shape != shape:
+            raise ValueError(f"spinor has shape {psi.shape}, expected the global {shape} "
+                             "(T, Z, Y, X, spin, colour)")
+        if not np.issubdtype(psi.dtype, np.number):
+            raise TypeError(f"spinor must be numeric, got {psi.dtype}")
+        return psi
+
+    def to_device(self, psi: np.ndarray) -> SpinorField:
+        """This rank's block of the global spinor ``psi``, on the device."""
+        psi = self._check_spinor(psi)
+        block = self.partition.block(psi, site_axis=0)
+        lat = self.lattice
+        halves = np.stack([lat.spinor_to_device(block, p, self.dtype) for p in (0, 1)])
+        return SpinorField(self.context.to_device(self.queue, halves))
+
+    def from_device(self, field: SpinorField) -> np.ndarray:
+        """The global spinor whose blocks the ranks' ``field`` hold (on every rank)."""
+        mine = super().from_device(field)
+        blocks = self.comm.allgather(mine)
+        out = np.empty(self.global_lattice.shape + (4, 3), dtype=np.complex128)
+        for rank, block in enumerate(blocks):
+            x0, y0, z0, t0 = Partition(self.partition.dims, self.partition.grid, rank).origin
+            lx, ly, lz, lt = self.partition.local
+            out[t0:t0 + lt, z0:z0 + lz, y0:y0 + ly, x0:x0 + lx] = block
+        return out
+
+    def apply_pc(self, psi: Any, out: accel.DeviceArray | None = None, *, dagger: bool = False) -> Any:
+        """M_pc on the even sites (see :meth:`WilsonOperator.apply_pc`); host arrays are global."""
+        if isinstance(psi, accel.DeviceArray):
+            return super().apply_pc(psi, out, dagger=dagger)
+        field = self.to_device(psi)
+        result = self.new_field()
+        result.odd.zero(self.queue)
+        self._pc(result.even, field.even, dagger)
+        return self.from_device(result)
+
+    def _in_precision(self, precision: str) -> DistributedWilsonOperator:
+        return DistributedWilsonOperator(
+            self.comm, self.context, self._global_links, self.kappa, self.partition.grid,
+            precision, self.reconstruct, self.t_boundary, check=False, queue=self.queue,
+            tuning=self.tuning)

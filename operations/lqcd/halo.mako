@@ -1,0 +1,44 @@
+## Gather the faces of one parity of a block's spinor into one send buffer, face after face.
+## Variables (validated by operations/lqcd/distributed.py):
+##   cplx              "cfloat" or "cdouble"
+##   dims              the block's extents (X, Y, Z, T), all even
+##   parity            the parity of the spinor packed
+##   sections          [(mu, step, offset, face_sites)]: step +1 packs the face at x_mu = L - 1
+##                     (sent forward), -1 the face at x_mu = 0 (sent backward); a section holds
+##                     12 components x face_sites, component major
+##   wgs               work-group size
+## Face order: the other three coordinates, x fastest, lexicographic, halved (partition.py).
+<%
+    X, Y, Z, T = dims
+    VH = X * Y * Z * T // 2
+    C = cplx
+    total = sum(fh for _, _, _, fh in sections)
+%>
+KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void pack_p${parity}(
+    GLOBAL ${C} * RESTRICT send, GLOBAL const ${C} * RESTRICT in)
+{
+    unsigned int i = get_global_id(0);
+    if (i >= ${total}u)
+        return;
+% for mu, step, offset, fh in sections:
+<%
+    names = [v for nu, v in enumerate("xyzt") if nu != mu]
+    ext = [n for nu, n in enumerate(dims) if nu != mu]
+    fixed = (dims[mu] - 1) if step == 1 else 0
+%>\
+    if (i < ${fh}u)
+    {   /* direction ${mu}, the face at ${"xyzt"[mu]} = ${fixed} */
+        const unsigned int lex = 2u * i;
+        unsigned int ${names[0]} = lex % ${ext[0]}u;
+        const unsigned int ${names[1]} = (lex / ${ext[0]}u) % ${ext[1]}u;
+        const unsigned int ${names[2]} = lex / ${ext[0] * ext[1]}u;
+        const unsigned int ${"xyzt"[mu]} = ${fixed}u;
+        ${names[0]} += (${parity}u + x + y + z + t) & 1u;
+        const unsigned int cb = (((t * ${Z}u + z) * ${Y}u + y) * ${X}u + x) >> 1;
+        for (int k = 0; k < 12; k++)
+            send[${offset}u + k * ${fh}u + i] = in[k * ${VH}u + cb];
+        return;
+    }
+    i -= ${fh}u;
+% endfor
+}

@@ -1,0 +1,70 @@
+"""Run by tests/test_distributed.py under ``mpiexec -n N``: the distributed Wilson operator on
+``--grid`` against the single-process one, on every rank; rank 0 prints one JSON line.
+
+Each rank runs in the test mode of the pytest plugin (templates use their ``test=`` parameters,
+nothing is tuned or stored), as the test that starts it does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+
+import numpy as np
+from mpi4py import MPI
+
+from autotune.tune.decorator import test_mode
+from operations.lqcd import WilsonOperator, haar_field
+from operations.lqcd.distributed import DistributedWilsonOperator, rank_context
+
+test_mode.active = True
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--dims", type=int, nargs=4, required=True)
+    parser.add_argument("--grid", type=int, nargs=4, required=True)
+    parser.add_argument("--t-boundary", type=int, default=-1)
+    parser.add_argument("--reconstruct", type=int, default=18)
+    parser.add_argument("--precision", default="double")
+    parser.add_argument("--solves", nargs="*", default=["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"])
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    context = rank_context(comm)  # one device per rank where there are enough
+    dims = tuple(args.dims)
+    u = haar_field(dims, seed=5)
+    rng = np.random.default_rng(9)
+    x, y, z, t = dims
+    psi = rng.standard_normal((t, z, y, x, 4, 3)) + 1j * rng.standard_normal((t, z, y, x, 4, 3))
+    kappa = 0.11
+    one = WilsonOperator(context, u, kappa, args.precision, args.reconstruct, args.t_boundary)
+    many = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), args.precision,
+                                     args.reconstruct, args.t_boundary)
+    scale = float(np.max(np.abs(psi)))
+    result: dict = {"rank": comm.rank, "size": comm.size, "local": list(many.partition.local),
+                    "device": context.device.describe()}
+    for name in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger"):
+        got, want = getattr(many, name)(psi), getattr(one, name)(psi)
+        result[name] = float(np.max(np.abs(got - want))) / scale
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for label in args.solves:
+            method, *rest = label.split("_")
+            even_odd = "eo" in rest
+            precision = "mixed" if "mixed" in rest else None
+            tol = 1e-10 if args.precision == "double" else 1e-5
+            xs, info = many.solve(psi, method, tol, even_odd, precision)
+            x1, info1 = one.solve(psi, method, tol, even_odd, precision)
+            result[label] = {"iterations": [info.iterations, info1.iterations],
+                             "true_residual": [info.true_residual, info1.true_residual],
+                             "difference": float(np.max(np.abs(xs - x1)) / np.max(np.abs(x1)))}
+    everyone = comm.gather(result)
+    if comm.rank == 0:
+        print(json.dumps(everyone))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,7 +1,8 @@
 """The distributed dslash on several GPUs: time per dslash, and its exchange and kernel alone.
 
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_dslash.py
-    --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12] [--json FILE]
+    --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12]
+    [--policy overlap|serial] [--json FILE]
 
 One rank per GPU (``rank_context``); the operator's dslash of one parity (D_oe) is timed over
 ``--launches`` launches after a warm-up, every rank synchronised before and after; the exchange
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--precision", default="single")
     parser.add_argument("--reconstruct", type=int, default=12)
     parser.add_argument("--launches", type=int, default=200)
+    parser.add_argument("--policy", default="overlap", choices=["overlap", "serial"])
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
@@ -53,7 +55,7 @@ def main() -> None:
     dims = tuple(args.dims)
     u = weak_field(dims, 0.1, seed=3)  # SU(3) links; their values do not change the timing
     op = DistributedWilsonOperator(comm, context, u, 0.12, tuple(args.grid), args.precision,
-                                   args.reconstruct, check=False)
+                                   args.reconstruct, check=False, policy=args.policy)
     rng = np.random.default_rng(comm.rank)
     half = op.lattice.half_volume
     inp = context.to_device(op.queue, (rng.standard_normal((12, half))
@@ -69,7 +71,7 @@ def main() -> None:
     face_bytes = sum(12 * fh for *_, fh in op._sections) * op.dtype.itemsize
     result = {"device": context.device.describe(), "ranks": comm.size, "dims": list(dims),
               "grid": list(args.grid), "local": list(op.partition.local),
-              "precision": args.precision, "reconstruct": args.reconstruct,
+              "precision": args.precision, "reconstruct": args.reconstruct, "policy": args.policy,
               "dslash_seconds": whole, "exchange_seconds": exchange, "kernel_seconds": alone,
               "gflops": FLOPS_PER_SITE * sites / whole / 1e9,
               "kernel_gflops_per_gpu": FLOPS_PER_SITE * half / alone / 1e9,
@@ -77,7 +79,7 @@ def main() -> None:
     everyone = comm.gather(result)
     if comm.rank == 0:
         print(json.dumps(everyone[0]))
-        print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}: dslash {whole * 1e6:.1f} us "
+        print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, {args.policy}: dslash {whole * 1e6:.1f} us "
               f"({result['gflops']:.0f} GFLOP/s in all), exchange alone {exchange * 1e6:.1f} us "
               f"({face_bytes / 1e6:.2f} MB out per rank), kernel alone {alone * 1e6:.1f} us")
         if args.json:

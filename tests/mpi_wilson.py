@@ -29,6 +29,7 @@ def main() -> None:
     parser.add_argument("--t-boundary", type=int, default=-1)
     parser.add_argument("--reconstruct", type=int, default=18)
     parser.add_argument("--precision", default="double")
+    parser.add_argument("--policy", default="overlap")
     parser.add_argument("--solves", nargs="*", default=["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"])
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
@@ -41,7 +42,7 @@ def main() -> None:
     kappa = 0.11
     one = WilsonOperator(context, u, kappa, args.precision, args.reconstruct, args.t_boundary)
     many = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), args.precision,
-                                     args.reconstruct, args.t_boundary)
+                                     args.reconstruct, args.t_boundary, policy=args.policy)
     scale = float(np.max(np.abs(psi)))
     result: dict = {"rank": comm.rank, "size": comm.size, "local": list(many.partition.local),
                     "device": context.device.describe()}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autotune import accel
@@ -92,3 +93,16 @@ def test_interval_timers_time_work_without_waiting_for_it(context):
         light.stop()
     with pytest.raises(accel.AccelError, match="timed=True"):
         context.create_command_queue().interval_timer()
+
+
+def test_a_marker_says_when_the_work_before_it_is_done(context):
+    queue = context.create_command_queue()
+    data = np.arange(1 << 16, dtype=np.float32)
+    device = context.to_device(queue, data)
+    host = context.empty_host(data.shape, data.dtype)
+    host[:] = -1
+    device.get(queue, host, wait=False)  # only enqueued
+    marker = queue.mark()
+    marker.wait()
+    assert marker.ready()
+    np.testing.assert_array_equal(host, data)  # the copy before the marker has landed

@@ -34,12 +34,12 @@ def _selector(context) -> str:
     return "cuda" if context.device.backend == "cuda" else "opencl"
 
 
-def _run(context, dims, grid, t_boundary, reconstruct, precision, solves) -> list[dict]:
+def _run(context, dims, grid, t_boundary, reconstruct, precision, solves, policy) -> list[dict]:
     ranks = math.prod(grid)
     command = [_mpiexec(), "-n", str(ranks), sys.executable, str(SCRIPT),
                "--dims", *map(str, dims), "--grid", *map(str, grid),
                "--t-boundary", str(t_boundary), "--reconstruct", str(reconstruct),
-               "--precision", precision, "--solves", *solves]
+               "--precision", precision, "--policy", policy, "--solves", *solves]
     env = dict(os.environ, AUTOTUNE_DEVICE=_selector(context),
                PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
@@ -51,24 +51,26 @@ def _run(context, dims, grid, t_boundary, reconstruct, precision, solves) -> lis
 
 EVERY_SOLVE = ("cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed")
 CASES = [
-    # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves
-    pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE,
+    # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves, policy
+    pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE, "overlap",
                  id="t-cut-2-antiperiodic"),
-    pytest.param((8, 6, 4, 4), (2, 1, 1, 1), 1, 12, "double", ("cg_eo", "bicgstab_eo"),
-                 id="x-cut-2-unequal-periodic"),
-    pytest.param((4, 8, 6, 8), (1, 2, 1, 2), -1, 8, "double", ("cg_eo", "bicgstab_eo"),
+    pytest.param((8, 6, 4, 4), (2, 1, 1, 1), 1, 12, "double", ("cg_eo", "bicgstab_eo"), "serial",
+                 id="x-cut-2-unequal-periodic-serial"),
+    pytest.param((4, 8, 6, 8), (1, 2, 1, 2), -1, 8, "double", ("cg_eo", "bicgstab_eo"), "overlap",
                  id="yt-cut-4"),
-    pytest.param((8, 4, 4, 8), (2, 1, 1, 2), 1, 12, "single", ("cg_eo",), id="xt-cut-4-single"),
+    pytest.param((8, 4, 4, 8), (2, 1, 1, 2), 1, 12, "single", ("cg_eo",), "overlap",
+                 id="xt-cut-4-single"),
 ]
 
 
-@pytest.mark.parametrize("dims,grid,t_boundary,reconstruct,precision,solves", CASES)
+@pytest.mark.parametrize("dims,grid,t_boundary,reconstruct,precision,solves,policy", CASES)
 def test_the_distributed_operator_equals_the_single_process_one(context, dims, grid, t_boundary,
-                                                                  reconstruct, precision, solves):
+                                                                  reconstruct, precision, solves,
+                                                                  policy):
     if precision == "double" and not context.device.double_precision:
         pytest.skip(f"{context.device.name} has no double precision")
     tol = 1e-12 if precision == "double" else 1e-6
-    for rank in _run(context, dims, grid, t_boundary, reconstruct, precision, solves):
+    for rank in _run(context, dims, grid, t_boundary, reconstruct, precision, solves, policy):
         expected_local = [d // g for d, g in zip(dims, grid)]
         assert rank["local"] == expected_local
         for name in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger"):

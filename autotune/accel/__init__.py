@@ -9,8 +9,8 @@ Operations use only this module; they never import pycuda or pyopencl themselves
 >>> kernel = program.get_kernel("scale")
 """
 
-from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Program,
-                   tuning_turn)
+from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
+                   Program, tuning_turn)
 from .ctype import C_TYPES, c_type, real_dtype
 from .errors import (
     AccelError,
@@ -41,6 +41,7 @@ __all__ = [
     "Kernel",
     "KernelLimits",
     "LaunchError",
+    "Marker",
     "Program",
     "RenderedSource",
     "SourceFile",

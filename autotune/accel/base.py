@@ -316,6 +316,18 @@ class IntervalTimer(ABC):
     def _seconds(self) -> float: ...
 
 
+class Marker(ABC):
+    """A point in a queue's work (from :meth:`CommandQueue.mark`)."""
+
+    @abstractmethod
+    def ready(self) -> bool:
+        """Whether the work enqueued before the marker has finished (never waits)."""
+
+    @abstractmethod
+    def wait(self) -> None:
+        """Wait until the work enqueued before the marker has finished."""
+
+
 class CommandQueue(ABC):
     """An in-order queue of device work.
 
@@ -342,6 +354,14 @@ class CommandQueue(ABC):
 
     @abstractmethod
     def _interval_timer(self) -> IntervalTimer: ...
+
+    def mark(self) -> Marker:
+        """A :class:`Marker` of the work enqueued so far: waiting on it does not wait for work
+        enqueued after it (the host can act on a copy while a later kernel runs)."""
+        return self._mark()
+
+    @abstractmethod
+    def _mark(self) -> Marker: ...
 
     def enqueue_kernel(self, kernel: Kernel, args: Sequence[Any],
                        global_size: int | Sequence[int], local_size: int | Sequence[int]) -> None:

@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from . import nvrtc
-from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Program,
-                   _as_shape)
+from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
+                   Program, _as_shape)
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .render import RenderedSource
@@ -221,6 +221,24 @@ class CudaIntervalTimer(IntervalTimer):
             return self._end.time_since(self._begin) * 1e-3
 
 
+class CudaMarker(Marker):
+    """An event without timing recorded on the queue's stream."""
+
+    def __init__(self, queue: CudaQueue):
+        self.queue = queue
+        with queue.context.thread_scope():
+            self._event = drv.Event(drv.event_flags.DISABLE_TIMING)
+            self._event.record(queue.stream)
+
+    def ready(self) -> bool:
+        with self.queue.context.thread_scope():
+            return self._event.query()
+
+    def wait(self) -> None:
+        with self.queue.context.thread_scope():
+            self._event.synchronize()
+
+
 class CudaQueue(CommandQueue):
     def __init__(self, context: CudaContext, tuning: bool, timed: bool = False):
         super().__init__(context, tuning, timed)
@@ -245,6 +263,9 @@ class CudaQueue(CommandQueue):
 
     def _interval_timer(self) -> IntervalTimer:
         return CudaIntervalTimer(self)
+
+    def _mark(self) -> Marker:
+        return CudaMarker(self)
 
     def _start_timing(self) -> None:
         self._start.record(self.stream)

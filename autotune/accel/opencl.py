@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Program
+from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
+                   Program)
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .render import RenderedSource
@@ -176,6 +177,19 @@ class OpenCLIntervalTimer(IntervalTimer):
         return max(end - start, 0) * 1e-9
 
 
+class OpenCLMarker(Marker):
+    """An OpenCL marker event."""
+
+    def __init__(self, queue: OpenCLQueue):
+        self._event = cl.enqueue_marker(queue.handle)
+
+    def ready(self) -> bool:
+        return self._event.command_execution_status == cl.command_execution_status.COMPLETE
+
+    def wait(self) -> None:
+        self._event.wait()
+
+
 class OpenCLQueue(CommandQueue):
     def __init__(self, context: OpenCLContext, tuning: bool, timed: bool = False):
         super().__init__(context, tuning, timed)
@@ -202,6 +216,9 @@ class OpenCLQueue(CommandQueue):
 
     def _interval_timer(self) -> IntervalTimer:
         return OpenCLIntervalTimer(self)
+
+    def _mark(self) -> Marker:
+        return OpenCLMarker(self)
 
     def _start_timing(self) -> None:
         self._events = []

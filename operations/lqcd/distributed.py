@@ -54,11 +54,19 @@ class DistributedWilsonOperator(WilsonOperator):
     pt) over the ranks of ``comm`` (an mpi4py communicator with px py pz pt ranks, x fastest);
     each rank's device holds its block. Other arguments as for :class:`WilsonOperator`."""
 
+    #: How a dslash meets its exchange: "overlap" updates the sites that need no neighbour
+    #: data while the faces travel, then the boundary sites; "serial" exchanges first, then
+    #: updates every site in one kernel.
+    POLICIES = ("overlap", "serial")
+
     def __init__(self, comm: Any, context: accel.Context, U: np.ndarray, kappa: float,
                  grid: tuple[int, int, int, int] = (1, 1, 1, 1), precision: str = "double",
                  reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
                  unitarity_tol: float = 1e-8, queue: Any = None,
-                 tuning: dict[str, Any] | str | None = None):
+                 tuning: dict[str, Any] | str | None = None, policy: str = "overlap"):
+        if policy not in self.POLICIES:
+            raise ValueError(f"policy must be one of {', '.join(self.POLICIES)}, got {policy!r}")
+        self.policy = policy
         U = link_array(U)
         t, z, y, x = U.shape[1:5]
         dims = (x, y, z, t)
@@ -121,6 +129,19 @@ class DistributedWilsonOperator(WilsonOperator):
                       "face_sites": tuple(part.face_sites(mu) for mu in range(4))}
         self._kernels: dict[tuple, Any] = {}
         self._packers: dict[int, Any] = {}
+        # per parity, the checkerboard indices of the block's sites with a hop off the block
+        lat = self.lattice
+        x, y, z, t = (np.asarray(c) for c in np.unravel_index(np.arange(lat.volume),
+                                                             lat.shape)[::-1])
+        edge = np.zeros(lat.volume, dtype=bool)
+        for mu, c in enumerate((x, y, z, t)):
+            if part.partitioned[mu]:
+                edge |= (c == 0) | (c == local[mu] - 1)
+        self._boundary = []
+        for parity in (0, 1):
+            sites = np.nonzero(edge[lat.sites(parity)])[0].astype(np.uint32)
+            self._boundary.append((self.context.to_device(self.queue, sites if sites.size else
+                                                          np.zeros(1, np.uint32)), sites.size))
 
     def _packer(self, parity: int) -> Any:
         launch = self._packers.get(parity)
@@ -145,17 +166,30 @@ class DistributedWilsonOperator(WilsonOperator):
                 "dist": {**self._dist, "region": region}})
             name = (f"dslash_dist_p{parity}{'_dag' if dagger else ''}"
                     f"{'_xpay' if xpay else ''}_{region}")
-            launch = self._kernels[key] = self.queue.launcher(
-                program.get_kernel(name), t.global_size_for(wgs), wgs)
+            size = (t.global_size_for(wgs) if region != "exterior"
+                    else max(1, -(-self._boundary[parity][1] // wgs)) * wgs)
+            launch = self._kernels[key] = self.queue.launcher(program.get_kernel(name), size, wgs)
         return launch
 
     def exchange(self, inp: accel.DeviceArray, parity: int) -> None:
         """Fill the ghost zone with the neighbours' faces of ``inp`` (a block of parity
         ``parity``): pack, copy to the host, swap with the neighbours, copy back."""
-        if not self._sections:
-            return
+        if self._sections:
+            self._start_exchange(inp, parity)
+            self._finish_exchange()
+
+    def _start_exchange(self, inp: accel.DeviceArray, parity: int) -> accel.Marker:
+        """Enqueue the packing and the copy of the faces to the host; the marker says when the
+        copy is done."""
         self._packer(parity)([self._send, inp])
-        self._send.get(self.queue, self._host_send)
+        self._send.get(self.queue, self._host_send, wait=False)
+        self._sent = self.queue.mark()
+        return self._sent
+
+    def _finish_exchange(self) -> None:
+        """Wait for the faces on the host, swap them with the neighbours, copy the ghosts to
+        the device (work enqueued in between, the interior update, runs meanwhile)."""
+        self._sent.wait()
         part, comm = self.partition, self.comm
         sections = {(mu, step): slice(offset, offset + 12 * fh)
                     for mu, step, offset, fh in self._sections}
@@ -175,10 +209,19 @@ class DistributedWilsonOperator(WilsonOperator):
                       dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
         """out = D_{parity,1-parity} inp on this rank's block (x + a D inp with ``x``), the
         neighbours' faces of ``inp`` exchanged first."""
-        self.exchange(inp, 1 - parity)
-        launch = self._kernel(parity, bool(dagger), x is not None, "all")
-        launch([out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
-                self._ghost, self._ghost_links, self._no_sites, np.uint32(0)])
+        args = [out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
+                self._ghost, self._ghost_links, self._no_sites, np.uint32(0)]
+        variant = (parity, bool(dagger), x is not None)
+        if not self._sections or self.policy == "serial":
+            self.exchange(inp, 1 - parity)
+            self._kernel(*variant, "all")(args)
+            return
+        self._start_exchange(inp, 1 - parity)
+        self._kernel(*variant, "interior")(args)  # runs while the faces travel
+        self._finish_exchange()
+        sites, count = self._boundary[parity]
+        args[-2:] = [sites, np.uint32(count)]
+        self._kernel(*variant, "exterior")(args)
 
     # Host arrays: global in, global out ----------------------------------------------------
     def _check_spinor(self, psi: Any) -> np.ndarray:
@@ -225,4 +268,4 @@ class DistributedWilsonOperator(WilsonOperator):
         return DistributedWilsonOperator(
             self.comm, self.context, self._global_links, self.kappa, self.partition.grid,
             precision, self.reconstruct, self.t_boundary, check=False, queue=self.queue,
-            tuning=self.tuning)
+            tuning=self.tuning, policy=self.policy)

@@ -253,3 +253,37 @@ def test_import_refuses_a_foreign_sqlite_database(capsys, db, tmp_path):
     code, _, err = run(capsys, "import", foreign)
     assert code == 2 and "not an autotune" in err
     assert foreign.read_bytes() == before
+
+
+def test_warm_under_mpiexec_splits_the_keys_among_ranks(tmp_path, context):
+    """Two ranks on devices of one class (here the same device) tune each key once between
+    them, into one database; rank 0 reports every key."""
+    from test_distributed import _mpiexec
+
+    db = tmp_path / "ranks.db"
+    log = tmp_path / "generate.log"
+    env = dict(os.environ, AUTOTUNE_DB=str(db), SLOW_TEMPLATE_LOG=str(log),
+               AUTOTUNE_DEVICE="cuda" if context.device.backend == "cuda" else "opencl",
+               PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
+    argv = [_mpiexec(), "-n", "2", sys.executable, "-m", "autotune", "warm", "--quiet",
+            "--template", "toy_templates:SlowTemplate", "SlowTemplate"]
+    result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "warm: 6 keys on 1 device: 6 tuned, 0 stored, 0 failed" in result.stdout
+    assert result.stdout.count("warm: ") == 1  # one report, from rank 0
+    rows = ResultStore(f"sqlite:///{db}").records()
+    assert len(rows) == 6 and len({r.key for r in rows}) == 6
+    calls = [line.split() for line in log.read_text().splitlines()]
+    by_key: dict[str, set[str]] = {}
+    for index, _block, pid in calls:
+        by_key.setdefault(index, set()).add(pid)
+    assert len(calls) == 6 * 3  # every key searched once: three blocks each, no repeats
+    assert all(len(pids) == 1 for pids in by_key.values())  # each key by one rank
+    assert len({pid for pids in by_key.values() for pid in pids}) == 2  # both ranks worked
+
+
+def test_keys_are_split_among_devices_of_one_class():
+    from autotune.cli.warm import shares
+
+    h200, h100 = ("NVIDIA H200", "CUDA", "13.0"), ("NVIDIA H100", "CUDA", "13.0")
+    assert shares([h200, h100, h200, h200]) == [(0, 3), (0, 1), (1, 3), (2, 3)]

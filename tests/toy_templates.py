@@ -149,7 +149,7 @@ class SlowTemplate(Protocol):
         def generate(block):
             if log:
                 with open(log, "a") as f:
-                    f.write(f"{index} {block}\n")
+                    f.write(f"{index} {block} {os.getpid()}\n")
             time.sleep(0.15)
             return lambda iterations: (block + index) * 1e-6
 

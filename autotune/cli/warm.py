@@ -135,22 +135,45 @@ def _test_score(store: Any, key: Any, test: dict[str, Any]) -> float | None:
     return times[-1] if times else None
 
 
+def device_class(identity: accel.DeviceIdentity) -> tuple[str, str, str]:
+    """What a tuning key holds of a device: devices alike in it share results."""
+    return (identity.name, identity.platform, identity.driver_version)
+
+
+def shares(classes: list[tuple]) -> list[tuple[int, int]]:
+    """For each of several workers (by the class of its device), ``(index, count)``: the
+    workers of one class split that class's keys ``count`` ways, this one taking part
+    ``index`` (their results are interchangeable: the same keys)."""
+    seen: dict[tuple, int] = {}
+    parts = []
+    for c in classes:
+        parts.append((seen.get(c, 0), classes.count(c)))
+        seen[c] = seen.get(c, 0) + 1
+    return parts
+
+
 def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, url: str,
                 force: bool, dry_run: bool, quiet: bool,
-                settings: dict[str, Any] | None = None) -> list[WarmOutcome]:
+                settings: dict[str, Any] | None = None,
+                share: tuple[int, int] = (0, 1)) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
     is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed)
-    apply to every search.
+    apply to every search. ``share`` ``(index, count)``: this worker takes every ``count``-th
+    key from the ``index``-th (in the order the templates list them), the others going to
+    workers on devices of the same class.
     """
     context = spec.create_context()
     device = context.device.name
     store = get_store(url)
     outcomes = []
     with use_database(url):
+        index, count = share
+        every = [(template, config) for template in templates
+                 for config in template.configurations(context)]
         plan = [(template, config, template.judge(context, config))
-                for template in templates for config in template.configurations(context)]
+                for position, (template, config) in enumerate(every) if position % count == index]
         to_tune = sum(1 for _, _, v in plan
                       if force or v is None or v.freshness is not Freshness.FRESH)
         progress = _Progress(sys.stderr, quiet or dry_run, len(plan), to_tune)
@@ -188,10 +211,43 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, url, force, dry_run, settings = job
+    spec, extra, names, url, force, dry_run, settings, share = job
     templates = _select_templates(names, extra)
     return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True,
-                       settings=settings)
+                       settings=settings, share=share)
+
+
+def _mpi_world() -> Any:
+    """mpi4py's COMM_WORLD when this process is one of several ranks started by mpiexec (read
+    from the launcher's environment first, so that a plain run never imports MPI); else None."""
+    sizes = [os.environ.get(v) for v in ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPI_LOCALNRANKS")]
+    if not any(s and s.isdigit() and int(s) > 1 for s in sizes):
+        return None
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        raise ValueError("warm runs under mpiexec but mpi4py is missing: pip install "
+                         "'autotune[mpi]' (or run warm without mpiexec)") from None
+    return MPI.COMM_WORLD if MPI.COMM_WORLD.size > 1 else None
+
+
+def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: str,
+                settings: dict[str, Any]) -> list[WarmOutcome] | None:
+    """Under mpiexec: each rank warms the device its local rank picks, ranks with devices of one
+    class splitting their keys; rank 0 gets every rank's outcomes (the others None)."""
+    from mpi4py import MPI
+
+    if args.all_devices or args.jobs != 1:
+        raise ValueError("under mpiexec each rank warms one device: drop --all-devices and --jobs")
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))
+    spec = specs[local.rank % len(specs)]
+    local.Free()
+    share = shares(comm.allgather(device_class(spec.identity)))[comm.rank]
+    outcomes = warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
+                           quiet=args.quiet or comm.rank != 0, settings=settings, share=share)
+    gathered = comm.gather(outcomes, root=0)
+    return [o for part in gathered for o in part] if comm.rank == 0 else None
 
 
 def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemplate]:
@@ -215,26 +271,14 @@ def run_warm(args: Any, url: str) -> int:
         pass
     started = time.perf_counter()
     templates = _select_templates(args.operations, args.template)
-    if args.jobs != 1 and not args.all_devices:
-        raise ValueError(f"--jobs {args.jobs} tunes several devices at once: add --all-devices "
-                         "(or drop --jobs)")
-    if args.jobs < 1:
-        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    if args.all_devices:
-        specs = accel.select_devices(None)
+    comm = _mpi_world()
+    if comm is not None:
+        gathered = _warm_ranks(comm, args, templates, url, settings)
+        if gathered is None:  # rank 0 reports for everyone
+            return 0
+        outcomes = gathered
     else:
-        specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[:1]
-    jobs = max(1, min(args.jobs, len(specs)))
-    if jobs > 1:
-        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings)
-                for s in specs]
-        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-            outcomes = [o for part in pool.map(_warm_worker, work) for o in part]
-    else:
-        outcomes = []
-        for spec in specs:
-            outcomes += warm_device(spec, templates, url=url, force=args.force,
-                                    dry_run=args.dry_run, quiet=args.quiet, settings=settings)
+        outcomes = _warm_here(args, templates, url, settings)
     _print_table(outcomes, dry_run=args.dry_run)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
@@ -248,6 +292,33 @@ def run_warm(args: Any, url: str) -> int:
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
               f"in {_duration(time.perf_counter() - started)}; database {display(url)}")
     return 1 if failed else 0
+
+
+def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
+               settings: dict[str, Any]) -> list[WarmOutcome]:
+    """One process: one device, or with --all-devices every device, devices of one class
+    splitting their keys (tuned at once with --jobs)."""
+    if args.jobs != 1 and not args.all_devices:
+        raise ValueError(f"--jobs {args.jobs} tunes several devices at once: add --all-devices "
+                         "(or drop --jobs)")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.all_devices:
+        specs = accel.select_devices(None)
+    else:
+        specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[:1]
+    parts = shares([device_class(s.identity) for s in specs])
+    jobs = max(1, min(args.jobs, len(specs)))
+    if jobs > 1:
+        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part)
+                for s, part in zip(specs, parts)]
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            return [o for part in pool.map(_warm_worker, work) for o in part]
+    outcomes = []
+    for spec, part in zip(specs, parts):
+        outcomes += warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
+                                quiet=args.quiet, settings=settings, share=part)
+    return outcomes
 
 
 def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:

@@ -101,14 +101,16 @@ class DistributedWilsonOperator(WilsonOperator):
                           for mu in dirs for step in (1, -1)]
         self._ghost_size = max(offset, 1)
         link_offsets, links = {}, []
-        packed = gauge_fields.pack(self._global_links, self.reconstruct)
         real = self.reconstruct == 8
-        n = packed.shape[-1]
+        n = {18: 9, 12: 6, 8: 8}[self.reconstruct]
         offset = 0
         for mu in dirs:
+            # only the backward neighbour's block is packed (a block, not the global links)
             below = Partition(part.dims, part.grid, part.neighbour(mu, -1))
-            theirs = below.lattice.links_to_device(below.block(packed, site_axis=1),
-                                                   self.template.real_dtype if real else self.dtype)
+            packed = gauge_fields.pack(below.block(self._global_links, site_axis=1),
+                                       self.reconstruct)
+            theirs = below.lattice.links_to_device(packed, self.template.real_dtype if real
+                                                   else self.dtype)
             for link_parity in (0, 1):
                 order = below.face_order(mu, link_parity, local[mu] - 1)
                 links.append(theirs[mu, link_parity][:, order].reshape(-1))

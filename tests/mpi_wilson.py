@@ -31,7 +31,12 @@ def main() -> None:
     parser.add_argument("--precision", default="double")
     parser.add_argument("--policy", default="overlap")
     parser.add_argument("--solves", nargs="*", default=["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"])
+    parser.add_argument("--tune-policy", action="store_true",
+                        help="policy tuned (collectively) into AUTOTUNE_DB, as outside tests")
     args = parser.parse_args()
+    if args.tune_policy:
+        args.policy = "tuned"
+        test_mode.cached = True  # tune on a miss and store, into the test's database
     comm = MPI.COMM_WORLD
     context = rank_context(comm)  # one device per rank where there are enough
     dims = tuple(args.dims)
@@ -61,6 +66,17 @@ def main() -> None:
             result[label] = {"iterations": [info.iterations, info1.iterations],
                              "true_residual": [info.true_residual, info1.true_residual],
                              "difference": float(np.max(np.abs(xs - x1)) / np.max(np.abs(x1)))}
+    if many.policy_tuner is not None:
+        tuner = many.policy_tuner
+        field = many.to_device(psi)
+        out = many.new_field()
+        launches = 0
+        while tuner.scanning and launches < 400:
+            many.dslash_parity(out.even, field.odd, 0)
+            launches += 1
+        got, want = many.dslash(psi), one.dslash(psi)  # locked now
+        result["policy"] = {"best": tuner.best, "scans": tuner.scans, "launches": launches,
+                            "stored": tuner.stored, "after": float(np.max(np.abs(got - want))) / scale}
     everyone = comm.gather(result)
     if comm.rank == 0:
         print(json.dumps(everyone))

@@ -97,3 +97,31 @@ def test_a_grid_that_does_not_fit_is_a_clear_error(context):
     part = Partition((8, 4, 4, 8), (2, 1, 1, 2), 3)
     assert part.coords == (1, 0, 0, 1) and part.origin == (4, 0, 0, 4)
     assert part.neighbour(0, 1) == 2 and part.neighbour(3, -1) == 1 and part.face_sites(3) == 32
+
+
+def test_the_policy_is_tuned_by_every_rank_together_and_stored_once(context, tmp_path):
+    """policy="tuned": each rank times its own dslash, the slowest rank decides, so all ranks
+    lock on one policy; rank 0 stores it, and the next run starts locked on every rank."""
+    db = tmp_path / "policy.db"
+
+    def run(dims, grid):
+        command = [_mpiexec(), "-n", str(math.prod(grid)), sys.executable, str(SCRIPT),
+                   "--dims", *map(str, dims), "--grid", *map(str, grid), "--tune-policy",
+                   "--solves"]
+        env = dict(os.environ, AUTOTUNE_DEVICE=_selector(context), AUTOTUNE_DB=str(db),
+                   PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+        out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+        assert out.returncode == 0, out.stderr[-4000:]
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    first = run((4, 4, 4, 8), (1, 1, 1, 2))
+    policies = [r["policy"] for r in first]
+    assert len({json.dumps(p["best"]) for p in policies}) == 1  # one choice for all ranks
+    assert policies[0]["best"]["policy"] in ("overlap", "serial")
+    assert [p["scans"] for p in policies] == [1, 1]
+    assert [p["stored"] for p in policies] == [True, False]  # rank 0 writes for all
+    for r in first:  # right during the scan (both policies ran) and after it
+        assert r["dslash"] <= 1e-12 and r["apply_pc"] <= 1e-12 and r["policy"]["after"] <= 1e-12
+    again = run((4, 4, 4, 8), (1, 1, 1, 2))
+    assert [r["policy"]["scans"] for r in again] == [0, 0]
+    assert [r["policy"]["best"] for r in again] == [policies[0]["best"]] * 2

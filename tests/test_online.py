@@ -383,6 +383,8 @@ def test_bad_setups_are_clear_errors(context, tmp_path):
         _tuner(context, tmp_path / "t.db", samples=0)
     with pytest.raises(tune.OnlineTuningError, match="period"):
         _tuner(context, tmp_path / "t.db", period=-1)
+    with pytest.raises(tune.OnlineTuningError, match="collective"):
+        _tuner(context, tmp_path / "t.db", comm=object(), prepare=lambda params: None)
     with pytest.raises(tune.OnlineTuningError, match="test= names"):
         tune.OnlineTuner(context, "x.y", {"wgs": [32]}, {"block": 1})
     with pytest.raises(tune.OnlineTuningError, match="exclude every"):

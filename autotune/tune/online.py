@@ -137,6 +137,13 @@ class OnlineTuner:
     ``prepare`` returned (one that raises is skipped). :meth:`for_template` makes a tuner that
     shares a template's offline key.
 
+    ``comm`` (an mpi4py communicator) makes the tuner *collective*: every rank of an SPMD
+    program launches the same sequence through its own tuner, which times its own device; at
+    the end of the scan the ranks take, for each candidate, the slowest rank's time (a
+    distributed kernel is as fast as its slowest rank) and so lock on the same parameters. Rank 0
+    reads and writes the database and tells the others what it found. A collective tuner does
+    not rescan (the ranks' clocks would not agree on when) and builds no candidates ahead.
+
     Thread-safe: launches of several threads may share one tuner; scanning serialises them.
     """
 
@@ -145,9 +152,13 @@ class OnlineTuner:
                  version: int = 0, samples: int = DEFAULT_SAMPLES, period: float = DEFAULT_PERIOD,
                  db: str | None = None, sources: Iterable[str | Path] = (),
                  prepare: Callable[[dict[str, Any]], Any] | None = None,
-                 workers: int | None = None, _key: TuningKey | None = None,
+                 workers: int | None = None, comm: Any = None, _key: TuningKey | None = None,
                  _fingerprint: Fingerprint | None = None):
         device = getattr(context, "device", None)
+        if comm is not None and prepare is not None:
+            raise OnlineTuningError(f"OnlineTuner {name}: a collective tuner (comm=) builds its "
+                                    "candidates at their first launch, the same on every rank: "
+                                    "drop prepare=")
         if not isinstance(device, accel.DeviceIdentity):
             raise OnlineTuningError(f"OnlineTuner needs an autotune.accel context, got "
                                     f"{type(context).__name__}")
@@ -207,6 +218,7 @@ class OnlineTuner:
         self._fallbacks: dict[Hashable, _Locked] = {}
         self._prepare = prepare
         self._workers = workers
+        self._comm = comm
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._prepared: set[str] = set()
         self._scan_started = 0.0
@@ -223,7 +235,8 @@ class OnlineTuner:
         elif not (test_mode.active and test_mode.force):
             self._load()
         if self._locked is None:
-            self._prepare_store()
+            if comm is None or comm.rank == 0:
+                self._prepare_store()
             self._start_scan()
 
     @classmethod
@@ -503,6 +516,9 @@ class OnlineTuner:
             return
         medians = {id(c): {p: statistics.median(c.samples[p]) for p in parts} for c in timed}
         scores = {id(c): sum(shares[p] * m for p, m in medians[id(c)].items()) for c in timed}
+        if self._comm is not None:  # the slowest rank's time decides, the same on every rank
+            scores = self._slowest(candidates, scores)
+            timed = [c for c in timed if math.isfinite(scores[id(c)])] or timed
         best = min(timed, key=lambda c: scores[id(c)])
         self.best_seconds = scores[id(best)]
         self.scan_seconds = time.monotonic() - self._scan_started
@@ -514,11 +530,24 @@ class OnlineTuner:
         logger.info("online tuning %s on %s: locked on %s (%.3g s a launch) after %.3g s",
                     self.name, self.key.device_name, dict(best.params), self.best_seconds,
                     time.monotonic() - self._scan_started)
+        if self._comm is not None and self._comm.rank != 0:
+            return  # rank 0 stores for all
         previous = self._store_thread
         self._store_thread = threading.Thread(
             target=self._store, args=(best, candidates, scores, shares, previous),
             name=f"online-store-{self.name}")
         self._store_thread.start()
+
+    def _slowest(self, candidates: list[_Candidate], scores: dict[int, float]) -> dict[int, float]:
+        """Each candidate's score as the maximum over the ranks (inf where any rank has none)."""
+        import numpy as np
+
+        mine = np.array([scores.get(id(c), math.inf) for c in candidates])
+        worst = np.empty_like(mine)
+        from mpi4py import MPI
+
+        self._comm.Allreduce(mine, worst, op=MPI.MAX)
+        return {id(c): float(v) for c, v in zip(candidates, worst)}
 
     def _stop_pool(self) -> None:
         if self._pool is not None:
@@ -526,20 +555,33 @@ class OnlineTuner:
             self._pool = None
 
     def _lock_on(self, params: dict[str, Any], rescan_at: float) -> None:
-        self._rescan_at = rescan_at
+        self._rescan_at = rescan_at if self._comm is None else math.inf
         self._locked = _Locked(MappingProxyType(params))
 
     # -- the database -------------------------------------------------------------------------
 
     def _load(self) -> None:
-        """Lock on the stored result for this key, if one is usable and fresh."""
+        """Lock on the stored result for this key, if one is usable and fresh (collective: what
+        rank 0 found, on every rank)."""
+        if self._comm is not None:
+            found = self._read() if self._comm.rank == 0 else None
+            found = self._comm.bcast(found, root=0)
+        else:
+            found = self._read()
+        if found is not None:
+            params, score = found
+            self.best_seconds = score
+            self._lock_on(params, time.monotonic() + self.period)
+
+    def _read(self) -> tuple[dict[str, Any], float | None] | None:
+        """The stored result's parameters and score, if the row is usable and fresh."""
         try:
             record = get_store(self._url).get(self.key)
         except StoreError as exc:
             logger.info("online tuning %s: no stored result read (%s)", self.name, exc)
-            return
+            return None
         if record is None:
-            return
+            return None
         problem = record_problem(record, self.test)
         if problem is None:
             try:
@@ -550,14 +592,13 @@ class OnlineTuner:
         if problem is not None:
             logger.warning("ignoring stored result for online tuner %s on %s: %s; it will be "
                            "tuned again", self.name, self.key.device_name, problem)
-            return
+            return None
         if record.fingerprint != self.fingerprint:
             logger.info("stored result for online tuner %s on %s is stale: %s; it will be "
                         "tuned again", self.name, self.key.device_name,
                         _stale_reason(record, self._fingerprint))
-            return
-        self.best_seconds = record.score if math.isfinite(record.score) else None
-        self._lock_on(params, time.monotonic() + self.period)
+            return None
+        return params, (record.score if math.isfinite(record.score) else None)
 
     def _prepare_store(self) -> None:
         """Ready the database for this scan's write now, while nothing runs yet: a first write

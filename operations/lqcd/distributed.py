@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune import accel
+from autotune import accel, tune
 
 from . import gauge as gauge_fields
 from .dslash import TEMPLATE as DSLASH_TEMPLATE
@@ -58,15 +58,20 @@ class DistributedWilsonOperator(WilsonOperator):
     #: data while the faces travel, then the boundary sites; "serial" exchanges first, then
     #: updates every site in one kernel.
     POLICIES = ("overlap", "serial")
+    #: the name of the collective online tuner that chooses the policy (``policy="tuned"``)
+    POLICY_TUNER = "operations.lqcd.DistributedWilsonOperator.policy"
 
     def __init__(self, comm: Any, context: accel.Context, U: np.ndarray, kappa: float,
                  grid: tuple[int, int, int, int] = (1, 1, 1, 1), precision: str = "double",
                  reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
                  unitarity_tol: float = 1e-8, queue: Any = None,
                  tuning: dict[str, Any] | str | None = None, policy: str = "overlap"):
-        if policy not in self.POLICIES:
-            raise ValueError(f"policy must be one of {', '.join(self.POLICIES)}, got {policy!r}")
+        if policy not in self.POLICIES + ("tuned",):
+            raise ValueError(f"policy must be one of {', '.join(self.POLICIES)} or 'tuned', "
+                             f"got {policy!r}")
         self.policy = policy
+        if policy == "tuned" and queue is None:  # the policy tuner times the queue's work
+            queue = context.create_command_queue(timed=True)
         U = link_array(U)
         t, z, y, x = U.shape[1:5]
         dims = (x, y, z, t)
@@ -86,6 +91,14 @@ class DistributedWilsonOperator(WilsonOperator):
         super().__init__(context, block, kappa, precision, reconstruct, t_boundary, check=False,
                          queue=queue, tuning=tuning)
         self._setup_halo()
+        self.policy_tuner: tune.OnlineTuner | None = None
+        if policy == "tuned":
+            # every rank times its own dslash; the slowest rank's time decides, for all
+            self.policy_tuner = tune.OnlineTuner(
+                context, self.POLICY_TUNER, {"policy": list(self.POLICIES)},
+                {"policy": "overlap"}, comm=comm, sources=[DSLASH_TEMPLATE, HALO_TEMPLATE],
+                arguments={"local": self.partition.local, "grid": self.partition.grid,
+                           "precision": precision, "reconstruct": reconstruct})
 
     # The exchange --------------------------------------------------------------------------
     def _setup_halo(self) -> None:
@@ -214,7 +227,16 @@ class DistributedWilsonOperator(WilsonOperator):
         args = [out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
                 self._ghost, self._ghost_links, self._no_sites, np.uint32(0)]
         variant = (parity, bool(dagger), x is not None)
-        if not self._sections or self.policy == "serial":
+        if self.policy_tuner is not None and self._sections:
+            with self.policy_tuner.measure(self.queue, variant) as params:
+                self._dslash_with(args, variant, params["policy"])
+        else:
+            self._dslash_with(args, variant, self.policy)
+
+    def _dslash_with(self, args: list, variant: tuple[int, bool, bool], policy: str) -> None:
+        parity = variant[0]
+        inp = args[1]
+        if not self._sections or policy == "serial":
             self.exchange(inp, 1 - parity)
             self._kernel(*variant, "all")(args)
             return

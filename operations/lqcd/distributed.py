@@ -17,7 +17,6 @@ work on the rank's block. Solvers sum their reductions over the ranks.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,11 +26,12 @@ from autotune import accel, tune
 from . import gauge as gauge_fields
 from .dslash import TEMPLATE as DSLASH_TEMPLATE
 from .dslash import DslashTemplate
+from .halo import TEMPLATE as HALO_TEMPLATE
+from .halo import HaloTemplate
+from .halo import sections as halo_sections
 from .lattice import Lattice
 from .partition import Partition
 from .wilson import SpinorField, WilsonOperator, check_links, link_array
-
-HALO_TEMPLATE = Path(__file__).with_name("halo.mako")
 
 
 def rank_context(comm: Any, selector: str | None = None) -> accel.Context:
@@ -105,14 +105,9 @@ class DistributedWilsonOperator(WilsonOperator):
         part = self.partition
         local = part.local
         dirs = [mu for mu in range(4) if part.partitioned[mu]]
-        ghost_offsets, offset = {}, 0
-        for mu in dirs:
-            for step in (1, -1):
-                ghost_offsets[mu, step] = offset
-                offset += 12 * part.face_sites(mu)
-        self._sections = [(mu, step, ghost_offsets[mu, step], part.face_sites(mu))
-                          for mu in dirs for step in (1, -1)]
-        self._ghost_size = max(offset, 1)
+        self._sections = halo_sections(local, part.partitioned)
+        ghost_offsets = {(mu, step): offset for mu, step, offset, _ in self._sections}
+        self._ghost_size = max(sum(12 * fh for *_, fh in self._sections), 1)
         link_offsets, links = {}, []
         real = self.reconstruct == 8
         n = {18: 9, 12: 6, 8: 8}[self.reconstruct]
@@ -144,6 +139,7 @@ class DistributedWilsonOperator(WilsonOperator):
                       "face_sites": tuple(part.face_sites(mu) for mu in range(4))}
         self._kernels: dict[tuple, Any] = {}
         self._packers: dict[int, Any] = {}
+        self._halo: HaloTemplate | None = None
         # per parity, the checkerboard indices of the block's sites with a hop off the block
         lat = self.lattice
         x, y, z, t = (np.asarray(c) for c in np.unravel_index(np.arange(lat.volume),
@@ -161,13 +157,14 @@ class DistributedWilsonOperator(WilsonOperator):
     def _packer(self, parity: int) -> Any:
         launch = self._packers.get(parity)
         if launch is None:
-            total = sum(fh for *_, fh in self._sections)
-            wgs = min(64, self.context.device.max_work_group_size)
-            program = self.context.build(HALO_TEMPLATE, {
-                "cplx": accel.c_type(self.dtype), "dims": self.partition.local, "parity": parity,
-                "sections": [tuple(s) for s in self._sections], "wgs": wgs})
-            launch = self._packers[parity] = self.queue.launcher(
-                program.get_kernel(f"pack_p{parity}"), -(-total // wgs) * wgs, wgs)
+            if self._halo is None:
+                local, cut = self.partition.local, self.partition.partitioned
+                # one rank tunes the pack kernel (or reads the store) and tells the others
+                mine = (HaloTemplate.autotune(self.context, local, cut, self.precision)
+                        if self.comm.rank == 0 else None)
+                self._halo = HaloTemplate(self.context, local, cut, self.precision,
+                                          self.comm.bcast(mine, root=0))
+            launch = self._packers[parity] = self._halo.instantiate(self.queue, parity)
         return launch
 
     def _kernel(self, parity: int, dagger: bool, xpay: bool, region: str) -> Any:
@@ -196,7 +193,7 @@ class DistributedWilsonOperator(WilsonOperator):
     def _start_exchange(self, inp: accel.DeviceArray, parity: int) -> accel.Marker:
         """Enqueue the packing and the copy of the faces to the host; the marker says when the
         copy is done."""
-        self._packer(parity)([self._send, inp])
+        self._packer(parity)(self._send, inp)
         self._send.get(self.queue, self._host_send, wait=False)
         self._sent = self.queue.mark()
         return self._sent

@@ -1,0 +1,105 @@
+"""``HaloTemplate``: the tuned kernel that packs a block's faces for its neighbours
+(``halo.mako``), one parity of a spinor at a time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autotune import accel, tune
+
+from .dslash import PRECISIONS
+from .lattice import Lattice
+from .partition import Partition
+
+TEMPLATE = Path(__file__).with_name("halo.mako")
+
+
+def sections(dims: tuple[int, int, int, int],
+             partitioned: tuple[bool, bool, bool, bool]) -> list[tuple[int, int, int, int]]:
+    """``(mu, step, offset, face_sites)`` of each face in the send buffer (and the ghost
+    zone): for every cut direction the forward face, then the backward one; 12 components per
+    site, component major."""
+    out, offset = [], 0
+    volume = int(np.prod(dims))
+    for mu in range(4):
+        if partitioned[mu]:
+            fh = volume // (2 * dims[mu])
+            for step in (1, -1):
+                out.append((mu, step, offset, fh))
+                offset += 12 * fh
+    return out
+
+
+class HaloTemplate:
+    """Packs the faces of the cut directions of a (12, V/2) spinor parity into one buffer."""
+
+    autotune_version = 1
+    autotune_sources = (TEMPLATE,)
+
+    def __init__(self, context: accel.Context, dims: tuple[int, int, int, int],
+                 partitioned: tuple[bool, bool, bool, bool], precision: str,
+                 tuning: dict[str, Any] | None = None):
+        self.context = context
+        self.lattice = Lattice(tuple(dims))
+        self.partitioned = tuple(bool(p) for p in partitioned)
+        if len(self.partitioned) != 4 or not any(self.partitioned):
+            raise ValueError(f"partitioned must be four flags with at least one set, got {partitioned}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be 'single' or 'double', got {precision!r}")
+        self.dtype = np.dtype(PRECISIONS[precision][1])
+        self.sections = sections(self.lattice.dims, self.partitioned)
+        self.size = sum(12 * fh for *_, fh in self.sections)
+        if tuning is None:
+            tuning = self.autotune(context, self.lattice.dims, self.partitioned, precision)
+        self.tuning = tune.checked_tuning(HaloTemplate, context, tuning, dims=self.lattice.dims,
+                                          partitioned=self.partitioned, precision=precision)
+        self.wgs = self.tuning["wgs"]
+
+    def instantiate(self, queue: accel.CommandQueue, parity: int) -> Any:
+        """``pack(send, inp)``: the faces of ``inp`` (parity ``parity``) into ``send``."""
+        total = sum(fh for *_, fh in self.sections)
+        program = self.context.build(TEMPLATE, {
+            "cplx": accel.c_type(self.dtype), "dims": self.lattice.dims, "parity": parity,
+            "sections": [tuple(s) for s in self.sections], "wgs": self.wgs})
+        launch = queue.launcher(program.get_kernel(f"pack_p{parity}"),
+                                -(-total // self.wgs) * self.wgs, self.wgs)
+        return lambda send, inp: launch([send, inp])
+
+    @classmethod
+    def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
+                       partitioned: tuple[bool, bool, bool, bool], precision: str) -> tune.Space:
+        """Work-group sizes the device allows."""
+        limit = context.device.max_work_group_size
+        sizes = [32, 64, 128, 256, 512] if context.device.is_gpu else [16, 64, 256]
+        return tune.Space({"wgs": sizes},
+                          [tune.restriction(f"wgs from 1 to {limit} (the device's limit)",
+                                            lambda p: 1 <= p["wgs"] <= limit)])
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 64})
+    def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int],
+                 partitioned: tuple[bool, bool, bool, bool], precision: str) -> dict[str, Any]:
+        lattice = Lattice(tuple(dims))
+        dtype = np.dtype(PRECISIONS[precision][1])
+        queue = context.create_tuning_command_queue()
+        rng = np.random.default_rng(4)
+        host = (rng.standard_normal((12, lattice.half_volume))
+                + 1j * rng.standard_normal((12, lattice.half_volume))).astype(dtype)
+        block = Partition(lattice.dims, (1, 1, 1, 1), 0)
+        faces = sections(lattice.dims, tuple(partitioned))
+        expected = np.concatenate([
+            host[:, block.face_order(mu, 0, lattice.dims[mu] - 1 if step == 1 else 0)].reshape(-1)
+            for mu, step, _, _ in faces])
+        inp = context.to_device(queue, host)
+        send = context.allocate(expected.size, dtype)
+
+        def generate(wgs: int) -> tune.Measurement:
+            pack = cls(context, lattice.dims, partitioned, precision, {"wgs": wgs}).instantiate(queue, 0)
+            return tune.make_measure(queue, lambda: pack(send, inp),
+                                     lambda: bool(np.array_equal(send.get(queue), expected)),
+                                     bytes=2 * expected.size * dtype.itemsize)
+
+        return tune.autotune(generate)

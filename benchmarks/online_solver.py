@@ -63,14 +63,6 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int) -> dic
         warnings.simplefilter("ignore", RuntimeWarning)  # a tolerance no solve reaches
         solvers.cg(A, b, 1e-300, 1)
         op.queue.finish()
-        variant = os.environ.get("ONLINE_SOLVER_VARIANT", "")
-        if variant == "switch":
-            sys.setswitchinterval(2e-4)
-        if variant == "prepared" and op.template.online is not None:  # isolate the build phase
-            op.template.online.wait_prepared(120)
-            for inst in solvers._shared_ops[op.queue][
-                    (np.dtype(A.dtype), A.size, "online", id(None))]._passes.values():
-                inst.tuner.wait_prepared(120)
         ready = time.perf_counter()
         residuals, marks = [], [ready]
         for _ in range(solves):
@@ -79,41 +71,22 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int) -> dic
             marks.append(time.perf_counter())
         op.queue.finish()
         done = time.perf_counter()
-        extra = {}
-        if os.environ.get("ONLINE_SOLVER_PROBE"):  # what the steady state costs, and why
-            import gc
-            for label in ("again", "frozen", "no-gc"):
-                if label == "frozen":
-                    gc.collect()
-                    gc.freeze()
-                if label == "no-gc":
-                    gc.disable()
-                t0 = time.perf_counter()
-                for _ in range(30):
-                    solvers.cg(A, b, 1e-300, iterations)
-                op.queue.finish()
-                extra[label] = (time.perf_counter() - t0) / 30
-            gc.enable()
-            extra["objects"] = len(gc.get_objects())
-            extra["threads"] = __import__("threading").active_count()
+    passes = solvers.vector_ops(A)._passes  # the solves' passes, kept per queue
     tuners = []
     if op.template.online is not None:
         tuners.append(("dslash", op.template.online))
-        for (family, name), inst in solvers._shared_ops[op.queue][
-                (np.dtype(A.dtype), A.size, "online", id(None))]._passes.items():
-            tuners.append((f"{family}.{name}", inst.tuner))
+        tuners += [(f"{family}.{name}", inst.tuner) for (family, name), inst in passes.items()]
     for _, tuner in tuners:
         tuner.finish_scan()
     used = {"dslash": op.template.tuning or (op.template.online.best if op.template.online else None)}
-    for (family, name), inst in solvers._shared_ops[op.queue][
-            (np.dtype(A.dtype), A.size, op.tuning, id(None))]._passes.items():
+    for (family, name), inst in passes.items():
         used[f"{family}.{name}"] = inst.template.tuning if op.tuning is None else inst.tuner.best
     seconds = done - ready
     return {
         "mode": mode, "device": context.device.describe(), "dims": list(dims),
         "solves": solves, "iterations": iterations, "seconds": seconds,
         "setup_seconds": ready - made, "final_residual": residuals[-1], "parameters": used,
-        "solve_seconds": list(np.diff(marks)), "probe": extra,
+        "solve_seconds": list(np.diff(marks)),
         "tuners": [{"name": name, "best": t.best, "scans": t.scans, "scanning": t.scanning,
                     "stored": t.stored, "best_seconds": t.best_seconds,
                     "scan_seconds": t.scan_seconds,
@@ -133,9 +106,6 @@ def report(runs: dict, round_index: int) -> None:
         print(f"  {mode:8s} {run['seconds']:8.3f} s  ({run['seconds'] / base:.4f} of offline)  "
               f"off-optimal {off * 1e3:.2f} ms ({100 * off / run['seconds']:.3f}%)  "
               f"setup {run['setup_seconds']:.2f} s")
-        if run["probe"]:
-            print("      probe", {k: round(v * 1e3, 3) if isinstance(v, float) else v
-                                  for k, v in run["probe"].items()})
         per = run["solve_seconds"]
         tenth = max(1, len(per) // 10)
         print(f"      first {tenth} solves {sum(per[:tenth]):.3f} s, the median solve after them "

@@ -134,8 +134,9 @@ _shared_ops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _shared_ops_lock = threading.Lock()
 
 
-def _vector_ops(A: LinearOperator) -> VectorOps:
-    """The vector passes for ``A``'s vectors: those its queue already has, else new ones."""
+def vector_ops(A: LinearOperator) -> VectorOps:
+    """The vector passes a solver uses for ``A``'s vectors: those its queue already has (for
+    this dtype, length, tuning and communicator), else new ones."""
     tuning = _tuning(A)
     comm = getattr(A, "comm", None)
     with _shared_ops_lock:
@@ -242,7 +243,7 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     tol, maxiter = check_stopping(tol, maxiter)
     _check(A, b)
     start = time.perf_counter()
-    ops = _vector_ops(A)
+    ops = vector_ops(A)
     ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
     dot = ops.fused(ReduceTemplate, "dot")
     x, r, p, ap = ops.new(), ops.new(), ops.new(), ops.new()
@@ -281,7 +282,7 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
     tol, maxiter = check_stopping(tol, maxiter)
     _check(A, b)
     start = time.perf_counter()
-    ops = _vector_ops(A)
+    ops = vector_ops(A)
     ops.prepare(blas=("xmy_norm", "caxpy_norm", "cdot_norm", "bicgstab_xs", "bicgstab_p"),
                 reduce=("sumsq", "dot"))
     x, r, r0, p, v, t = (ops.new() for _ in range(6))
@@ -353,8 +354,8 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     if A_low.size != A.size:
         raise ValueError("the two operators act on vectors of different lengths")
     start = time.perf_counter()
-    hi = _vector_ops(A)
-    lo = _vector_ops(A_low)
+    hi = vector_ops(A)
+    lo = vector_ops(A_low)
     hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
     lo.prepare(blas=("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"), reduce=("dot",))
     dot = lo.fused(ReduceTemplate, "dot")

@@ -23,7 +23,8 @@ from .helpers import builds_in_helpers
 from .identity import DeviceIdentity
 from .render import RenderedSource, render
 from .sources import SourceFile, recording, template_sources
-from .selection import ENV_DEVICE, DeviceSpec, create_some_context, list_devices, select_devices
+from .selection import (ENV_DEVICE, DeviceSpec, create_some_context, device_for_local_rank,
+                        list_devices, select_devices)
 
 __all__ = [
     "C_TYPES",
@@ -48,6 +49,7 @@ __all__ = [
     "builds_in_helpers",
     "c_type",
     "create_some_context",
+    "device_for_local_rank",
     "list_devices",
     "real_dtype",
     "recording",

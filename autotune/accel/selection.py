@@ -94,6 +94,14 @@ def select_devices(selector: str | None = None) -> list[DeviceSpec]:
     return chosen
 
 
+def device_for_local_rank(local_rank: int, selector: str | None = None) -> DeviceSpec:
+    """The device for the ``local_rank``-th process of a host (one GPU per process): the
+    ``local_rank``-th device ``selector`` (else ``AUTOTUNE_DEVICE``) matches, cycling where
+    processes outnumber devices (a CPU device shared by test ranks)."""
+    specs = select_devices(selector or os.environ.get(ENV_DEVICE))
+    return specs[local_rank % len(specs)]
+
+
 def create_some_context(selector: str | None = None) -> Context:
     """A context on the best device: a CUDA GPU, else an OpenCL GPU, else an OpenCL CPU.
 

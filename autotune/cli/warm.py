@@ -240,8 +240,7 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
     if args.all_devices or args.jobs != 1:
         raise ValueError("under mpiexec each rank warms one device: drop --all-devices and --jobs")
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))
-    spec = specs[local.rank % len(specs)]
+    spec = accel.device_for_local_rank(local.rank, args.device)
     local.Free()
     share = shares(comm.allgather(device_class(spec.identity)))[comm.rank]
     outcomes = warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,

@@ -13,8 +13,8 @@ import enum
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -251,10 +251,10 @@ def validate_parameters(parameters: Any, test: dict[str, Any]) -> dict[str, Any]
 
     The keys must be exactly those of ``test``; each value must be of the same kind as the test
     value: a boolean, an integer (at most 2^53 in magnitude), a finite number, or an
-    identifier-like string. Numpy scalars count as the Python values they hold. A read-only
-    mapping (what an online tuner's ``measure`` enters to) counts as the dict it holds.
+    identifier-like string. Numpy scalars count as the Python values they hold. Any other
+    mapping (the read-only one an online tuner's ``measure`` enters to) counts as a dict.
     """
-    if isinstance(parameters, MappingProxyType):
+    if isinstance(parameters, Mapping) and not isinstance(parameters, dict):
         parameters = dict(parameters)
     if not isinstance(parameters, dict):
         raise InvalidParametersError(f"parameters must be a JSON object, got {parameters!r}")

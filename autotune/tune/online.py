@@ -38,6 +38,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
 
+import numpy as np
+
 import autotune
 
 from .. import accel
@@ -483,13 +485,13 @@ class OnlineTuner:
                  one: bool = False) -> None:
         """Read finished timings (in launch order); ``wait``: also wait for unfinished ones."""
         kept: deque[tuple[_Candidate, Hashable, accel.IntervalTimer]] = deque()
-        blocked: list[accel.CommandQueue] = []  # a queue runs in order: after one unfinished
-        while self._pending:                    # timing, its later ones are unfinished too
+        blocked: set[int] = set()  # a queue runs in order: after one unfinished timing of a
+        while self._pending:       # queue, its later ones are unfinished too (not asked)
             candidate, part, timer = self._pending.popleft()
-            if (queue is not None and timer.queue is not queue) or any(
-                    timer.queue is b for b in blocked) or not (wait or timer.ready()):
-                if not wait and not any(timer.queue is b for b in blocked):
-                    blocked.append(timer.queue)
+            skip = (queue is not None and timer.queue is not queue) or id(timer.queue) in blocked
+            if skip or not (wait or timer.ready()):
+                if not skip:
+                    blocked.add(id(timer.queue))
                 kept.append((candidate, part, timer))
                 continue
             candidate.samples.setdefault(part, []).append(timer.seconds())
@@ -540,8 +542,6 @@ class OnlineTuner:
 
     def _slowest(self, candidates: list[_Candidate], scores: dict[int, float]) -> dict[int, float]:
         """Each candidate's score as the maximum over the ranks (inf where any rank has none)."""
-        import numpy as np
-
         mine = np.array([scores.get(id(c), math.inf) for c in candidates])
         worst = np.empty_like(mine)
         from mpi4py import MPI

@@ -16,7 +16,6 @@ work on the rank's block. Solvers sum their reductions over the ranks.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
@@ -42,9 +41,7 @@ def rank_context(comm: Any, selector: str | None = None) -> accel.Context:
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        specs = accel.select_devices(selector if selector is not None
-                                     else os.environ.get(accel.ENV_DEVICE))
-        return specs[local.rank % len(specs)].create_context()
+        return accel.device_for_local_rank(local.rank, selector).create_context()
     finally:
         local.Free()
 
@@ -107,6 +104,9 @@ class DistributedWilsonOperator(WilsonOperator):
         dirs = [mu for mu in range(4) if part.partitioned[mu]]
         self._sections = halo_sections(local, part.partitioned)
         ghost_offsets = {(mu, step): offset for mu, step, offset, _ in self._sections}
+        #: (mu, step) -> the face's part of the send buffer and the ghost zone
+        self._slices = {(mu, step): slice(offset, offset + 12 * fh)
+                        for mu, step, offset, fh in self._sections}
         self._ghost_size = max(sum(12 * fh for *_, fh in self._sections), 1)
         link_offsets, links = {}, []
         real = self.reconstruct == 8
@@ -202,9 +202,7 @@ class DistributedWilsonOperator(WilsonOperator):
         """Wait for the faces on the host, swap them with the neighbours, copy the ghosts to
         the device (work enqueued in between, the interior update, runs meanwhile)."""
         self._sent.wait()
-        part, comm = self.partition, self.comm
-        sections = {(mu, step): slice(offset, offset + 12 * fh)
-                    for mu, step, offset, fh in self._sections}
+        part, comm, sections = self.partition, self.comm, self._slices
         for mu in range(4):
             if not part.partitioned[mu]:
                 continue

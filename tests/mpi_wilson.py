@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--reconstruct", type=int, default=18)
     parser.add_argument("--precision", default="double")
     parser.add_argument("--policy", default="overlap")
+    parser.add_argument("--transport", default="auto")
     parser.add_argument("--solves", nargs="*", default=["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"])
     parser.add_argument("--tune-policy", action="store_true",
                         help="policy tuned (collectively) into AUTOTUNE_DB, as outside tests")
@@ -47,10 +48,12 @@ def main() -> None:
     kappa = 0.11
     one = WilsonOperator(context, u, kappa, args.precision, args.reconstruct, args.t_boundary)
     many = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), args.precision,
-                                     args.reconstruct, args.t_boundary, policy=args.policy)
+                                     args.reconstruct, args.t_boundary, policy=args.policy,
+                                     transport=args.transport)
     scale = float(np.max(np.abs(psi)))
     result: dict = {"rank": comm.rank, "size": comm.size, "local": list(many.partition.local),
-                    "device": context.device.describe()}
+                    "device": context.device.describe(),
+                    "transport": many.transport.name}
     for name in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger"):
         got, want = getattr(many, name)(psi), getattr(one, name)(psi)
         result[name] = float(np.max(np.abs(got - want))) / scale

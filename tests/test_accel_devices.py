@@ -76,7 +76,9 @@ def test_interval_timers_time_work_without_waiting_for_it(context):
     x = context.to_device(queue, np.ones(n, np.float32))
     y = context.allocate(n, np.float32)
     light, heavy = queue.interval_timer(), queue.interval_timer()
-    for timer, reps in ((light, 2), (heavy, 2000)):
+    # an interval also holds the time the device waits for the host to launch: the heavy run
+    # goes first, so that the light one is launched while the device is still busy
+    for timer, reps in ((heavy, 20000 if context.device.is_gpu else 2000), (light, 2)):
         timer.start()
         queue.enqueue_kernel(kernel, [y, x, np.uint32(n), np.uint32(reps)], n, 32)
         timer.stop()
@@ -106,3 +108,27 @@ def test_a_marker_says_when_the_work_before_it_is_done(context):
     marker.wait()
     assert marker.ready()
     np.testing.assert_array_equal(host, data)  # the copy before the marker has landed
+
+
+def test_a_queue_waits_for_a_marker_of_another_queue(context):
+    """Work on a second queue ordered behind the first queue's work on the device (the
+    multi-GPU exchange copies faces beside the interior kernel this way): a chain of
+    asynchronous copies alternating between the queues ends with every value in place."""
+    first, second = context.create_command_queue(), context.create_command_queue()
+    data = np.arange(1 << 18, dtype=np.float32)
+    host = context.empty_host(data.shape, data.dtype)
+    host[:] = data
+    a, b, c = (context.allocate(data.shape, data.dtype) for _ in range(3))
+    a.set(first, host, wait=False)
+    b.copy_from(first, a)
+    second.wait_for(first.mark())
+    c.copy_from(second, b)
+    result = context.empty_host(data.shape, data.dtype)
+    result[:] = -1
+    c.get(second, result, wait=False)
+    second.finish()
+    np.testing.assert_array_equal(result, data)
+    with pytest.raises(TypeError, match="Marker"):
+        second.wait_for(object())
+    with pytest.raises(ValueError, match="C-contiguous"):
+        a.set(first, np.arange(2 * data.size, dtype=np.float32)[::2], wait=False)

@@ -94,24 +94,25 @@ def test_wrapping_foreign_arrays_is_refused_on_opencl(context):
 def test_cuda_array_interface_both_ways(context, command_queue):
     cupy = pytest.importorskip("cupy")
     host = np.arange(1000, dtype=np.float32)
-    theirs = cupy.asarray(host)
-    ours = context.wrap(theirs)
-    np.testing.assert_array_equal(ours.get(command_queue), host)
-    ours.zero(command_queue)
-    command_queue.finish()
-    assert float(theirs.sum()) == 0.0
-    mine = context.to_device(command_queue, host)
-    view = cupy.asarray(mine)  # through our __cuda_array_interface__
-    assert float(view.sum()) == float(host.sum())
-    with pytest.raises(ValueError, match="C-contiguous"):
-        context.wrap(cupy.zeros((4, 4), cupy.float32)[:, ::2])
+    with cupy.cuda.Device(context.device_index):  # CuPy works on the context's GPU
+        theirs = cupy.asarray(host)
+        ours = context.wrap(theirs)
+        np.testing.assert_array_equal(ours.get(command_queue), host)
+        ours.zero(command_queue)
+        command_queue.finish()
+        assert float(theirs.sum()) == 0.0
+        mine = context.to_device(command_queue, host)
+        view = cupy.asarray(mine)  # through our __cuda_array_interface__
+        assert float(view.sum()) == float(host.sum())
+        with pytest.raises(ValueError, match="C-contiguous"):
+            context.wrap(cupy.zeros((4, 4), cupy.float32)[:, ::2])
 
 
 @pytest.mark.cuda_only
 def test_torch_tensors_wrap_without_copy(context, command_queue):
     if torch is None:
         pytest.skip("PyTorch is not installed")
-    t = torch.arange(64, dtype=torch.float64, device="cuda")
+    t = torch.arange(64, dtype=torch.float64, device=f"cuda:{context.device_index}")
     arr = context.wrap(t)
     assert arr.shape == (64,) and arr.dtype == np.float64
     arr.zero(command_queue)
@@ -154,6 +155,14 @@ def test_views_share_memory(context, command_queue):
         a.view(4000, 5000)
     with pytest.raises(ValueError, match="does not hold"):
         a.view(0, 10, (3, 3))
+    # a view of a view: elements 3072:3584 of the whole array
+    inner = a.view(2048, 4096).view(1024, 1536)
+    a.set(command_queue, host)
+    np.testing.assert_array_equal(inner.get(command_queue), host[3072:3584])
+    inner.zero(command_queue)
+    command_queue.finish()
+    np.testing.assert_array_equal(np.nonzero(a.get(command_queue) == 0)[0][1:],
+                                  np.arange(3072, 3584))
 
 
 def test_as_array_accepts_device_arrays_and_refuses_host_data(context, command_queue):
@@ -170,6 +179,37 @@ def test_as_array_accepts_device_arrays_and_refuses_host_data(context, command_q
 @pytest.mark.cuda_only
 def test_as_array_views_cupy_memory(context, command_queue):
     cupy = pytest.importorskip("cupy")
-    theirs = cupy.arange(16, dtype=cupy.float32)
+    with cupy.cuda.Device(context.device_index):
+        theirs = cupy.arange(16, dtype=cupy.float32)
     ours = context.as_array(theirs)
     np.testing.assert_array_equal(ours.get(command_queue), np.arange(16, dtype=np.float32))
+    # memory of another GPU is refused by name, not read by a kernel of this one
+    for other in range(cupy.cuda.runtime.getDeviceCount()):
+        if other != context.device_index:
+            with cupy.cuda.Device(other):
+                elsewhere = cupy.arange(16, dtype=cupy.float32)
+            with pytest.raises(ValueError, match=f"lives on GPU {other}"):
+                context.as_array(elsewhere)
+
+
+def test_shared_memory_handles_are_checked_and_refused_where_unsupported(context, command_queue):
+    """Sharing device memory with other processes (the multi-GPU exchange's device-to-device
+    path) is CUDA IPC; OpenCL says it cannot. A handle is data from another process: a wrong
+    one is refused before it reaches the driver. (Two processes mapping each other's memory:
+    tests/test_distributed.py's peer-transport test.)"""
+    from autotune.accel import AccelError
+
+    a = context.allocate(64, np.float32)
+    handle = context.share(a)
+    if context.device.backend == "cuda":
+        assert isinstance(handle, bytes) and len(handle) == context.SHARE_HANDLE_BYTES
+        with pytest.raises(ValueError, match="whole allocation"):
+            context.share(a.view(16, 32))
+        with pytest.raises(ValueError, match="64 bytes"):
+            context.open_shared(handle[:10], 64, np.float32)
+        with pytest.raises(TypeError, match="Python objects"):
+            context.open_shared(handle, 64, object)
+    else:
+        assert handle is None
+        with pytest.raises(AccelError, match="host memory"):
+            context.open_shared(b"\0" * 64, 64, np.float32)

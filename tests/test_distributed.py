@@ -34,15 +34,23 @@ def _selector(context) -> str:
     return "cuda" if context.device.backend == "cuda" else "opencl"
 
 
-def _run(context, dims, grid, t_boundary, reconstruct, precision, solves, policy) -> list[dict]:
+def _launch(context, dims, grid, t_boundary, reconstruct, precision, solves, policy,
+            transport="auto") -> subprocess.CompletedProcess:
     ranks = math.prod(grid)
     command = [_mpiexec(), "-n", str(ranks), sys.executable, str(SCRIPT),
                "--dims", *map(str, dims), "--grid", *map(str, grid),
                "--t-boundary", str(t_boundary), "--reconstruct", str(reconstruct),
-               "--precision", precision, "--policy", policy, "--solves", *solves]
+               "--precision", precision, "--policy", policy, "--transport", transport,
+               "--solves", *solves]
     env = dict(os.environ, AUTOTUNE_DEVICE=_selector(context),
                PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def _run(context, *args) -> list[dict]:
+    out = _launch(context, *args)
+    grid = args[1]
+    ranks = math.prod(grid)
     assert out.returncode == 0, out.stderr[-4000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
     assert [r["rank"] for r in results] == list(range(ranks))
@@ -51,26 +59,32 @@ def _run(context, dims, grid, t_boundary, reconstruct, precision, solves, policy
 
 EVERY_SOLVE = ("cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed")
 CASES = [
-    # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves, policy
-    pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE, "overlap",
+    # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves, policy, transport
+    pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE, "overlap", "auto",
                  id="t-cut-2-antiperiodic"),
     pytest.param((8, 6, 4, 4), (2, 1, 1, 1), 1, 12, "double", ("cg_eo", "bicgstab_eo"), "serial",
-                 id="x-cut-2-unequal-periodic-serial"),
+                 "host", id="x-cut-2-unequal-periodic-serial-host"),
     pytest.param((4, 8, 6, 8), (1, 2, 1, 2), -1, 8, "double", ("cg_eo", "bicgstab_eo"), "overlap",
-                 id="yt-cut-4"),
-    pytest.param((8, 4, 4, 8), (2, 1, 1, 2), 1, 12, "single", ("cg_eo",), "overlap",
+                 "auto", id="yt-cut-4"),
+    pytest.param((8, 4, 4, 8), (2, 1, 1, 2), 1, 12, "single", ("cg_eo",), "overlap", "auto",
                  id="xt-cut-4-single"),
 ]
 
 
-@pytest.mark.parametrize("dims,grid,t_boundary,reconstruct,precision,solves,policy", CASES)
+@pytest.mark.parametrize("dims,grid,t_boundary,reconstruct,precision,solves,policy,transport",
+                         CASES)
 def test_the_distributed_operator_equals_the_single_process_one(context, dims, grid, t_boundary,
                                                                   reconstruct, precision, solves,
-                                                                  policy):
+                                                                  policy, transport):
     if precision == "double" and not context.device.double_precision:
         pytest.skip(f"{context.device.name} has no double precision")
     tol = 1e-12 if precision == "double" else 1e-6
-    for rank in _run(context, dims, grid, t_boundary, reconstruct, precision, solves, policy):
+    # "auto" goes device to device where the devices can map each other's memory (CUDA)
+    expected = transport if transport != "auto" else (
+        "peer" if context.device.backend == "cuda" else "host")
+    for rank in _run(context, dims, grid, t_boundary, reconstruct, precision, solves, policy,
+                     transport):
+        assert rank["transport"] == expected
         expected_local = [d // g for d, g in zip(dims, grid)]
         assert rank["local"] == expected_local
         for name in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger"):
@@ -83,6 +97,23 @@ def test_the_distributed_operator_equals_the_single_process_one(context, dims, g
             assert solve["true_residual"][0] <= 10 * max(solve["true_residual"][1], 1e-13 if
                                                         precision == "double" else 1e-6), solve
             assert solve["difference"] <= (1e-9 if precision == "double" else 1e-4), (label, solve)
+
+
+def test_the_peer_transport_goes_device_to_device_or_says_why_not(context):
+    """transport="peer" asked for outright: CUDA ranks of one host map each other's ghost
+    zones and match the single-process operator; elsewhere the run stops with an error that
+    says why and names the fallback."""
+    out = _launch(context, (4, 4, 4, 8), (1, 1, 1, 2), -1, 12, "double", ["cg_eo"], "overlap",
+                  "peer")
+    if context.device.backend == "cuda":
+        assert out.returncode == 0, out.stderr[-4000:]
+        for rank in json.loads(out.stdout.strip().splitlines()[-1]):
+            assert rank["transport"] == "peer" and rank["dslash"] <= 1e-12
+            assert rank["cg_eo"]["iterations"][0] == rank["cg_eo"]["iterations"][1]
+    else:
+        assert out.returncode != 0
+        assert "peer transport cannot be used" in out.stderr
+        assert "only CUDA" in out.stderr and "transport='host'" in out.stderr
 
 
 def test_a_grid_that_does_not_fit_is_a_clear_error(context):
@@ -139,7 +170,8 @@ def test_the_pack_kernel_is_tuned_and_gathers_the_faces(context):
 
     dims, cut = (4, 6, 2, 4), (True, False, False, True)
     template = HaloTemplate(context, dims, cut, "single")
-    assert template.wgs in HaloTemplate.autotune_space(context, dims, cut, "single").parameters["wgs"]
+    space = HaloTemplate.autotune_space(context, dims, cut, "single").parameters
+    assert template.wgs in space["wgs"] and template.comps in space["comps"]
     lat = Lattice(dims)
     queue = context.create_command_queue()
     for parity in (0, 1):

@@ -169,9 +169,10 @@ def test_every_candidate_computes_the_same_answer(context, op, dtype):
 @pytest.mark.cuda_only
 def test_cupy_arrays_are_reduced_in_place(context, command_queue):
     cupy = pytest.importorskip("cupy")
-    x = cupy.arange(10**6, dtype=cupy.float64)
-    fn = ReduceTemplate(context, np.float64, "sum").instantiate(command_queue, x.size)
-    assert fn(x) == float(x.sum())
+    with cupy.cuda.Device(context.device_index):
+        x = cupy.arange(10**6, dtype=cupy.float64)
+        fn = ReduceTemplate(context, np.float64, "sum").instantiate(command_queue, x.size)
+        assert fn(x) == float(x.sum())
 
 
 @pytest.mark.parametrize("op", ["sum", "min", "max"])
@@ -192,9 +193,11 @@ def test_misaligned_views_are_refused_for_vector_loads(context, command_queue):
     cupy = pytest.importorskip("cupy")
     from operations.fused import TEST_PARAMETERS
 
-    x = cupy.arange(1001, dtype=cupy.float32)[1:]  # starts 4 bytes into an allocation
-    fn = ReduceTemplate(context, np.float32, "sum", dict(TEST_PARAMETERS, vec=4)).instantiate(
-        command_queue, x.size)
-    with pytest.raises(ValueError, match="multiple of 16 bytes"):
-        fn(x)
-    assert ReduceTemplate(context, np.float32, "sum").instantiate(command_queue, x.size)(x) == float(x.sum())
+    with cupy.cuda.Device(context.device_index):
+        x = cupy.arange(1001, dtype=cupy.float32)[1:]  # starts 4 bytes into an allocation
+        fn = ReduceTemplate(context, np.float32, "sum", dict(TEST_PARAMETERS, vec=4)).instantiate(
+            command_queue, x.size)
+        with pytest.raises(ValueError, match="multiple of 16 bytes"):
+            fn(x)
+        assert (ReduceTemplate(context, np.float32, "sum").instantiate(command_queue, x.size)(x)
+                == float(x.sum()))

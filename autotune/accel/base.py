@@ -174,13 +174,21 @@ class DeviceArray(ABC):
                 f"shape/dtype mismatch: {other.shape} {other.dtype} vs {self.shape} {self.dtype}"
             )
 
-    def set(self, queue: CommandQueue, host: np.ndarray) -> None:
-        """Copy a numpy array of the same shape and dtype to the device (waits for it)."""
-        host = np.ascontiguousarray(self._check_host(host, "host array"))
+    def set(self, queue: CommandQueue, host: np.ndarray, *, wait: bool = True) -> None:
+        """Copy a numpy array of the same shape and dtype to the device (waits for it).
+
+        ``wait=False`` only enqueues the copy (``host`` must be C-contiguous, and stay
+        unchanged until the queue has run the copy); from an array of
+        :meth:`Context.empty_host` it is truly asynchronous on CUDA."""
+        self._check_host(host, "host array")
+        if not wait and not host.flags.c_contiguous:
+            raise ValueError("an asynchronous copy needs a C-contiguous host array")
+        host = np.ascontiguousarray(host)
         queue._wait_turn()
         if self.nbytes:
             queue._record(self._upload(queue, host))
-            queue.finish()
+            if wait:
+                queue.finish()
 
     def get(self, queue: CommandQueue, out: np.ndarray | None = None, *,
             wait: bool = True) -> np.ndarray:
@@ -319,6 +327,8 @@ class IntervalTimer(ABC):
 class Marker(ABC):
     """A point in a queue's work (from :meth:`CommandQueue.mark`)."""
 
+    queue: CommandQueue
+
     @abstractmethod
     def ready(self) -> bool:
         """Whether the work enqueued before the marker has finished (never waits)."""
@@ -362,6 +372,19 @@ class CommandQueue(ABC):
 
     @abstractmethod
     def _mark(self) -> Marker: ...
+
+    def wait_for(self, marker: Marker) -> None:
+        """Make work enqueued on this queue from now on wait (on the device, the host does not)
+        until the work before ``marker`` has finished: ``marker`` may come from another queue
+        of the same context, so that a copy on a second queue overlaps a kernel on the first."""
+        if not isinstance(marker, Marker):
+            raise TypeError(f"expected a Marker from queue.mark(), not {type(marker).__name__}")
+        if marker.queue.context is not self.context:
+            raise AccelError("the marker belongs to a queue of another context")
+        self._wait_for(marker)
+
+    @abstractmethod
+    def _wait_for(self, marker: Marker) -> None: ...
 
     def enqueue_kernel(self, kernel: Kernel, args: Sequence[Any],
                        global_size: int | Sequence[int], local_size: int | Sequence[int]) -> None:
@@ -606,6 +629,35 @@ class Context(ABC):
             f"{type(obj).__name__} cannot be wrapped on the {self.backend} backend: only CUDA "
             "contexts can view __cuda_array_interface__ memory; copy it to a numpy array first"
         )
+
+    # Memory other processes open -------------------------------------------------------------
+    #: the length of the handle :meth:`share` returns (0: the backend cannot share memory)
+    SHARE_HANDLE_BYTES = 0
+
+    def share(self, array: DeviceArray) -> bytes | None:
+        """A handle through which another process of this host opens ``array``'s memory
+        (:meth:`open_shared`), or None where the backend cannot share device memory between
+        processes (OpenCL). ``array`` must be a whole allocation of this context, not a view;
+        it must outlive every process that opened it."""
+        return None
+
+    def open_shared(self, handle: bytes, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
+        """The device array another process of this host shared (:meth:`share`), mapped into
+        this context: copies into and out of it run device to device (over NVLink or PCIe
+        between two GPUs). Raises :class:`AccelError` where the memory cannot be mapped here."""
+        raise AccelError(f"the {self.backend} backend cannot open memory of another process; "
+                         "exchange through host memory instead")
+
+    def _check_share_handle(self, handle: Any, shape: int | Sequence[int], dtype: Any
+                            ) -> tuple[bytes, Shape, np.dtype]:
+        if not isinstance(handle, (bytes, bytearray)) or len(handle) != self.SHARE_HANDLE_BYTES:
+            raise ValueError(f"a shared-memory handle is {self.SHARE_HANDLE_BYTES} bytes made by "
+                             f"Context.share, got {type(handle).__name__} of "
+                             f"{len(handle) if isinstance(handle, (bytes, bytearray)) else '?'}")
+        dtype = np.dtype(dtype)
+        if dtype.hasobject:
+            raise TypeError(f"dtype {dtype} holds Python objects and cannot live on a device")
+        return bytes(handle), _as_shape(shape), dtype
 
     @abstractmethod
     def create_command_queue(self, *, timed: bool = False) -> CommandQueue:

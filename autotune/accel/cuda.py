@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ import numpy as np
 from . import nvrtc
 from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
                    Program, _as_shape)
-from .errors import BackendUnavailableError, CompileError
+from .errors import AccelError, BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .render import RenderedSource
 
@@ -81,6 +82,47 @@ def list_devices() -> list[tuple[int, DeviceIdentity]]:
     if not available():
         return []
     return [(i, _identity(drv.Device(i))) for i in range(drv.Device.count())]
+
+
+def _in_context(method: Callable) -> Callable:
+    """Run a method of an array or queue with its context current: a process may hold contexts
+    on several GPUs, and the driver applies a call to whichever is current on the thread."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any) -> Any:
+        context = self.context
+        if drv.Context.get_current() == context.cu_context:
+            return method(self, *args)
+        with context.thread_scope():
+            return method(self, *args)
+
+    return run
+
+
+_POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+_libcuda: Any = None
+
+
+def _pointer_device(pointer: int) -> int | None:
+    """The ordinal of the GPU whose memory ``pointer`` is in (the driver's pointer attribute),
+    or None where the driver cannot say (host or managed memory, an old driver)."""
+    global _libcuda
+    import ctypes
+
+    if _libcuda is None:
+        try:
+            _libcuda = ctypes.CDLL("libcuda.so.1")
+            _libcuda.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int,
+                                                       ctypes.c_uint64]
+        except (OSError, AttributeError):
+            _libcuda = False
+    if not _libcuda or not pointer:
+        return None
+    ordinal = ctypes.c_int(-1)
+    if _libcuda.cuPointerGetAttribute(ctypes.byref(ordinal), _POINTER_DEVICE_ORDINAL,
+                                      ctypes.c_uint64(pointer)) != 0:
+        return None
+    return ordinal.value if ordinal.value >= 0 else None
 
 
 class CudaKernel(Kernel):
@@ -159,6 +201,13 @@ class CudaArray(DeviceArray):
         pointer, readonly = cai["data"]
         if readonly:
             raise ValueError("the array is read-only; kernels may write to device arrays")
+        device = _pointer_device(int(pointer or 0))
+        if device is not None and device != context.device_index:
+            # a kernel of this context would fault on it (or read another GPU over the bus)
+            raise ValueError(f"the {type(obj).__name__} lives on GPU {device} but this context "
+                             f"is on GPU {context.device_index}; make it on that GPU (CuPy: "
+                             f"with cupy.cuda.Device({context.device_index}); PyTorch: "
+                             f"device='cuda:{context.device_index}') or copy it there")
         return cls(context, shape, dtype, wrap=obj, pointer=int(pointer or 0))
 
     def _view(self, offset: int, shape: tuple[int, ...]) -> CudaArray:
@@ -178,18 +227,23 @@ class CudaArray(DeviceArray):
     def kernel_arg(self) -> Any:
         return self.pointer
 
+    @_in_context
     def _upload(self, queue: CudaQueue, host: np.ndarray) -> Any:
         drv.memcpy_htod_async(self.pointer, host, queue.stream)
 
+    @_in_context
     def _download(self, queue: CudaQueue, host: np.ndarray) -> Any:
         drv.memcpy_dtoh_async(host, self.pointer, queue.stream)
 
+    @_in_context
     def _download_range(self, queue: CudaQueue, host: np.ndarray, offset: int) -> Any:
         drv.memcpy_dtoh_async(host, self.pointer + offset, queue.stream)
 
+    @_in_context
     def _fill_zero(self, queue: CudaQueue) -> Any:
         drv.memset_d8_async(self.pointer, 0, self.nbytes, queue.stream)
 
+    @_in_context
     def _copy_from(self, queue: CudaQueue, other: CudaArray) -> Any:
         drv.memcpy_dtod_async(self.pointer, other.pointer, self.nbytes, queue.stream)
 
@@ -247,6 +301,7 @@ class CudaQueue(CommandQueue):
             self._start = drv.Event() if tuning else None
             self._stop = drv.Event() if tuning else None
 
+    @_in_context
     def _launch(self, kernel: CudaKernel, args: list[Any], global_size: tuple[int, ...],
                 local_size: tuple[int, ...]) -> Any:
         fmt = "".join("P" if isinstance(a, DeviceArray) else a.dtype.char for a in args)
@@ -258,6 +313,7 @@ class CudaQueue(CommandQueue):
         values = [a.pointer if isinstance(a, DeviceArray) else a for a in args]
         kernel.handle.prepared_async_call(grid, block, self.stream, *values)
 
+    @_in_context
     def _finish(self) -> None:
         self.stream.synchronize()
 
@@ -267,9 +323,15 @@ class CudaQueue(CommandQueue):
     def _mark(self) -> Marker:
         return CudaMarker(self)
 
+    @_in_context
+    def _wait_for(self, marker: CudaMarker) -> None:
+        self.stream.wait_for_event(marker._event)
+
+    @_in_context
     def _start_timing(self) -> None:
         self._start.record(self.stream)
 
+    @_in_context
     def _stop_timing(self) -> float:
         # Events on the stream bracket every command in between, copies included.
         self._stop.record(self.stream)
@@ -354,6 +416,32 @@ class CudaContext(Context):
     def empty_host(self, shape: int | Sequence[int], dtype: Any) -> np.ndarray:
         with self.thread_scope():
             return drv.pagelocked_empty(_as_shape(shape), np.dtype(dtype))
+
+    SHARE_HANDLE_BYTES = 64  # a CUipcMemHandle
+
+    def share(self, array: DeviceArray) -> bytes | None:
+        """A CUDA IPC handle of ``array`` (see :meth:`Context.share`)."""
+        if not isinstance(array, CudaArray) or array.context is not self:
+            raise ValueError("only device arrays of this context can be shared")
+        if array.allocation is None:
+            raise ValueError("only a whole allocation (context.allocate) can be shared, "
+                             "not a view or a wrapped foreign array")
+        with self.thread_scope():
+            return bytes(drv.mem_get_ipc_handle(array.pointer))
+
+    def open_shared(self, handle: bytes, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
+        """Map another process's device array (CUDA IPC; peer access between the two GPUs is
+        enabled as needed). The mapping is closed when the returned array is collected."""
+        handle, shape, dtype = self._check_share_handle(handle, shape, dtype)
+        try:
+            with self.thread_scope():
+                mapping = drv.IPCMemoryHandle(bytearray(handle),
+                                              drv.ipc_mem_flags.LAZY_ENABLE_PEER_ACCESS)
+        except drv.Error as exc:
+            raise AccelError(f"cannot map the shared device memory on {self.device.name}: {exc} "
+                             "(the GPUs may have no peer access; exchange through host memory "
+                             "instead)") from exc
+        return CudaArray(self, shape, dtype, wrap=mapping, pointer=int(mapping))
 
     def wrap(self, obj: Any) -> DeviceArray:
         """A device array viewing ``obj``'s memory (anything with ``__cuda_array_interface__``)."""

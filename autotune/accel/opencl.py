@@ -112,21 +112,27 @@ class OpenCLProgram(Program):
 
 class OpenCLArray(DeviceArray):
     def __init__(self, context: OpenCLContext, shape: int | Sequence[int], dtype: Any,
-                 *, buffer: Any = None, parent: OpenCLArray | None = None):
+                 *, buffer: Any = None, parent: OpenCLArray | None = None, offset: int = 0):
         super().__init__(context, shape, dtype)
         # OpenCL refuses zero-byte buffers; an empty array still gets a valid handle.
         self.buffer = buffer if buffer is not None else cl.Buffer(
             context.cl_context, cl.mem_flags.READ_WRITE, max(self.nbytes, 1))
         self._parent = parent  # a view keeps the array it views alive
+        self._offset = offset  # bytes from the start of the root allocation
 
     def _view(self, offset: int, shape: tuple[int, ...]) -> OpenCLArray:
+        # OpenCL has no sub-buffer of a sub-buffer: a view of a view is cut from the root
+        root = self
+        while root._parent is not None:
+            root = root._parent
+        offset += self._offset
         align = self.context.cl_device.mem_base_addr_align // 8
         if offset % align:
             raise ValueError(f"an OpenCL view must start at a multiple of {align} bytes, "
                              f"not at byte {offset}")
         size = max(math.prod(shape) * self.dtype.itemsize, 1)
-        sub = self.buffer.get_sub_region(offset, size)
-        return OpenCLArray(self.context, shape, self.dtype, buffer=sub, parent=self)
+        sub = root.buffer.get_sub_region(offset, size)
+        return OpenCLArray(self.context, shape, self.dtype, buffer=sub, parent=root, offset=offset)
 
     @property
     def kernel_arg(self) -> Any:
@@ -181,6 +187,7 @@ class OpenCLMarker(Marker):
     """An OpenCL marker event."""
 
     def __init__(self, queue: OpenCLQueue):
+        self.queue = queue
         self._event = cl.enqueue_marker(queue.handle)
 
     def ready(self) -> bool:
@@ -219,6 +226,9 @@ class OpenCLQueue(CommandQueue):
 
     def _mark(self) -> Marker:
         return OpenCLMarker(self)
+
+    def _wait_for(self, marker: OpenCLMarker) -> None:
+        cl.enqueue_barrier(self.handle, wait_for=[marker._event])
 
     def _start_timing(self) -> None:
         self._events = []

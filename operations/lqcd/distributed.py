@@ -4,8 +4,9 @@ rank (the QUDA seed's multi-GPU dslash).
 Each rank holds its block of the links and spinors on its device, plus *ghost zones*: the faces
 of its neighbours' blocks that its boundary sites hop to. A dslash of one parity packs the faces
 of the input the neighbours need (``halo.mako``), exchanges them with the neighbours
-(``mpi4py``; through page-locked host buffers), and runs the dslash kernel, which reads a hop
-off the block from the ghost zone. Ghost links (the backward neighbours' links that a backward
+(:mod:`.transport`: device to device through CUDA IPC between the GPUs of one host, else
+through page-locked host buffers and MPI), and runs the dslash kernel, which reads a hop off the
+block from the ghost zone. Ghost links (the backward neighbours' links that a backward
 hop across the block's edge needs) never change, and every rank holds the global links, so they
 are built on the host once.
 
@@ -30,6 +31,7 @@ from .halo import HaloTemplate
 from .halo import sections as halo_sections
 from .lattice import Lattice
 from .partition import Partition
+from .transport import TRANSPORTS, Route, Transport, make_transport
 from .wilson import SpinorField, WilsonOperator, check_links, link_array
 
 
@@ -49,7 +51,10 @@ def rank_context(comm: Any, selector: str | None = None) -> accel.Context:
 class DistributedWilsonOperator(WilsonOperator):
     """M = 1 - kappa D on the global lattice of ``U``, cut by the process ``grid`` (px, py, pz,
     pt) over the ranks of ``comm`` (an mpi4py communicator with px py pz pt ranks, x fastest);
-    each rank's device holds its block. Other arguments as for :class:`WilsonOperator`."""
+    each rank's device holds its block. ``policy``: how a dslash meets its exchange
+    (:attr:`POLICIES`, or "tuned"); ``transport``: how the faces travel ("peer": device to
+    device, "host": through page-locked host memory, "auto": peer where every rank can have it;
+    see :mod:`.transport`). Other arguments as for :class:`WilsonOperator`."""
 
     #: How a dslash meets its exchange: "overlap" updates the sites that need no neighbour
     #: data while the faces travel, then the boundary sites; "serial" exchanges first, then
@@ -62,7 +67,11 @@ class DistributedWilsonOperator(WilsonOperator):
                  grid: tuple[int, int, int, int] = (1, 1, 1, 1), precision: str = "double",
                  reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
                  unitarity_tol: float = 1e-8, queue: Any = None,
-                 tuning: dict[str, Any] | str | None = None, policy: str = "overlap"):
+                 tuning: dict[str, Any] | str | None = None, policy: str = "overlap",
+                 transport: str = "auto"):
+        if transport not in TRANSPORTS + ("auto",):
+            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)} or 'auto', "
+                             f"got {transport!r}")
         if policy not in self.POLICIES + ("tuned",):
             raise ValueError(f"policy must be one of {', '.join(self.POLICIES)} or 'tuned', "
                              f"got {policy!r}")
@@ -87,7 +96,7 @@ class DistributedWilsonOperator(WilsonOperator):
             tuning = comm.bcast(mine, root=0)
         super().__init__(context, block, kappa, precision, reconstruct, t_boundary, check=False,
                          queue=queue, tuning=tuning)
-        self._setup_halo()
+        self._setup_halo(transport)
         self.policy_tuner: tune.OnlineTuner | None = None
         if policy == "tuned":
             # every rank times its own dslash; the slowest rank's time decides, for all
@@ -98,7 +107,7 @@ class DistributedWilsonOperator(WilsonOperator):
                            "precision": precision, "reconstruct": reconstruct})
 
     # The exchange --------------------------------------------------------------------------
-    def _setup_halo(self) -> None:
+    def _setup_halo(self, transport: str) -> None:
         part = self.partition
         local = part.local
         dirs = [mu for mu in range(4) if part.partitioned[mu]]
@@ -127,11 +136,16 @@ class DistributedWilsonOperator(WilsonOperator):
         link_dtype = self.template.real_dtype if real else self.dtype
         host_links = np.concatenate(links) if links else np.zeros(1, link_dtype)
         self._ghost_links = self.context.to_device(self.queue, host_links.astype(link_dtype))
-        self._ghost = self.context.zeros(self.queue, self._ghost_size, self.dtype)
         self._send = self.context.zeros(self.queue, self._ghost_size, self.dtype)
-        self._host_send = self.context.empty_host(self._ghost_size, self.dtype)
-        self._host_ghost = self.context.empty_host(self._ghost_size, self.dtype)
-        self._host_ghost[:] = 0
+        # my forward face becomes the forward neighbour's backward ghost, and so on
+        routes = [Route(dest=part.neighbour(mu, step), source=part.neighbour(mu, -step),
+                        send=self._slices[mu, step], recv=self._slices[mu, -step],
+                        tag=2 * mu + (step < 0))
+                  for mu in dirs for step in (1, -1)]
+        #: how the faces travel (:mod:`.transport`); ``transport.name`` says which
+        self.transport: Transport = make_transport(transport, self.comm, self.context,
+                                                   self.queue, self._ghost_size, self.dtype,
+                                                   routes)
         self._no_sites = self.context.zeros(self.queue, 1, np.uint32)
         signs = tuple(self.t_boundary if part.at_time_edge(step) else 1 for step in (1, -1))
         self._dist = {"partitioned": part.partitioned, "t_signs": signs,
@@ -185,34 +199,15 @@ class DistributedWilsonOperator(WilsonOperator):
 
     def exchange(self, inp: accel.DeviceArray, parity: int) -> None:
         """Fill the ghost zone with the neighbours' faces of ``inp`` (a block of parity
-        ``parity``): pack, copy to the host, swap with the neighbours, copy back."""
+        ``parity``): pack them, and ship them (:attr:`transport`)."""
         if self._sections:
-            self._start_exchange(inp, parity)
-            self._finish_exchange()
+            self.transport.start(self._send, self._pack(inp, parity))
+            self.transport.finish()
 
-    def _start_exchange(self, inp: accel.DeviceArray, parity: int) -> accel.Marker:
-        """Enqueue the packing and the copy of the faces to the host; the marker says when the
-        copy is done."""
+    def _pack(self, inp: accel.DeviceArray, parity: int) -> accel.Marker:
+        """Enqueue the packing of the faces of ``inp``; the marker says when it is done."""
         self._packer(parity)(self._send, inp)
-        self._send.get(self.queue, self._host_send, wait=False)
-        self._sent = self.queue.mark()
-        return self._sent
-
-    def _finish_exchange(self) -> None:
-        """Wait for the faces on the host, swap them with the neighbours, copy the ghosts to
-        the device (work enqueued in between, the interior update, runs meanwhile)."""
-        self._sent.wait()
-        part, comm, sections = self.partition, self.comm, self._slices
-        for mu in range(4):
-            if not part.partitioned[mu]:
-                continue
-            up, down = part.neighbour(mu, 1), part.neighbour(mu, -1)
-            # my forward face becomes the forward neighbour's backward ghost, and so on
-            comm.Sendrecv(self._host_send[sections[mu, 1]], dest=up, sendtag=2 * mu,
-                          recvbuf=self._host_ghost[sections[mu, -1]], source=down, recvtag=2 * mu)
-            comm.Sendrecv(self._host_send[sections[mu, -1]], dest=down, sendtag=2 * mu + 1,
-                          recvbuf=self._host_ghost[sections[mu, 1]], source=up, recvtag=2 * mu + 1)
-        self._ghost.set(self.queue, self._host_ghost)
+        return self.queue.mark()
 
     # Device operations ---------------------------------------------------------------------
     def dslash_parity(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, *,
@@ -220,7 +215,7 @@ class DistributedWilsonOperator(WilsonOperator):
         """out = D_{parity,1-parity} inp on this rank's block (x + a D inp with ``x``), the
         neighbours' faces of ``inp`` exchanged first."""
         args = [out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
-                self._ghost, self._ghost_links, self._no_sites, np.uint32(0)]
+                self.transport.ghost, self._ghost_links, self._no_sites, np.uint32(0)]
         variant = (parity, bool(dagger), x is not None)
         if self.policy_tuner is not None and self._sections:
             with self.policy_tuner.measure(self.queue, variant) as params:
@@ -233,11 +228,16 @@ class DistributedWilsonOperator(WilsonOperator):
         inp = args[1]
         if not self._sections or policy == "serial":
             self.exchange(inp, 1 - parity)
+            args[5] = self.transport.ghost
             self._kernel(*variant, "all")(args)
             return
-        self._start_exchange(inp, 1 - parity)
-        self._kernel(*variant, "interior")(args)  # runs while the faces travel
-        self._finish_exchange()
+        # the faces packed, the interior update enqueued at once, then the faces shipped on the
+        # transport's queue: they travel while the interior update runs
+        packed = self._pack(inp, 1 - parity)
+        self._kernel(*variant, "interior")(args)  # reads no ghost (args[5] is last round's)
+        self.transport.start(self._send, packed)
+        args[5] = self.transport.ghost
+        self.transport.finish()
         sites, count = self._boundary[parity]
         args[-2:] = [sites, np.uint32(count)]
         self._kernel(*variant, "exterior")(args)
@@ -287,4 +287,4 @@ class DistributedWilsonOperator(WilsonOperator):
         return DistributedWilsonOperator(
             self.comm, self.context, self._global_links, self.kappa, self.partition.grid,
             precision, self.reconstruct, self.t_boundary, check=False, queue=self.queue,
-            tuning=self.tuning, policy=self.policy)
+            tuning=self.tuning, policy=self.policy, transport=self.transport.name)

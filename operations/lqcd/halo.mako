@@ -7,19 +7,24 @@
 ##                     (sent forward), -1 the face at x_mu = 0 (sent backward); a section holds
 ##                     12 components x face_sites, component major
 ##   wgs               work-group size
+##   comps             spinor components each work-item copies (1, 3 or 12): 12 / comps
+##                     work-items per face site, component groups slowest
 ## Face order: the other three coordinates, x fastest, lexicographic, halved (partition.py).
 <%
     X, Y, Z, T = dims
     VH = X * Y * Z * T // 2
     C = cplx
     total = sum(fh for _, _, _, fh in sections)
+    groups = 12 // comps
 %>
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void pack_p${parity}(
     GLOBAL ${C} * RESTRICT send, GLOBAL const ${C} * RESTRICT in)
 {
-    unsigned int i = get_global_id(0);
-    if (i >= ${total}u)
+    const unsigned int id = get_global_id(0);
+    if (id >= ${total * groups}u)
         return;
+    const unsigned int k0 = (id / ${total}u) * ${comps}u;  /* the first component copied */
+    unsigned int i = id % ${total}u;
 % for mu, step, offset, fh in sections:
 <%
     names = [v for nu, v in enumerate("xyzt") if nu != mu]
@@ -35,7 +40,7 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void pack_p${parity}(
         const unsigned int ${"xyzt"[mu]} = ${fixed}u;
         ${names[0]} += (${parity}u + x + y + z + t) & 1u;
         const unsigned int cb = (((t * ${Z}u + z) * ${Y}u + y) * ${X}u + x) >> 1;
-        for (int k = 0; k < 12; k++)
+        for (unsigned int k = k0; k < k0 + ${comps}u; k++)
             send[${offset}u + k * ${fh}u + i] = in[k * ${VH}u + cb];
         return;
     }

@@ -36,7 +36,7 @@ def sections(dims: tuple[int, int, int, int],
 class HaloTemplate:
     """Packs the faces of the cut directions of a (12, V/2) spinor parity into one buffer."""
 
-    autotune_version = 1
+    autotune_version = 2  # 2: components per work-item tuned too
     autotune_sources = (TEMPLATE,)
 
     def __init__(self, context: accel.Context, dims: tuple[int, int, int, int],
@@ -57,29 +57,32 @@ class HaloTemplate:
         self.tuning = tune.checked_tuning(HaloTemplate, context, tuning, dims=self.lattice.dims,
                                           partitioned=self.partitioned, precision=precision)
         self.wgs = self.tuning["wgs"]
+        self.comps = self.tuning["comps"]
 
     def instantiate(self, queue: accel.CommandQueue, parity: int) -> Any:
         """``pack(send, inp)``: the faces of ``inp`` (parity ``parity``) into ``send``."""
         total = sum(fh for *_, fh in self.sections)
         program = self.context.build(TEMPLATE, {
             "cplx": accel.c_type(self.dtype), "dims": self.lattice.dims, "parity": parity,
-            "sections": [tuple(s) for s in self.sections], "wgs": self.wgs})
+            "sections": [tuple(s) for s in self.sections], "wgs": self.wgs, "comps": self.comps})
+        items = total * (12 // self.comps)
         launch = queue.launcher(program.get_kernel(f"pack_p{parity}"),
-                                -(-total // self.wgs) * self.wgs, self.wgs)
+                                -(-items // self.wgs) * self.wgs, self.wgs)
         return lambda send, inp: launch([send, inp])
 
     @classmethod
     def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
                        partitioned: tuple[bool, bool, bool, bool], precision: str) -> tune.Space:
-        """Work-group sizes the device allows."""
+        """Work-group sizes the device allows, and how many of a site's 12 spinor components
+        one work-item copies (fewer: more work-items in flight for a small face)."""
         limit = context.device.max_work_group_size
         sizes = [32, 64, 128, 256, 512] if context.device.is_gpu else [16, 64, 256]
-        return tune.Space({"wgs": sizes},
+        return tune.Space({"wgs": sizes, "comps": [1, 3, 12]},
                           [tune.restriction(f"wgs from 1 to {limit} (the device's limit)",
                                             lambda p: 1 <= p["wgs"] <= limit)])
 
     @classmethod
-    @tune.autotuner(test={"wgs": 64})
+    @tune.autotuner(test={"wgs": 64, "comps": 12})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int],
                  partitioned: tuple[bool, bool, bool, bool], precision: str) -> dict[str, Any]:
         lattice = Lattice(tuple(dims))
@@ -96,8 +99,9 @@ class HaloTemplate:
         inp = context.to_device(queue, host)
         send = context.allocate(expected.size, dtype)
 
-        def generate(wgs: int) -> tune.Measurement:
-            pack = cls(context, lattice.dims, partitioned, precision, {"wgs": wgs}).instantiate(queue, 0)
+        def generate(wgs: int, comps: int) -> tune.Measurement:
+            pack = cls(context, lattice.dims, partitioned, precision,
+                       {"wgs": wgs, "comps": comps}).instantiate(queue, 0)
             return tune.make_measure(queue, lambda: pack(send, inp),
                                      lambda: bool(np.array_equal(send.get(queue), expected)),
                                      bytes=2 * expected.size * dtype.itemsize)

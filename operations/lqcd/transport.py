@@ -1,0 +1,206 @@
+"""How the faces of a halo exchange travel between the ranks: device to device where the
+devices can map each other's memory (CUDA IPC between the GPUs of one host, over NVLink or
+PCIe), else through page-locked host buffers and MPI.
+
+A transport owns the ghost zone the faces arrive in. The caller packs its faces into a send
+buffer on its queue, marks the queue there, may enqueue work that needs no ghosts (the interior
+update: enqueued first, it starts at once), calls :meth:`Transport.start` with the marker (the
+copies wait for the packing on a queue of their own, so they overlap the caller's kernels), and
+calls :meth:`Transport.finish`; after it, work enqueued on the queue sees the neighbours' faces
+in :attr:`Transport.ghost`. Every rank calls both in the same
+order (they are collective over the ranks that exchange).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune import accel
+
+#: transports by name; "auto" takes the first that every rank can use
+TRANSPORTS = ("peer", "host")
+_TOKEN_TAG = 7001
+
+
+@dataclass(frozen=True)
+class Route:
+    """One face: the ``send`` part of this rank's send buffer goes to rank ``dest``, into the
+    ``recv`` part of its ghost zone; the ``recv`` part of this rank's ghost zone comes from rank
+    ``source`` (every rank's buffers have the same layout). ``tag`` tells the faces apart."""
+
+    dest: int
+    source: int
+    send: slice
+    recv: slice
+    tag: int
+
+
+class Transport(ABC):
+    """Moves the faces of a send buffer into the neighbours' ghost zones."""
+
+    name = ""
+
+    def __init__(self, comm: Any, context: accel.Context, queue: accel.CommandQueue, size: int,
+                 dtype: Any, routes: list[Route]):
+        self.comm, self.context, self.queue = comm, context, queue
+        self.size, self.dtype, self.routes = size, np.dtype(dtype), list(routes)
+        #: the copies' own queue: they run beside the caller's kernels
+        self.copies = context.create_command_queue()
+        #: the ghost zone that the exchange last started fills
+        self.ghost: accel.DeviceArray
+
+    @abstractmethod
+    def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
+        """Enqueue what ships the faces of ``send`` once the work before ``packed`` (a marker
+        of the caller's queue after the packing) has run."""
+
+    @abstractmethod
+    def finish(self) -> None:
+        """Return once work enqueued from now on sees the neighbours' faces in :attr:`ghost`."""
+
+    @property
+    @abstractmethod
+    def description(self) -> str:
+        """How the faces travel, for people."""
+
+
+class HostStaged(Transport):
+    """Device to page-locked host memory, MPI between the ranks, host to device."""
+
+    name = "host"
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self.ghost = self.context.zeros(self.queue, self.size, self.dtype)
+        self._host_send = self.context.empty_host(self.size, self.dtype)
+        self._host_ghost = self.context.empty_host(self.size, self.dtype)
+        self._host_ghost[:] = 0
+        self._sent: accel.Marker | None = None
+
+    @property
+    def description(self) -> str:
+        return "page-locked host buffers and MPI (mpi4py Sendrecv)"
+
+    def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
+        self.copies.wait_for(packed)
+        send.get(self.copies, self._host_send, wait=False)
+        self._sent = self.copies.mark()
+
+    def finish(self) -> None:
+        self._sent.wait()
+        for r in self.routes:
+            self.comm.Sendrecv(self._host_send[r.send], dest=r.dest, sendtag=r.tag,
+                               recvbuf=self._host_ghost[r.recv], source=r.source, recvtag=r.tag)
+        # the next exchange's copy to the host comes after this one on the copies' queue, so
+        # the host buffer is not refilled before this upload has read it
+        self.ghost.set(self.copies, self._host_ghost, wait=False)
+        self.queue.wait_for(self.copies.mark())
+
+
+class PeerCopy(Transport):
+    """Each rank copies its faces straight into its neighbours' ghost zones, which it has
+    mapped (``Context.open_shared``: CUDA IPC), then tells them with an MPI message of one
+    byte. The ghost zone is double-buffered: a rank writes buffer k % 2 in exchange k only
+    after its neighbour said its copies of exchange k - 1 were done; those waited for its
+    packing of exchange k - 1, which its queue ran after its reads of buffer k % 2 in exchange
+    k - 2 (``finish`` returns before those reads are enqueued, so the caller must enqueue them
+    before packing again, as a dslash does); so no face overwrites one still being read."""
+
+    name = "peer"
+
+    def __init__(self, *args: Any):
+        super().__init__(*args)
+        self._ghosts = [self.context.zeros(self.queue, self.size, self.dtype) for _ in range(2)]
+        self.queue.finish()  # zeroed before any neighbour writes in
+        self.ghost = self._ghosts[1]
+        self._round = 1
+        self._remote: dict[int, list[accel.DeviceArray]] = {}
+        self._dests = sorted({r.dest for r in self.routes})
+        self._sources = sorted({r.source for r in self.routes})
+        self._token = np.zeros(1, np.uint8)
+        self._tokens_in = np.zeros(max(len(self._sources), 1), np.uint8)
+        self._copied: accel.Marker | None = None
+        # (send buffer, round) -> (the neighbour's ghost part, the face) views, made once
+        self._pairs: dict[tuple[int, int], list[tuple[accel.DeviceArray, accel.DeviceArray]]] = {}
+
+    def shared_handles(self) -> list[bytes]:
+        """The handles of this rank's two ghost zones, for its neighbours to map."""
+        return [self.context.share(g) for g in self._ghosts]
+
+    def open(self, handles: list[list[bytes]]) -> None:
+        """Map the destinations' ghost zones (``handles``: every rank's :meth:`shared_handles`)."""
+        for dest in self._dests:
+            theirs = handles[dest]
+            if not isinstance(theirs, list) or len(theirs) != 2:
+                raise ValueError(f"rank {dest} sent no pair of shared ghost zones")
+            self._remote[dest] = [self.context.open_shared(h, self.size, self.dtype)
+                                  for h in theirs]
+
+    @property
+    def description(self) -> str:
+        return "device to device: CUDA IPC copies into the neighbours' ghost zones"
+
+    def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
+        self._round ^= 1
+        self.ghost = self._ghosts[self._round]
+        self.copies.wait_for(packed)
+        pairs = self._pairs.get((id(send), self._round))
+        if pairs is None:
+            pairs = self._pairs[id(send), self._round] = [
+                (self._remote[r.dest][self._round].view(r.recv.start, r.recv.stop),
+                 send.view(r.send.start, r.send.stop)) for r in self.routes]
+        for target, face in pairs:
+            target.copy_from(self.copies, face)
+        self._copied = self.copies.mark()
+
+    def finish(self) -> None:
+        from mpi4py import MPI
+
+        self._copied.wait()
+        requests = [self.comm.Irecv(self._tokens_in[i:i + 1], source=s, tag=_TOKEN_TAG)
+                    for i, s in enumerate(self._sources)]
+        requests += [self.comm.Isend(self._token, dest=d, tag=_TOKEN_TAG) for d in self._dests]
+        MPI.Request.Waitall(requests)
+
+
+def make_transport(kind: str, comm: Any, context: accel.Context, queue: accel.CommandQueue,
+                   size: int, dtype: Any, routes: list[Route]) -> Transport:
+    """The transport ``kind`` ("peer", "host", or "auto": peer where every rank can map its
+    neighbours' memory, else host), made collectively by every rank of ``comm``."""
+    from mpi4py import MPI
+
+    if kind not in TRANSPORTS + ("auto",):
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)} or 'auto', "
+                         f"got {kind!r}")
+    args = (comm, context, queue, size, dtype, routes)
+    if kind == "host":
+        return HostStaged(*args)
+    host = MPI.Get_processor_name()
+    everyone = comm.allgather((host, context.SHARE_HANDLE_BYTES > 0))
+    peers = {r.dest for r in routes} | {r.source for r in routes}
+    why = None
+    if not all(can for _, can in everyone):
+        why = "some rank's device cannot share its memory with other processes (only CUDA can)"
+    elif any(everyone[p][0] != host for p in peers):
+        why = "some neighbours run on another host"
+    why = comm.allgather(why)
+    why = next((w for w in why if w), None)
+    if why is None:
+        transport = PeerCopy(*args)
+        handles = comm.allgather(transport.shared_handles())
+        try:
+            transport.open(handles)
+        except (accel.AccelError, ValueError) as exc:
+            why = str(exc)
+        failed = [w for w in comm.allgather(why) if w]
+        if not failed:
+            return transport
+        why = failed[0]
+    if kind == "peer":
+        raise accel.AccelError(f"the peer transport cannot be used: {why}; use "
+                               "transport='host' (or 'auto', which falls back to it)")
+    return HostStaged(*args)

@@ -2,8 +2,10 @@
 
 Usage (GPU machine): python benchmarks/wilson_dslash.py [--lattices 32,32,32,32 24,24,24,64] [--json FILE]
 
-Single-parity dslash (D_eo, no xpay): 1320 flops per output site. Bytes per site count 8 links,
-8 neighbour spinors and one output spinor with no cache reuse (what the issue asks to report);
+Single-parity dslash (D_eo, no xpay): 1320 flops per output site, in half (16-bit storage,
+operations.lqcd.half), single and double precision. Bytes per site count 8 links, 8 neighbour
+spinors and one output spinor with no cache reuse (what the issue asks to report; half: 2
+bytes a number and a 4-byte norm per spinor);
 so "effective bandwidth" can exceed the copy bandwidth when caches serve repeated neighbours.
 The CuPy operator applies the full-lattice hopping term with rolls and einsums; its GFLOP/s
 uses the same 1320 flops per site.
@@ -21,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from autotune import accel
-from operations.lqcd import DslashTemplate, Lattice, gauge
-from operations.lqcd.dslash import PRECISIONS, gauge_to_device
+from operations.lqcd import DslashTemplate, Lattice, gauge, half
+from operations.lqcd.dslash import ARITHMETIC, bytes_per_site, gauge_to_device
 from operations.lqcd.gamma import GAMMA
 
 from timing import cupy_time, queue_time as event_time
@@ -66,14 +68,18 @@ def main() -> None:
         u = gauge.haar_field(dims, seed=1)
         rng = np.random.default_rng(3)
         psi = rng.standard_normal(lattice.shape + (4, 3)) + 1j * rng.standard_normal(lattice.shape + (4, 3))
-        for precision in ("single", "double"):
-            real_dtype, dtype = PRECISIONS[precision]
-            item = np.dtype(real_dtype).itemsize
-            src = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
-            out = context.allocate((12, vh), dtype)
-            copy_dst = context.allocate((12, vh), dtype)
-            t_copy = event_time(queue, lambda: copy_dst.copy_from(queue, src))
-            copy_gbps = 2 * src.nbytes / t_copy / 1e9
+        for precision in ("half", "single", "double"):
+            real_dtype, dtype = ARITHMETIC[precision]
+            if precision == "half":
+                src = half.to_device(context, queue, lattice.spinor_to_device(psi, 1, np.complex128))
+                out = half.HalfSpinor.allocate(context, vh)
+                values = src.values
+            else:
+                src = values = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
+                out = context.allocate((12, vh), dtype)
+            copy_dst = context.allocate(values.shape, values.dtype)
+            t_copy = event_time(queue, lambda: copy_dst.copy_from(queue, values))
+            copy_gbps = 2 * values.nbytes / t_copy / 1e9
             gu = cupy.asarray(u.astype(dtype))
             gpsi = cupy.asarray(psi.astype(dtype))
             gammas = cupy.asarray(GAMMA.astype(dtype))
@@ -82,8 +88,7 @@ def main() -> None:
             gu = gpsi = None  # free the GPU memory before the ops below
             cupy.get_default_memory_pool().free_all_blocks()
             for reconstruct in (18, 12, 8):
-                link_bytes = (18 if reconstruct == 18 else reconstruct) * item
-                site_bytes = 8 * link_bytes + 8 * 24 * item + 24 * item
+                site_bytes = bytes_per_site(precision, reconstruct)
                 links = gauge_to_device(context, queue, lattice, u, precision, reconstruct)
                 started = time.perf_counter()
                 tuned = DslashTemplate.autotune(context, dims, precision, reconstruct)

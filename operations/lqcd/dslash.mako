@@ -1,6 +1,13 @@
 ## Wilson dslash on one parity: out(x) = [x_in(x) + a *] sum_mu (1 -+ gamma_mu) U psi(x+mu) + (1 +- gamma_mu) U^dag psi(x-mu)
 ## Variables (validated by operations/lqcd/dslash.py):
-##   real, cplx        "float"/"cfloat" or "double"/"cdouble"
+##   real, cplx        "float"/"cfloat" or "double"/"cdouble": the arithmetic's types
+##   half              (optional, default False) half precision storage (real, cplx are then
+##                     float, cfloat): spinors as 16-bit fixed point (chalf) with one float norm
+##                     per site (the largest |component|: value = stored * norm / 32767), each
+##                     spinor argument followed by its norms; links as 16-bit fixed point
+##                     scaled by 1 / 32767 (their entries are bounded by 1), the 8-parameter
+##                     form's angle parameters by angle_range / 32767 (see half.py)
+##   angle_range       (with half) the range of the 8-parameter form's angle parameters
 ##   dims              (X, Y, Z, T), all even
 ##   reconstruct       18, 12 or 8: how links are stored
 ##   t_boundary        +1 or -1: factor on hops across the time boundary
@@ -40,6 +47,33 @@
         return j, c
 
     dist = context.get("dist", None)
+    half = context.get("half", False)
+    if half and dist is not None:
+        raise ValueError("half precision storage is not distributed yet")
+    S = "chalf" if half else C                      # spinor storage
+    G = ("short" if reconstruct == 8 else "chalf") if half else (real if reconstruct == 8 else C)
+    # the 8-parameter form's components 4 and 7 hold an angle plus 8 x an index (gauge.py)
+    angle_range = context.get("angle_range", None)
+
+    def link8_scale(k):
+        return f"{(angle_range if k in (4, 7) else 1.0) / 32767.0!r}f"
+
+    def spinor_in(array, index):
+        """Statements loading the 12 components of ``array`` at ``index`` into psi."""
+        if half:
+            return (f"{{ const float s_ = {array}_norm[{index}] * {1 / 32767.0!r}f;\n"
+                    f"          for (int k = 0; k < 12; k++) psi[k] = chalf_to_cfloat({array}[k * VH + {index}], s_); }}")
+        return f"for (int k = 0; k < 12; k++) psi[k] = {array}[k * VH + {index}];"
+
+    def link_entry(expr):
+        return f"chalf_to_cfloat({expr}, {1 / 32767.0!r}f)" if half else expr
+
+    def spinor_params(name, const):
+        q = "const " if const else ""
+        text = f"GLOBAL {q}{S} * RESTRICT {name}"
+        if half:
+            text += f", GLOBAL {q}float * RESTRICT {name}_norm"
+        return text
 
     def face_index(mu):
         """The face index of the site's other three coordinates (partition.py's order)."""
@@ -48,6 +82,9 @@
         return f"((({names[2]} * {ext[1]}u + {names[1]}) * {ext[0]}u + {names[0]}) >> 1)"
 %>
 #define VH ${VH}u
+% if half:
+<%include file="half.mako"/>
+% endif
 
 <%def name="load_link(dest, mu, parity, site)">\
     /* ${dest} = U_${mu} at parity ${parity}, checkerboard site ${site} (reconstruct ${reconstruct}) */
@@ -55,13 +92,13 @@
     {
         ${real} p[8];
     % for k in range(8):
-        p[${k}] = gauge[(${(mu * 2 + parity) * 8 + k}u) * VH + ${site}];
+        p[${k}] = gauge[(${(mu * 2 + parity) * 8 + k}u) * VH + ${site}]${f" * {link8_scale(k)}" if half else ""};
     % endfor
         reconstruct8(p, ${dest});
     }
 % else:
     % for k in range(ncomp):
-    ${dest}[${k}] = gauge[(${(mu * 2 + parity) * ncomp + k}u) * VH + ${site}];
+    ${dest}[${k}] = ${link_entry(f"gauge[({(mu * 2 + parity) * ncomp + k}u) * VH + {site}]")};
     % endfor
     % if reconstruct == 12:
     third_row(${dest});
@@ -75,13 +112,13 @@
     {
         ${real} p[8];
     % for k in range(8):
-        p[${k}] = gauge_ghost[${offset + k * fh}u + ${index}];
+        p[${k}] = gauge_ghost[${offset + k * fh}u + ${index}]${f" * {link8_scale(k)}" if half else ""};
     % endfor
         reconstruct8(p, ${dest});
     }
 % else:
     % for k in range(ncomp):
-    ${dest}[${k}] = gauge_ghost[${offset + k * fh}u + ${index}];
+    ${dest}[${k}] = ${link_entry(f"gauge_ghost[{offset + k * fh}u + {index}]")};
     % endfor
     % if reconstruct == 12:
     third_row(${dest});
@@ -155,20 +192,20 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 % for parity, dagger, xpay in variants:
 % if dist is None:
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}(
-    GLOBAL ${C} * RESTRICT out, GLOBAL const ${C} * RESTRICT in,
-    GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge,
-    GLOBAL const ${C} * RESTRICT x_in, ${real} a)
+    ${spinor_params("out", False)}, ${spinor_params("in", True)},
+    GLOBAL const ${G} * RESTRICT gauge,
+    ${spinor_params("x_in", True)}, ${real} a)
 {
     const unsigned int cb = get_global_id(0);
     if (cb >= VH)
         return;
 % else:
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
-    GLOBAL ${C} * RESTRICT out, GLOBAL const ${C} * RESTRICT in,
-    GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge,
-    GLOBAL const ${C} * RESTRICT x_in, ${real} a,
-    GLOBAL const ${C} * RESTRICT ghost,
-    GLOBAL const ${real if reconstruct == 8 else C} * RESTRICT gauge_ghost,
+    ${spinor_params("out", False)}, ${spinor_params("in", True)},
+    GLOBAL const ${G} * RESTRICT gauge,
+    ${spinor_params("x_in", True)}, ${real} a,
+    ${spinor_params("ghost", True)},
+    GLOBAL const ${G} * RESTRICT gauge_ghost,
     GLOBAL const unsigned int * RESTRICT sites, unsigned int nsites)
 {
 % if dist["region"] == "exterior":
@@ -242,8 +279,7 @@ ${load_link("u", mu, parity, "cb")}
 % else:
 ${load_link("u", mu, 1 - parity, "nb")}
 % endif
-        for (int k = 0; k < 12; k++)
-            psi[k] = in[k * VH + nb];
+        ${spinor_in("in", "nb")}
 % if ghosted:
         }
 % endif
@@ -283,6 +319,21 @@ ${load_link("u", mu, 1 - parity, "nb")}
     }
 % endfor
 % endfor
+% if half:
+% if xpay:
+    ${spinor_in("x_in", "cb")}
+    for (int k = 0; k < 12; k++)
+        acc[k] = ${C}_add(psi[k], ${C}_scale(acc[k], a));
+% endif
+    /* the site's norm is its largest |component|: every stored one fits 16 bits */
+    float m_ = 0;
+    for (int k = 0; k < 12; k++)
+        m_ = fmax(m_, fmax(fabs(acc[k].x), fabs(acc[k].y)));
+    out_norm[cb] = m_;
+    const float inv_ = m_ > 0 ? 32767.0f / m_ : 0.0f;
+    for (int k = 0; k < 12; k++)
+        out[k * VH + cb] = cfloat_to_chalf(acc[k], inv_);
+% else:
     for (int k = 0; k < 12; k++)
     {
 % if xpay:
@@ -291,6 +342,7 @@ ${load_link("u", mu, 1 - parity, "nb")}
         out[k * VH + cb] = acc[k];
 % endif
     }
+% endif
 }
 
 % endfor

@@ -12,6 +12,7 @@ import numpy as np
 from autotune import accel, tune
 
 from . import gauge as gauge_fields
+from . import half as half_storage
 from . import reference
 from .gamma import upper_right_blocks
 from .lattice import Lattice
@@ -19,6 +20,9 @@ from .lattice import Lattice
 TEMPLATE = Path(__file__).with_name("dslash.mako")
 #: precision -> (real dtype, complex dtype)
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
+#: precision -> the (real, complex) dtypes of the arithmetic; "half" stores 16-bit fixed point
+#: (operations.lqcd.half) and computes in single precision
+ARITHMETIC = {**PRECISIONS, "half": PRECISIONS["single"]}
 #: Floating-point operations per site of one parity (the standard Wilson dslash count).
 FLOPS_PER_SITE = 1320
 RECONSTRUCTS = (18, 12, 8)
@@ -37,10 +41,16 @@ def _coefficient(z: complex) -> str:
 BLOCKS = [[[_coefficient(z) for z in row] for row in a] for a in upper_right_blocks()]
 
 
-def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int) -> Lattice:
+def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int,
+                  half: bool = False) -> Lattice:
+    """The lattice of ``dims``, once the options are checked (``half``: "half" is allowed)."""
     lattice = Lattice(tuple(dims))
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be 'single' or 'double', got {precision!r}")
+    allowed = ARITHMETIC if half else PRECISIONS
+    if precision not in allowed:
+        if precision == "half":
+            raise ValueError("precision='half' is available for the dslash kernels "
+                             "(DslashTemplate) so far, not for this operation; use 'single'")
+        raise ValueError(f"precision must be {' or '.join(map(repr, allowed))}, got {precision!r}")
     if reconstruct not in RECONSTRUCTS:
         raise ValueError(f"reconstruct must be 18, 12 or 8, got {reconstruct!r}")
     if t_boundary not in (1, -1):
@@ -50,9 +60,13 @@ def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int) 
 
 def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: Lattice,
                     u: np.ndarray, precision: str, reconstruct: int) -> accel.DeviceArray:
-    """Links compressed to ``reconstruct`` parameters, in the dslash layout, on the device."""
-    real_dtype, dtype = PRECISIONS[precision]
+    """Links compressed to ``reconstruct`` parameters, in the dslash layout, on the device
+    (half precision: 16-bit fixed point, :func:`.half.links_to_half`)."""
     packed = gauge_fields.pack(u, reconstruct)
+    if precision == "half":
+        links = lattice.links_to_device(packed, np.float64 if reconstruct == 8 else np.complex128)
+        return context.to_device(queue, half_storage.links_to_half(links, reconstruct))
+    real_dtype, dtype = PRECISIONS[precision]
     return context.to_device(queue, lattice.links_to_device(packed, real_dtype if reconstruct == 8 else dtype))
 
 
@@ -71,7 +85,10 @@ def _tuning_problem(dims: tuple[int, int, int, int]):
 
 
 def bytes_per_site(precision: str, reconstruct: int) -> int:
-    """Memory traffic of one site's update: eight neighbour spinors and links, one output."""
+    """Memory traffic of one site's update: eight neighbour spinors and links, one output
+    (half precision: 2 bytes a number, and a 4-byte norm per spinor)."""
+    if precision == "half":
+        return 8 * (24 * 2 + 4) + 8 * reconstruct * 2 + 24 * 2 + 4
     real = np.dtype(PRECISIONS[precision][0]).itemsize
     return (8 * 24 + 8 * reconstruct + 24) * real
 
@@ -86,26 +103,32 @@ class DslashTemplate:
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
         """The benchmark lattices on GPUs (32^4 and 24^3 x 64), 8^4 on CPU devices."""
         lattices = [(32, 32, 32, 32), (24, 24, 24, 64)] if context.device.is_gpu else [(8, 8, 8, 8)]
-        precisions = ["single", "double"] if context.device.double_precision else ["single"]
+        precisions = (["half", "single", "double"] if context.device.double_precision
+                      else ["half", "single"])
         return [{"dims": d, "precision": p, "reconstruct": r}
                 for d in lattices for p in precisions for r in RECONSTRUCTS]
 
     def __init__(self, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int, t_boundary: int = -1,
                  tuning: dict[str, Any] | str | None = None):
-        """``tuning``: explicit parameters, None (the stored result, tuned now on a miss) or
-        ``"online"``: tuned while it runs (:meth:`instantiate` then needs a timed queue)."""
-        self.lattice = check_options(dims, precision, reconstruct, t_boundary)
+        """``precision``: "double", "single" or "half" (16-bit fixed point storage,
+        :mod:`.half`: the kernels then take :class:`.half.HalfSpinor` fields and
+        :meth:`gauge_to_device`'s links). ``tuning``: explicit parameters, None (the stored
+        result, tuned now on a miss) or ``"online"``: tuned while it runs (:meth:`instantiate`
+        then needs a timed queue)."""
+        self.lattice = check_options(dims, precision, reconstruct, t_boundary, half=True)
         self.context = context
         self.precision = precision
+        self.half = precision == "half"
         self.reconstruct = reconstruct
         self.t_boundary = t_boundary
-        self.real_dtype, self.dtype = (np.dtype(d) for d in PRECISIONS[precision])
+        self.real_dtype, self.dtype = (np.dtype(d) for d in ARITHMETIC[precision])
         if precision == "double" and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
         self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
                         "dims": self.lattice.dims,
-                        "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS}
+                        "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
+                        "half": self.half, "angle_range": half_storage.ANGLE_RANGE}
         self._kernels: dict[tuple[int, int, bool, bool], accel.Kernel] = {}
         self._guard = threading.Lock()
         self.online: tune.OnlineTuner | None = None
@@ -184,21 +207,27 @@ class DslashTemplate:
     @tune.autotuner(test={"wgs": 64})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int) -> dict[str, Any]:
-        check_options(dims, precision, reconstruct, -1)
+        check_options(dims, precision, reconstruct, -1, half=True)
         lattice, u, psi, sample, expected = _tuning_problem(tuple(dims))
         queue = context.create_tuning_command_queue()
-        dtype = PRECISIONS[precision][1]
         sites = lattice.half_volume
         gauge = gauge_to_device(context, queue, lattice, u, precision, reconstruct)
-        inp = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
-        out = context.allocate((12, lattice.half_volume), dtype)
-        tol = 1e-4 if precision == "single" else 1e-10
+        if precision == "half":
+            inp = half_storage.to_device(context, queue,
+                                         lattice.spinor_to_device(psi, 1, np.complex128))
+            out = half_storage.HalfSpinor.allocate(context, sites)
+        else:
+            dtype = PRECISIONS[precision][1]
+            inp = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
+            out = context.allocate((12, sites), dtype)
+        tol = {"half": 5e-3, "single": 1e-4, "double": 1e-10}[precision]
 
         def generate(**params: Any) -> tune.Measurement:
             dslash = cls(context, lattice.dims, precision, reconstruct, -1, params).instantiate(queue)
 
             def check() -> bool:
-                got = out.get(queue)[:, sample].T
+                got = (half_storage.from_device(queue, out) if precision == "half"
+                       else out.get(queue))[:, sample].T
                 return bool(np.max(np.abs(got - expected)) <= tol * np.max(np.abs(expected)))
 
             return tune.make_measure(queue, lambda: dslash(out, inp, gauge, 0), check,
@@ -220,9 +249,15 @@ class Dslash:
     def __call__(self, out: accel.DeviceArray, inp: accel.DeviceArray, gauge: accel.DeviceArray,
                  parity: int, *, dagger: bool = False, x: accel.DeviceArray | None = None,
                  a: float = 0.0) -> None:
-        """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked)."""
+        """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked).
+        Half precision: ``out``, ``inp`` and ``x`` are :class:`.half.HalfSpinor` fields."""
         key = (parity, bool(dagger), x is not None)
-        args = [out, inp, gauge, x if x is not None else inp, self.template.real_dtype.type(a)]
+        if self.template.half:
+            spin = half_storage.kernel_args
+            args = [*spin(out), *spin(inp), gauge, *spin(x if x is not None else inp),
+                    self.template.real_dtype.type(a)]
+        else:
+            args = [out, inp, gauge, x if x is not None else inp, self.template.real_dtype.type(a)]
         online = self.template.online
         if online is None:
             launch = self._launchers.get(key)

@@ -1,0 +1,111 @@
+"""Half precision storage (QUDA's 16-bit fixed point): what the kernels read and write, made
+and read back on the host.
+
+- A spinor field of one parity is a :class:`HalfSpinor`: ``values``, int16 of shape
+  (12, V/2, 2) (component-major like the other precisions, real and imaginary parts as a
+  pair), and ``norms``, float32 of shape (V/2,): the largest |real or imaginary part| of the
+  site's 12 components. A component is ``values * norm / 32767``, so every site keeps 15 bits
+  relative to its own largest component, whatever its magnitude.
+- Links are int16 in the dslash layout: entries of SU(3) matrices are bounded by 1 and stored
+  times 32767 (18 and 12 parameters, real and imaginary parts as a pair); the 8-parameter form's
+  two angle parameters (an angle plus 8 times a choice index, below 44 in magnitude) are stored
+  times 32767 / :data:`ANGLE_RANGE`, its other six (entries bounded by 1) times 32767.
+
+Arithmetic on half fields is in single precision, in registers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autotune import accel
+
+#: the largest stored magnitude
+HALF_MAX = 32767
+#: the range of the 8-parameter form's angle parameters (components 4 and 7)
+ANGLE_RANGE = 64.0
+ANGLE_COMPONENTS = (4, 7)
+
+
+@dataclass
+class HalfSpinor:
+    """One parity of a half precision spinor on the device (see the module's docstring)."""
+
+    values: accel.DeviceArray
+    norms: accel.DeviceArray
+
+    @classmethod
+    def allocate(cls, context: accel.Context, sites: int) -> HalfSpinor:
+        return cls(context.allocate((12, sites, 2), np.int16), context.allocate(sites, np.float32))
+
+    @property
+    def sites(self) -> int:
+        return self.norms.size
+
+
+def spinor_to_half(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A (12, n) complex field as (values int16 (12, n, 2), norms float32 (n,))."""
+    field = np.asarray(field)
+    if field.ndim != 2 or field.shape[0] != 12:
+        raise ValueError(f"expected a (12, sites) field, got shape {field.shape}")
+    parts = np.stack([field.real, field.imag], axis=-1).astype(np.float64)  # (12, n, 2)
+    norms = np.abs(parts).max(axis=(0, 2)).astype(np.float32)
+    # scale by the stored norm (float32), as the kernels will read it
+    inv = np.divide(HALF_MAX, norms.astype(np.float64), out=np.zeros(norms.shape),
+                    where=norms > 0)
+    values = np.clip(np.rint(parts * inv[None, :, None]), -HALF_MAX, HALF_MAX).astype(np.int16)
+    return values, norms
+
+
+def spinor_from_half(values: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """The (12, n) complex128 field that half storage holds."""
+    scale = norms.astype(np.float64) / HALF_MAX
+    parts = values.astype(np.float64) * scale[None, :, None]
+    return parts[..., 0] + 1j * parts[..., 1]
+
+
+def link_scales(reconstruct: int) -> np.ndarray:
+    """What each stored link parameter is multiplied by (per component of the dslash layout)."""
+    if reconstruct == 8:
+        scales = np.full(8, 1.0 / HALF_MAX)
+        scales[list(ANGLE_COMPONENTS)] = ANGLE_RANGE / HALF_MAX
+        return scales
+    return np.full({18: 9, 12: 6}[reconstruct], 1.0 / HALF_MAX)
+
+
+def links_to_half(links: np.ndarray, reconstruct: int) -> np.ndarray:
+    """Links in the dslash layout (4, 2, n, V/2) (complex; real for 8 parameters) as int16:
+    (4, 2, n, V/2, 2) for 18 and 12 parameters, (4, 2, 8, V/2) for 8."""
+    links = np.asarray(links)
+    scales = link_scales(reconstruct)[None, None, :, None]
+    if reconstruct == 8:
+        parts = links.real / scales
+    else:
+        parts = np.stack([links.real, links.imag], axis=-1) / scales[..., None]
+    if np.max(np.abs(parts), initial=0) > HALF_MAX + 0.5:
+        raise ValueError("links out of the half precision range: entries must be bounded by 1 "
+                         "(SU(3) links) and the 8-parameter angles by "
+                         f"{ANGLE_RANGE}")
+    return np.rint(parts).astype(np.int16)
+
+
+def to_device(context: accel.Context, queue: accel.CommandQueue, field: np.ndarray) -> HalfSpinor:
+    """A (12, n) complex field in half precision on the device."""
+    values, norms = spinor_to_half(field)
+    return HalfSpinor(context.to_device(queue, values), context.to_device(queue, norms))
+
+
+def from_device(queue: accel.CommandQueue, spinor: HalfSpinor) -> np.ndarray:
+    """The (12, n) complex128 field a half spinor on the device holds."""
+    return spinor_from_half(spinor.values.get(queue), spinor.norms.get(queue))
+
+
+def kernel_args(spinor: Any) -> list[Any]:
+    """A spinor argument as a half precision kernel takes it: the values, then the norms."""
+    if not isinstance(spinor, HalfSpinor):
+        raise TypeError(f"a half precision kernel takes HalfSpinor fields, not "
+                        f"{type(spinor).__name__} (operations.lqcd.half.to_device makes one)")
+    return [spinor.values, spinor.norms]

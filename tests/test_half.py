@@ -1,0 +1,124 @@
+"""Half precision (16-bit fixed point) storage and the half precision dslash, against the
+independent numpy reference: the error is bounded by the 16-bit storage (5e-3 relative)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from operations.lqcd import DslashTemplate, gauge, haar_field, half, reference
+from operations.lqcd.lattice import Lattice
+
+DIMS = (4, 6, 2, 8)  # unequal extents: X, Y, Z, T
+HALF_TOL = 5e-3
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(parts=arrays(np.float64, (12, 5, 2), elements=st.floats(-1e6, 1e6, width=32)),
+       scales=arrays(np.float64, 5, elements=st.sampled_from([0.0, 1e-30, 1e-3, 1.0, 1e20])))
+def test_a_spinor_keeps_15_bits_relative_to_its_sites_largest_component(parts, scales):
+    """Each site is scaled by its own norm: the error of every component is at most half a
+    step of 1/32767 of the site's largest component, whatever the site's magnitude (zero sites
+    included)."""
+    field = (parts[..., 0] + 1j * parts[..., 1]) * scales[None, :]
+    values, norms = half.spinor_to_half(field)
+    assert values.dtype == np.int16 and values.shape == (12, 5, 2)
+    assert norms.dtype == np.float32 and np.all(np.abs(values) <= half.HALF_MAX)
+    back = half.spinor_from_half(values, norms)
+    largest = np.maximum(np.abs(field.real), np.abs(field.imag)).max(axis=0)
+    step = largest / half.HALF_MAX
+    err = np.maximum(np.abs(back.real - field.real), np.abs(back.imag - field.imag))
+    assert np.all(err <= 0.5 * step[None, :] + 1e-7 * largest[None, :] + 1e-300)
+
+
+def test_links_are_stored_as_16_bit_fixed_point_and_out_of_range_ones_refused():
+    dims = (2, 2, 2, 2)
+    lat = Lattice(dims)
+    u = haar_field(dims, seed=4)
+    for reconstruct in (18, 12, 8):
+        packed = gauge.pack(u, reconstruct)
+        links = lat.links_to_device(packed, np.float64 if reconstruct == 8 else np.complex128)
+        stored = half.links_to_half(links, reconstruct)
+        assert stored.dtype == np.int16
+        scales = half.link_scales(reconstruct)[None, None, :, None]
+        if reconstruct == 8:
+            back = stored * scales
+        else:
+            back = (stored[..., 0] + 1j * stored[..., 1]) * scales
+        steps = np.broadcast_to(scales, back.shape)
+        for part in (np.real, np.imag):  # each part within half a step
+            assert np.all(np.abs(part(back) - part(links)) <= 0.5 * steps + 1e-12)
+    with pytest.raises(ValueError, match="bounded by 1"):
+        half.links_to_half(lat.links_to_device(gauge.pack(2 * u, 12), np.complex128), 12)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    lat = Lattice(DIMS)
+    u = haar_field(DIMS, seed=7)
+    rng = np.random.default_rng(8)
+    psi = rng.standard_normal(lat.shape + (4, 3)) + 1j * rng.standard_normal(lat.shape + (4, 3))
+    x = rng.standard_normal(lat.shape + (4, 3)) + 1j * rng.standard_normal(lat.shape + (4, 3))
+    return lat, u, psi, x
+
+
+@pytest.mark.parametrize("reconstruct", [18, 12, 8])
+@pytest.mark.parametrize("t_boundary", [-1, 1])
+def test_the_half_dslash_matches_the_numpy_reference(context, command_queue, problem,
+                                                     reconstruct, t_boundary):
+    """Both parities, D and D^dagger, with and without x + a D psi, against reference.hop on
+    the exact fields: within 5e-3, the bound 16-bit storage of input, links and output allows."""
+    lat, u, psi, x = problem
+    template = DslashTemplate(context, DIMS, "half", reconstruct, t_boundary, {"wgs": 16})
+    links = template.gauge_to_device(command_queue, u)
+    dslash = template.instantiate(command_queue)
+    a = -0.37
+    for dagger in (False, True):
+        full = reference.hop(u, psi, t_boundary, dagger=dagger)
+        for parity in (0, 1):
+            inp = half.to_device(context, command_queue,
+                                 lat.spinor_to_device(psi, 1 - parity, np.complex128))
+            out = half.HalfSpinor.allocate(context, lat.half_volume)
+            want = lat.spinor_to_device(full, parity, np.complex128)
+            dslash(out, inp, links, parity, dagger=dagger)
+            got = half.from_device(command_queue, out)
+            assert _rel(got, want) <= HALF_TOL, (parity, dagger, _rel(got, want))
+            x_half = half.to_device(context, command_queue,
+                                    lat.spinor_to_device(x, parity, np.complex128))
+            dslash(out, inp, links, parity, dagger=dagger, x=x_half, a=a)
+            want_xpay = lat.spinor_to_device(x + a * full, parity, np.complex128)
+            got = half.from_device(command_queue, out)
+            assert _rel(got, want_xpay) <= HALF_TOL, (parity, dagger, "xpay")
+
+
+def test_half_fields_are_asked_for_by_name(context, command_queue, problem):
+    lat, u, psi, _ = problem
+    template = DslashTemplate(context, DIMS, "half", 12, -1, {"wgs": 16})
+    links = template.gauge_to_device(command_queue, u)
+    plain = context.to_device(command_queue, lat.spinor_to_device(psi, 1, np.complex64))
+    out = half.HalfSpinor.allocate(context, lat.half_volume)
+    with pytest.raises(TypeError, match="HalfSpinor"):
+        template.instantiate(command_queue)(out, plain, links, 0)
+    from operations.lqcd import WilsonOperator
+
+    with pytest.raises(ValueError, match="DslashTemplate"):
+        WilsonOperator(context, u, 0.1, "half")
+
+
+@pytest.mark.force_autotune
+def test_every_half_dslash_candidate_is_checked(context):
+    """The half dslash is tuned like the others, every candidate checked against the reference
+    at sampled sites within 5e-3."""
+    from autotune.tune.store import ResultStore
+
+    DslashTemplate.autotune(context, DIMS, "half", 8)
+    trials = ResultStore.open().trials(function="operations.lqcd.dslash.DslashTemplate.autotune")
+    assert trials and all(t.status == "ok" for t in trials), [(t.parameters, t.message)
+                                                              for t in trials]

@@ -7,7 +7,8 @@ Usage (GPU machine): AUTOTUNE_DB=<a copy of tune.db.example> python benchmarks/s
    sum of the event-timed kernels an iteration launches (4 dslash, dot, axpy_norm_ratio and
    axpy_zpbx).
 2. 32^4, kappa 0.15, 0.2 and 0.22: device-level even-odd CG to 1e-10, double against mixed
-   precision (whole solves, setup included, after a warm-up solve).
+   precision with a single and with a half precision sloppy operator (whole solves, setup
+   included, after a warm-up solve).
 3. 16^4: our full-lattice CG on M^dag M against cupyx.scipy.sparse.linalg.cg on the same normal
    equations, with M assembled as a CSR matrix (double precision, both to a relative residual of
    1e-9 on the normal equations; device-level solve times, host conversions excluded).
@@ -85,21 +86,26 @@ def iteration_overhead(context, u, precision):
 
 
 def mixed_against_double(context, u, kappa):
-    """Device-level even-odd CG on M_pc^dag M_pc to 1e-10: double against mixed precision."""
+    """Device-level even-odd CG on M_pc^dag M_pc to 1e-10: double against mixed precision,
+    single sloppy ("mixed") and half sloppy ("mixed_half": the sloppy operator in 16 bits)."""
     high = WilsonOperator(context, u, kappa, "double", 12, check=False)
-    low = high.with_precision("single")
-    A, A_low = WilsonLinearOperator(high, "MpcdagMpc"), WilsonLinearOperator(low, "MpcdagMpc")
+    A = WilsonLinearOperator(high, "MpcdagMpc")
+    A_low = WilsonLinearOperator(high.with_precision("single"), "MpcdagMpc")
+    A_half = WilsonLinearOperator(high.with_precision("half"), "MpcdagMpc")
     rng = np.random.default_rng(1)
     b = context.to_device(high.queue, rng.standard_normal(A.size) + 1j * rng.standard_normal(A.size))
     solvers.cg(A, b, 1e-3)
     solvers.cg_mixed(A, A_low, b, 1e-3)  # compile and warm up
+    solvers.cg_mixed(A, A_half, b, 1e-3)
     out = {}
     for name, run in (("double", lambda: solvers.cg(A, b, 1e-10, 20000)),
-                      ("mixed", lambda: solvers.cg_mixed(A, A_low, b, 1e-10, 20000))):
+                      ("mixed", lambda: solvers.cg_mixed(A, A_low, b, 1e-10, 20000)),
+                      ("mixed_half", lambda: solvers.cg_mixed(A, A_half, b, 1e-10, 20000))):
         x, info = run()
         out[name] = {"seconds": info.seconds, "iterations": info.iterations,
                      "true_residual": info.true_residual, "reliable_updates": info.reliable_updates}
     out["speedup"] = out["double"]["seconds"] / out["mixed"]["seconds"]
+    out["speedup_half"] = out["double"]["seconds"] / out["mixed_half"]["seconds"]
     return out
 
 

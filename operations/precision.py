@@ -57,8 +57,7 @@ class ConvertTemplate:
     def autotune_space(cls, context: accel.Context, src: Any, dst: Any) -> tune.Space:
         limit = context.device.max_work_group_size
         return tune.Space({"wgs": [64, 128, 256, 512, 1024]},
-                          [tune.restriction(f"wgs from 1 to {limit} (the device's limit)",
-                                            lambda p: 1 <= p["wgs"] <= limit)])
+                          [tune.at_most("wgs", limit)])
 
     @classmethod
     @tune.autotuner(test={"wgs": 256})

@@ -234,7 +234,7 @@ def test_bad_input_is_refused_clearly(context, fields):
     with pytest.raises(TypeError, match="complex"):
         WilsonOperator(context, u.real, KAPPA)
     with pytest.raises(ValueError, match="precision"):
-        WilsonOperator(context, u, KAPPA, precision="half")
+        WilsonOperator(context, u, KAPPA, precision="quarter")
     with pytest.raises(ValueError, match="reconstruct"):
         WilsonOperator(context, u, KAPPA, reconstruct=9)
     with pytest.raises(ValueError, match="t_boundary"):

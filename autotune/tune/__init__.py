@@ -63,7 +63,7 @@ from .search import (
     search_settings,
 )
 from .strategies import STRATEGIES
-from .space import Space, SpaceError, restriction
+from .space import Space, SpaceError, at_most, restriction
 from .store import (
     MergeCounts,
     MergePolicy,
@@ -154,6 +154,7 @@ __all__ = [
     "record_problem",
     "recorded_test",
     "restriction",
+    "at_most",
     "search",
     "sqlite_file",
     "test_mode",

@@ -30,6 +30,12 @@ def restriction(description: str, predicate: Restriction) -> Restriction:
     return predicate
 
 
+def at_most(name: str, limit: int, what: str = "the device's limit") -> Restriction:
+    """The restriction ``1 <= config[name] <= limit`` (a work-group size and its device's
+    maximum, say), described for error messages."""
+    return restriction(f"{name} from 1 to {limit} ({what})", lambda p: 1 <= p[name] <= limit)
+
+
 class SpaceError(ValueError):
     """A parameter space that cannot be searched (empty, malformed)."""
 

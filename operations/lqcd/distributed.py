@@ -56,6 +56,8 @@ class DistributedWilsonOperator(WilsonOperator):
     device, "host": through page-locked host memory, "auto": peer where every rank can have it;
     see :mod:`.transport`). Other arguments as for :class:`WilsonOperator`."""
 
+    _half_allowed = False  # the exchange carries single and double precision faces only
+
     #: How a dslash meets its exchange: "overlap" updates the sites that need no neighbour
     #: data while the faces travel, then the boundary sites; "serial" exchanges first, then
     #: updates every site in one kernel.

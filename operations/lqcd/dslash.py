@@ -48,8 +48,8 @@ def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int,
     allowed = ARITHMETIC if half else PRECISIONS
     if precision not in allowed:
         if precision == "half":
-            raise ValueError("precision='half' is available for the dslash kernels "
-                             "(DslashTemplate) so far, not for this operation; use 'single'")
+            raise ValueError("precision='half' is not available here yet (DslashTemplate and "
+                             "WilsonOperator have it); use 'single'")
         raise ValueError(f"precision must be {' or '.join(map(repr, allowed))}, got {precision!r}")
     if reconstruct not in RECONSTRUCTS:
         raise ValueError(f"reconstruct must be 18, 12 or 8, got {reconstruct!r}")
@@ -200,8 +200,7 @@ class DslashTemplate:
         limit = context.device.max_work_group_size
         sizes = [32, 64, 128, 256, 512, 1024] if context.device.is_gpu else [16, 64, 256]
         return tune.Space({"wgs": sizes},
-                          [tune.restriction(f"wgs from 1 to {min(limit, 1024)} (the device's limit)",
-                                            lambda p: 1 <= p["wgs"] <= min(limit, 1024))])
+                          [tune.at_most("wgs", min(limit, 1024))])
 
     @classmethod
     @tune.autotuner(test={"wgs": 64})

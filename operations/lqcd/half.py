@@ -5,7 +5,8 @@ and read back on the host.
   (12, V/2, 2) (component-major like the other precisions, real and imaginary parts as a
   pair), and ``norms``, float32 of shape (V/2,): the largest |real or imaginary part| of the
   site's 12 components. A component is ``values * norm / 32767``, so every site keeps 15 bits
-  relative to its own largest component, whatever its magnitude.
+  relative to its own largest component, whatever its magnitude within the range of a float32
+  norm (about 1e-38 to 3e38; a site below it is stored as zero).
 - Links are int16 in the dslash layout: entries of SU(3) matrices are bounded by 1 and stored
   times 32767 (18 and 12 parameters, real and imaginary parts as a pair); the 8-parameter form's
   two angle parameters (an angle plus 8 times a choice index, below 44 in magnitude) are stored
@@ -17,11 +18,12 @@ Arithmetic on half fields is in single precision, in registers.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autotune import accel
+from autotune import accel, tune
 
 #: the largest stored magnitude
 HALF_MAX = 32767
@@ -109,3 +111,121 @@ def kernel_args(spinor: Any) -> list[Any]:
         raise TypeError(f"a half precision kernel takes HalfSpinor fields, not "
                         f"{type(spinor).__name__} (operations.lqcd.half.to_device makes one)")
     return [spinor.values, spinor.norms]
+
+
+CONVERT_TEMPLATE = Path(__file__).with_name("half_convert.mako")
+
+
+class HalfConvertTemplate:
+    """Spinor fields of one parity between half precision and ``dtype`` (complex64 or
+    complex128), one site per work-item: ``to_half(out, inp)`` and ``from_half(out, inp)``
+    (:meth:`instantiate`). The work-group size is tuned; every candidate is checked against
+    the host conversion (within one 16-bit step)."""
+
+    autotune_version = 1
+    autotune_sources = (CONVERT_TEMPLATE,)
+
+    @classmethod
+    def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
+        """To and from single precision (the half sloppy operator's), and double where the
+        device has it."""
+        dtypes = [np.complex64] + ([np.complex128] if context.device.double_precision else [])
+        return [{"dtype": np.dtype(d)} for d in dtypes]
+
+    def __init__(self, context: accel.Context, dtype: Any, tuning: dict[str, Any] | None = None):
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.complex64), np.dtype(np.complex128)):
+            raise TypeError(f"half precision converts to and from complex64 or complex128, "
+                            f"not {self.dtype}")
+        if self.dtype == np.complex128 and not context.device.double_precision:
+            raise TypeError(f"{context.device.name} has no double precision")
+        self.context = context
+        if tuning is None:
+            tuning = self.autotune(context, self.dtype)
+        self.tuning = tune.checked_tuning(HalfConvertTemplate, context, tuning, dtype=self.dtype)
+        self.wgs = self.tuning["wgs"]
+        self.program = context.build(CONVERT_TEMPLATE, {"cplx": accel.c_type(self.dtype),
+                                                        "wgs": self.wgs})
+        self.groups = 8 * context.device.multiprocessors
+
+    def instantiate(self, queue: accel.CommandQueue) -> HalfConvert:
+        return HalfConvert(self, queue)
+
+    @classmethod
+    def autotune_space(cls, context: accel.Context, dtype: Any) -> tune.Space:
+        limit = context.device.max_work_group_size
+        return tune.Space({"wgs": [32, 64, 128, 256, 512]},
+                          [tune.at_most("wgs", limit)])
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 128})
+    def autotune(cls, context: accel.Context, dtype: Any) -> dict[str, Any]:
+        dtype = np.dtype(dtype)
+        queue = context.create_tuning_command_queue()
+        n = (1 << 20 if context.device.is_gpu else 1 << 14) + 3
+        rng = np.random.default_rng(5)
+        field = ((rng.standard_normal((12, n)) + 1j * rng.standard_normal((12, n)))
+                 * np.exp(rng.uniform(-20, 20, n))[None, :]).astype(dtype)
+        want_values, want_norms = spinor_to_half(field)
+        inp = context.to_device(queue, field)
+        half = HalfSpinor.allocate(context, n)
+        back = context.allocate((12, n), dtype)
+
+        def generate(wgs: int) -> tune.Measurement:
+            convert = cls(context, dtype, {"wgs": wgs}).instantiate(queue)
+
+            def run() -> None:
+                convert.to_half(half, inp)
+                convert.from_half(back, half)
+
+            def check() -> bool:
+                values, norms = half.values.get(queue), half.norms.get(queue)
+                if not np.array_equal(norms, want_norms):
+                    return False
+                if np.max(np.abs(values.astype(np.int32) - want_values)) > 1:
+                    return False
+                return bool(np.allclose(back.get(queue), spinor_from_half(values, norms),
+                                        rtol=1e-6, atol=0))
+
+            item = dtype.itemsize
+            return tune.make_measure(queue, run, check, bytes=n * 12 * (2 * item + 8) + 8 * n)
+
+        return tune.autotune(generate)
+
+
+class HalfConvert:
+    """The conversions of one template on one queue (enqueued, not waited for)."""
+
+    def __init__(self, template: HalfConvertTemplate, queue: accel.CommandQueue):
+        self.template = template
+        self.queue = queue
+        self._kernels = {name: template.program.get_kernel(name) for name in ("to_half", "from_half")}
+        self._launchers: dict[tuple[str, int], Any] = {}
+
+    def _enqueue(self, name: str, sites: int, args: list[Any]) -> None:
+        t = self.template
+        groups = max(1, min(t.groups, -(-sites // t.wgs)))
+        launch = self._launchers.get((name, groups))
+        if launch is None:
+            launch = self._launchers[(name, groups)] = self.queue.launcher(
+                self._kernels[name], groups * t.wgs, t.wgs)
+        launch(args + [np.uint64(sites)])
+
+    def _check(self, field: accel.DeviceArray, spinor: HalfSpinor) -> int:
+        if not isinstance(spinor, HalfSpinor):
+            raise TypeError(f"expected a HalfSpinor, not {type(spinor).__name__}")
+        sites = spinor.sites
+        if field.dtype != self.template.dtype or field.size != 12 * sites:
+            raise ValueError(f"expected a {self.template.dtype} field of 12 x {sites} elements, "
+                             f"got {field.dtype} x {field.size}")
+        return sites
+
+    def to_half(self, out: HalfSpinor, inp: accel.DeviceArray) -> None:
+        """out = inp in half precision."""
+        sites = self._check(inp, out)
+        self._enqueue("to_half", sites, [out.values, out.norms, inp])
+
+    def from_half(self, out: accel.DeviceArray, inp: HalfSpinor) -> None:
+        """out = the values ``inp`` holds, in out's precision."""
+        sites = self._check(out, inp)
+        self._enqueue("from_half", sites, [out, inp.values, inp.norms])

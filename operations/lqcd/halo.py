@@ -78,8 +78,7 @@ class HaloTemplate:
         limit = context.device.max_work_group_size
         sizes = [32, 64, 128, 256, 512] if context.device.is_gpu else [16, 64, 256]
         return tune.Space({"wgs": sizes, "comps": [1, 3, 12]},
-                          [tune.restriction(f"wgs from 1 to {limit} (the device's limit)",
-                                            lambda p: 1 <= p["wgs"] <= limit)])
+                          [tune.at_most("wgs", limit)])
 
     @classmethod
     @tune.autotuner(test={"wgs": 64, "comps": 12})

@@ -16,6 +16,7 @@ import numpy as np
 
 from autotune import accel
 
+from . import half as half_storage
 from .dslash import DslashTemplate, check_options
 from .gauge import nonfinite_entries, unitarity_violation
 
@@ -82,7 +83,11 @@ def check_links(U: np.ndarray, kappa: Any, reconstruct: int, check: bool, unitar
 class WilsonOperator:
     """M = 1 - kappa D, with D the Wilson hopping term of ``U`` (DeGrand-Rossi gammas).
 
-    ``precision`` is "double" or "single"; ``reconstruct`` 18, 12 or 8 chooses how links are
+    ``precision`` is "double", "single" or "half" (links and the operator's own fields in
+    16-bit fixed point, :mod:`.half`, arithmetic in single precision: its device fields, what
+    solvers and BLAS work on, are single precision, converted on the way in and out of each
+    application; the sloppy operator of ``solve(..., sloppy="half")``); ``reconstruct`` 18, 12
+    or 8 chooses how links are
     stored on the device; ``t_boundary`` is -1 (antiperiodic in time, the default) or +1.
     Links must be unitary (and, for 12 and 8, of determinant 1) to within ``unitarity_tol``
     when ``check`` is true. ``tuning``: the dslash's parameters, None (the stored result, tuned
@@ -97,7 +102,8 @@ class WilsonOperator:
                  tuning: dict[str, Any] | str | None = None):
         U = link_array(U)
         t, z, y, x = U.shape[1:5]
-        self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary)
+        self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary,
+                                     half=self._half_allowed)
         check_links(U, kappa, reconstruct, check, unitarity_tol)
         self.context = context
         self.tuning = "online" if tuning == "online" else None  #: how solvers tune their passes
@@ -113,6 +119,10 @@ class WilsonOperator:
         self._links = U.astype(np.complex128)
         self.gauge = self.template.gauge_to_device(self.queue, self._links)
         self._tmp: SpinorField | None = None
+        self._half: _HalfWork | None = (_HalfWork(self) if precision == "half" else None)
+
+    #: whether this class takes precision="half"
+    _half_allowed = True
 
     # Device fields -------------------------------------------------------------------------
     def new_field(self) -> SpinorField:
@@ -146,6 +156,9 @@ class WilsonOperator:
     def dslash_parity(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, *,
                       dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
         """out = D_{parity,1-parity} inp (x + a D inp with ``x``): D_eo for parity 0, D_oe for 1."""
+        if self._half is not None:
+            self._half.dslash(out, inp, parity, dagger, x, a)
+            return
         self._dslash(out, inp, self.gauge, parity, dagger=dagger, x=x, a=a)
 
     def _full(self, out: SpinorField, inp: SpinorField, dagger: bool, xpay: bool) -> None:
@@ -154,9 +167,21 @@ class WilsonOperator:
                                x=inp.parity(p) if xpay else None, a=-self.kappa if xpay else 0.0)
 
     def _pc(self, out: accel.DeviceArray, inp: accel.DeviceArray, dagger: bool) -> None:
+        if self._half is not None:
+            self._half.pc(out, inp, (dagger,))
+            return
         tmp = self._scratch().odd
         self.dslash_parity(tmp, inp, 1, dagger=dagger)
         self.dslash_parity(out, tmp, 0, dagger=dagger, x=inp, a=-self.kappa ** 2)
+
+    def _pc_normal(self, out: accel.DeviceArray, inp: accel.DeviceArray,
+                   tmp: accel.DeviceArray) -> None:
+        """out = M_pc^dag M_pc inp (``tmp``: scratch of the same size)."""
+        if self._half is not None:  # one conversion in, one out
+            self._half.pc(out, inp, (False, True))
+            return
+        self._pc(tmp, inp, False)
+        self._pc(out, tmp, True)
 
     # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
     def _dispatch(self, psi: Any, out: Any, device_op) -> Any:
@@ -220,15 +245,17 @@ class WilsonOperator:
                               self.t_boundary, check=False, queue=self.queue, tuning=self.tuning)
 
     def solve(self, b: np.ndarray, method: str = "cg", tol: float = 1e-10, even_odd: bool = True,
-              precision: str | None = None, maxiter: int = 10000) -> tuple[np.ndarray, Any]:
+              precision: str | None = None, maxiter: int = 10000, *,
+              sloppy: str = "single") -> tuple[np.ndarray, Any]:
         """Solve M x = b (host arrays in and out); returns ``(x, info)``.
 
         ``method``: "cg" (on the normal equations) or "bicgstab" (directly). ``even_odd``
         solves the even-site Schur complement and reconstructs the odd sites. ``precision``:
-        "double", "single" or "mixed" (CG in single with reliable updates in double); default
-        the operator's own. ``info.true_residual`` is |b - M x| / |b| for the returned x.
+        "double", "single" or "mixed" (CG in the ``sloppy`` precision, "single" or "half",
+        with reliable updates in double); default the operator's own. ``info.true_residual`` is
+        |b - M x| / |b| for the returned x, computed in double precision.
         """
-        return _solve(self, b, method, tol, even_odd, precision, maxiter)
+        return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy)
 
 
 class WilsonLinearOperator:
@@ -263,8 +290,7 @@ class WilsonLinearOperator:
         if self.kind == "Mpc":
             w._pc(out, inp, False)
         elif self.kind == "MpcdagMpc":
-            w._pc(self._tmp, inp, False)
-            w._pc(out, self._tmp, True)
+            w._pc_normal(out, inp, self._tmp)
         elif self.kind == "M":
             w._full(self._field(out), self._field(inp), False, True)
         else:
@@ -272,15 +298,54 @@ class WilsonLinearOperator:
             w._full(self._field(out), self._field(self._tmp), True, True)
 
 
+class _HalfWork:
+    """A half precision operator's own fields (16-bit, :mod:`.half`) and the conversions
+    between them and the single precision fields it takes and returns."""
+
+    def __init__(self, op: WilsonOperator):
+        self.op = op
+        context, sites = op.context, op.lattice.half_volume
+        self.convert = half_storage.HalfConvertTemplate(context, np.complex64).instantiate(op.queue)
+        self.a, self.b, self.tmp, self.x = (half_storage.HalfSpinor.allocate(context, sites)
+                                            for _ in range(4))
+
+    def dslash(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, dagger: bool,
+               x: accel.DeviceArray | None, a: float) -> None:
+        op, convert = self.op, self.convert
+        convert.to_half(self.a, inp)
+        if x is not None:
+            convert.to_half(self.x, x)
+        op._dslash(self.b, self.a, op.gauge, parity, dagger=dagger,
+                   x=self.x if x is not None else None, a=a)
+        convert.from_half(out, self.b)
+
+    def pc(self, out: accel.DeviceArray, inp: accel.DeviceArray, daggers: tuple[bool, ...]) -> None:
+        """out = M_pc^(dag) ... inp, one M_pc per entry of ``daggers``, all in half."""
+        op = self.op
+        k2 = -op.kappa ** 2
+        self.convert.to_half(self.a, inp)
+        src, dst = self.a, self.b
+        for dagger in daggers:
+            op._dslash(self.tmp, src, op.gauge, 1, dagger=dagger)
+            op._dslash(dst, self.tmp, op.gauge, 0, dagger=dagger, x=src, a=k2)
+            src, dst = dst, src
+        self.convert.from_half(out, src)
+
+
 def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd: bool,
-           precision: str | None, maxiter: int) -> tuple[np.ndarray, Any]:
+           precision: str | None, maxiter: int, sloppy: str = "single") -> tuple[np.ndarray, Any]:
     from .. import solvers
 
     if method not in ("cg", "bicgstab"):
         raise ValueError(f"method must be 'cg' or 'bicgstab', got {method!r}")
     precision = precision or op.precision
+    if precision == "half":
+        raise ValueError("half precision is a sloppy precision: solve with precision='mixed', "
+                         "sloppy='half' (CG in half with reliable updates in double)")
     if precision not in ("double", "single", "mixed"):
         raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
+    if sloppy not in ("single", "half"):
+        raise ValueError(f"sloppy must be 'single' or 'half', got {sloppy!r}")
     if precision == "mixed" and method != "cg":
         raise ValueError("mixed precision is implemented for CG (with reliable updates)")
     tol, maxiter = solvers.check_stopping(tol, maxiter)
@@ -293,7 +358,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     if b_norm == 0:  # M x = 0: x = 0 exactly, with no residual (and nothing to iterate)
         return np.zeros_like(b), solvers.SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], message="b = 0")
     high = op.with_precision("double" if precision == "mixed" else precision)
-    low = op.with_precision("single") if precision == "mixed" else None
+    low = op.with_precision(sloppy) if precision == "mixed" else None
     lat, queue = high.lattice, high.queue
     b_field = high.to_device(b)
     start = time.perf_counter()

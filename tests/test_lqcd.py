@@ -265,10 +265,17 @@ def test_device_methods_match_host_methods(context, fields):
 
 
 @pytest.mark.force_autotune
-def test_every_dslash_candidate_is_correct(context):
-    DslashTemplate.autotune(context, DIMS, "single", 12)
+@pytest.mark.parametrize("reconstruct", [12, 8])
+def test_every_dslash_candidate_is_correct(context, reconstruct):
+    """Every candidate of the search is checked against the reference; with 8 parameters in
+    single precision the search includes the fast sine, cosine and square roots."""
+    import json
+
+    DslashTemplate.autotune(context, DIMS, "single", reconstruct)
     trials = ResultStore.open().trials(function="operations.lqcd.dslash.DslashTemplate.autotune")
     assert trials and all(t.status == "ok" for t in trials), [(t.parameters, t.message) for t in trials]
+    fast = {json.loads(t.parameters)["fast_trig"] for t in trials}
+    assert fast == ({False, True} if reconstruct == 8 else {False})
 
 
 def test_hop_at_sampled_sites_matches_the_full_reference(fields):

@@ -188,9 +188,10 @@ class DistributedWilsonOperator(WilsonOperator):
         launch = self._kernels.get(key)
         if launch is None:
             t = self.template
-            wgs = getattr(t, "wgs", None) or t.online.test["wgs"]
+            render = t.render_arguments()  # the tuned parameters (online: the test ones)
+            wgs = render["wgs"]
             program = self.context.build(DSLASH_TEMPLATE, {
-                **t.render_arguments(), "wgs": wgs, "variants": [(parity, dagger, xpay)],
+                **render, "variants": [(parity, dagger, xpay)],
                 "dist": {**self._dist, "region": region}})
             name = (f"dslash_dist_p{parity}{'_dag' if dagger else ''}"
                     f"{'_xpay' if xpay else ''}_{region}")

@@ -13,6 +13,11 @@
 ##   t_boundary        +1 or -1: factor on hops across the time boundary
 ##   blocks            per direction the 2x2 upper-right block A of gamma_mu, entries "0", "1", "-1", "i", "-i"
 ##   wgs               work-group size
+##   fast_trig         (optional, default False) the 8-parameter reconstruction's sine, cosine
+##                     and square roots from the hardware's fast approximations (single
+##                     precision arithmetic only)
+##   min_blocks        (optional, default 0: none) CUDA: __launch_bounds__'s minimum resident
+##                     blocks per multiprocessor (caps the registers per thread)
 ##   variants          (parity, dagger, xpay) triples: the kernels this program holds
 ##   dist              (optional) one rank's block of a partitioned lattice (dims are then the
 ##                     block's): partitioned (4 flags), t_signs (forward, backward: -1 where a
@@ -48,6 +53,19 @@
 
     dist = context.get("dist", None)
     half = context.get("half", False)
+    fast_trig = context.get("fast_trig", False)
+    min_blocks = context.get("min_blocks", 0)
+    if fast_trig and real != "float":
+        raise ValueError("fast_trig needs single precision arithmetic")
+    if backend == "cuda" and min_blocks:
+        bounds = f"__launch_bounds__({wgs}, {min_blocks})"
+    else:
+        bounds = f"REQD_WORK_GROUP_SIZE({wgs}, 1, 1)"
+    if fast_trig:  # CUDA's sqrt is already one instruction and a fix-up: kept
+        SIN, COS, SQRT, RSQRT = (("__sinf", "__cosf", "sqrt", "rsqrtf") if backend == "cuda"
+                                 else ("native_sin", "native_cos", "native_sqrt", "native_rsqrt"))
+    else:
+        SIN, COS, SQRT, RSQRT = "sin", "cos", "sqrt", "1 / sqrt"
     if half and dist is not None:
         raise ValueError("half precision storage is not distributed yet")
     S = "chalf" if half else C                      # spinor storage
@@ -142,7 +160,7 @@ DEVICE_FN void axis_cross(const ${C} *a, int c, ${C} *e)
     if (c == 0)      { e[0] = zero; e[1] = ${C}_conj(a[2]); e[2] = ${C}_scale(${C}_conj(a[1]), -1); }
     else if (c == 1) { e[0] = ${C}_scale(${C}_conj(a[2]), -1); e[1] = zero; e[2] = ${C}_conj(a[0]); }
     else             { e[0] = ${C}_conj(a[1]); e[1] = ${C}_scale(${C}_conj(a[0]), -1); e[2] = zero; }
-    const ${real} inv = 1 / sqrt(1 - ${C}_abs2(a[c]));
+    const ${real} inv = ${RSQRT}(1 - ${C}_abs2(a[c]));
     e[0] = ${C}_scale(e[0], inv); e[1] = ${C}_scale(e[1], inv); e[2] = ${C}_scale(e[2], inv);
 }
 
@@ -160,8 +178,8 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
     const ${real} theta0 = p[4] - 8 * k;
     const ${C} s0 = ${C}_new(p[0], p[1]);
     const ${C} s1 = ${C}_new(p[2], p[3]);
-    const ${real} m = sqrt(fmax((${real}) 0, 1 - ${C}_abs2(s0) - ${C}_abs2(s1)));
-    const ${C} big = ${C}_new(m * cos(theta0), m * sin(theta0));
+    const ${real} m = ${SQRT}(fmax((${real}) 0, 1 - ${C}_abs2(s0) - ${C}_abs2(s1)));
+    const ${C} big = ${C}_new(m * ${COS}(theta0), m * ${SIN}(theta0));
     ${C} r0[3];
     if (k == 0)      { r0[0] = big; r0[1] = s0; r0[2] = s1; }
     else if (k == 1) { r0[0] = s0; r0[1] = big; r0[2] = s1; }
@@ -172,8 +190,8 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
     axis_cross(r0, q >> 1, e1);
     cross_conj(r0, e1, e2);
     const ${C} small = ${C}_new(p[5], p[6]);
-    const ${real} l = sqrt(fmax((${real}) 0, 1 - ${C}_abs2(small)));
-    const ${C} large = ${C}_new(l * cos(theta1), l * sin(theta1));
+    const ${real} l = ${SQRT}(fmax((${real}) 0, 1 - ${C}_abs2(small)));
+    const ${C} large = ${C}_new(l * ${COS}(theta1), l * ${SIN}(theta1));
     const ${C} a = (q & 1) ? small : large;
     const ${C} b = (q & 1) ? large : small;
     ${C} r1[3], r2[3];
@@ -191,7 +209,7 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 
 % for parity, dagger, xpay in variants:
 % if dist is None:
-KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}(
+KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}(
     ${spinor_params("out", False)}, ${spinor_params("in", True)},
     GLOBAL const ${G} * RESTRICT gauge,
     ${spinor_params("x_in", True)}, ${real} a)
@@ -200,7 +218,7 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_p${parity}${"_dag" if dagg
     if (cb >= VH)
         return;
 % else:
-KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
+KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
     ${spinor_params("out", False)}, ${spinor_params("in", True)},
     GLOBAL const ${G} * RESTRICT gauge,
     ${spinor_params("x_in", True)}, ${real} a,

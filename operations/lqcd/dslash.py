@@ -96,7 +96,7 @@ def bytes_per_site(precision: str, reconstruct: int) -> int:
 class DslashTemplate:
     """Kernels ``dslash_p{0,1}[_dag][_xpay]`` for one lattice, precision and link compression."""
 
-    autotune_version = 1
+    autotune_version = 2  # 2: fast_trig and min_blocks tuned beside wgs
     autotune_sources = (TEMPLATE,)
 
     @classmethod
@@ -115,7 +115,8 @@ class DslashTemplate:
         :mod:`.half`: the kernels then take :class:`.half.HalfSpinor` fields and
         :meth:`gauge_to_device`'s links). ``tuning``: explicit parameters, None (the stored
         result, tuned now on a miss) or ``"online"``: tuned while it runs (:meth:`instantiate`
-        then needs a timed queue)."""
+        then needs a timed queue); explicit parameters may name some only (``{"wgs": 128}``),
+        the others taking their ``test=`` values."""
         self.lattice = check_options(dims, precision, reconstruct, t_boundary, half=True)
         self.context = context
         self.precision = precision
@@ -143,33 +144,38 @@ class DslashTemplate:
             return
         if tuning is None:
             tuning = self.autotune(context, self.lattice.dims, precision, reconstruct)
+        elif isinstance(tuning, dict):  # parameters left out take their test= values
+            tuning = {**tune.tuner_of(DslashTemplate).test, **tuning}
         self.tuning = tune.checked_tuning(DslashTemplate, context, tuning, dims=self.lattice.dims,
                                           precision=precision, reconstruct=reconstruct)
         self.wgs = self.tuning["wgs"]
         self.global_size = self.global_size_for(self.wgs)
 
-    def render_arguments(self) -> dict[str, Any]:
-        """What ``dslash.mako`` is rendered with for this template, less ``wgs`` and
-        ``variants`` (for kernels built elsewhere: the distributed operator's)."""
-        return dict(self._render)
+    def render_arguments(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """What ``dslash.mako`` is rendered with for this template and the tuned parameters
+        (or ``params``), less ``variants`` (for kernels built elsewhere: the distributed
+        operator's)."""
+        params = params if params is not None else (self.tuning or self.online.test)
+        return {**self._render, **params}
 
     def global_size_for(self, wgs: int) -> int:
         """Work-items launched with work-groups of ``wgs``: every even (odd) site, rounded up."""
         return -(-self.lattice.half_volume // wgs) * wgs
 
-    def kernel(self, parity: int, dagger: bool, xpay: bool, wgs: int | None = None) -> accel.Kernel:
+    def kernel(self, parity: int, dagger: bool, xpay: bool,
+               params: dict[str, Any] | None = None) -> accel.Kernel:
         """One variant, compiled on first use (a program each: building all eight costs 8x).
 
         Kept here once built: rendering the template again on every launch would leave the
-        device idle while the host renders. ``wgs``: another work-group size than the tuned one
+        device idle while the host renders. ``params``: other parameters than the tuned ones
         (online tuning builds one kernel per candidate).
         """
-        wgs = self.wgs if wgs is None else wgs
+        params = params if params is not None else self.tuning
         variant = (parity, bool(dagger), bool(xpay))
-        key = (wgs, *variant)
+        key = (tuple(sorted(params.items())), *variant)
         kernel = self._kernels.get(key)
         if kernel is None:
-            program = self.context.build(TEMPLATE, {**self._render, "wgs": wgs,
+            program = self.context.build(TEMPLATE, {**self.render_arguments(params),
                                                     "variants": [variant]})
             name = f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
             built = program.get_kernel(name)
@@ -180,7 +186,7 @@ class DslashTemplate:
     def prepare(self, params: dict[str, Any]) -> None:
         """Build the kernels an even-odd solve launches, for one online candidate."""
         for variant in SOLVER_VARIANTS:
-            self.kernel(*variant, wgs=params["wgs"])
+            self.kernel(*variant, params=params)
 
     def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
         """Compress SU(3) links and copy them to the device in this template's layout."""
@@ -196,14 +202,31 @@ class DslashTemplate:
     @classmethod
     def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                        reconstruct: int) -> tune.Space:
-        """Work-group sizes (32 to 1024 on GPUs) that the device allows."""
+        """Work-group sizes (32 to 1024 on GPUs) that the device allows; for the 8-parameter
+        form in single or half precision, exact or fast sine, cosine and square roots; on
+        CUDA GPUs, __launch_bounds__'s minimum blocks per multiprocessor (0: none)."""
         limit = context.device.max_work_group_size
-        sizes = [32, 64, 128, 256, 512, 1024] if context.device.is_gpu else [16, 64, 256]
-        return tune.Space({"wgs": sizes},
-                          [tune.at_most("wgs", min(limit, 1024))])
+        gpu = context.device.is_gpu
+        sizes = [32, 64, 128, 256, 512, 1024] if gpu else [16, 64, 256]
+        return tune.Space({
+            "wgs": sizes,
+            "fast_trig": [False, True] if reconstruct == 8 and precision != "double" else [False],
+            "min_blocks": [0, 1, 2, 4] if gpu and context.backend == "cuda" else [0],
+        }, [tune.at_most("wgs", min(limit, 1024)),
+            tune.restriction("min_blocks x wgs at most 2048 threads per multiprocessor",
+                             lambda p: p["min_blocks"] * p["wgs"] <= 2048)])
 
     @classmethod
-    @tune.autotuner(test={"wgs": 64})
+    def autotune_online_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
+                              precision: str, reconstruct: int) -> tune.Space:
+        """What an online tuner scans: the work-group size only (the other parameters at their
+        ``test=`` values), so that a solve spends few launches off the best."""
+        space = cls.autotune_space(context, dims, precision, reconstruct)
+        return tune.Space({**space.parameters, "fast_trig": [False], "min_blocks": [0]},
+                          space.restrictions)
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 64, "fast_trig": False, "min_blocks": 0})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int) -> dict[str, Any]:
         check_options(dims, precision, reconstruct, -1, half=True)
@@ -272,10 +295,11 @@ class Dslash:
                 launch = memo[1]
             else:
                 wgs = params["wgs"]
-                launch = self._launchers.get((wgs, *key))
+                mine = (tuple(sorted(params.items())), *key)
+                launch = self._launchers.get(mine)
                 if launch is None:
                     t = self.template
-                    launch = self._launchers[(wgs, *key)] = self.queue.launcher(
-                        t.kernel(*key, wgs=wgs), t.global_size_for(wgs), wgs)
+                    launch = self._launchers[mine] = self.queue.launcher(
+                        t.kernel(*key, params=params), t.global_size_for(wgs), wgs)
                 self._memo[key] = (params, launch)
             launch(args)

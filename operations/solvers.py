@@ -171,6 +171,15 @@ def _is_real(value: Any) -> bool:
     return not isinstance(value, bool) and isinstance(value, (int, float, np.integer, np.floating))
 
 
+def _check_delta(delta: Any) -> None:
+    if not _is_real(delta):
+        raise TypeError(f"delta must be a real number (the fall of the residual that triggers a "
+                        f"reliable update, such as 0.1), not {type(delta).__name__} {delta!r}")
+    if not 0 < delta < 1:
+        raise ValueError(f"delta must be between 0 and 1 (the fall of the residual that "
+                         f"triggers a reliable update, such as 0.1), got {delta!r}")
+
+
 def _check(A: LinearOperator, b: accel.DeviceArray) -> None:
     if b.size != A.size or b.dtype != A.dtype:
         raise ValueError(f"b has {b.size} elements of {b.dtype}; the operator acts on {A.size} "
@@ -276,6 +285,36 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
                    history, start, maxiter)
 
 
+def _bicgstab_alpha(solver: str, A: LinearOperator, ops: VectorOps, r0: accel.DeviceArray,
+                    p: accel.DeviceArray, v: accel.DeviceArray, rho: complex,
+                    iterations: int) -> complex:
+    """v = A p; returns alpha = rho / <r0, v> (breakdown raises)."""
+    A.apply(v, p)
+    r0v = ops.reduce("dot", r0, v)
+    if r0v == 0 or not np.isfinite(r0v):
+        raise SolverBreakdown(f"{solver}: <r0, A p> = {r0v} at iteration {iterations}")
+    return rho / r0v
+
+
+def _bicgstab_omega_step(solver: str, A: LinearOperator, ops: VectorOps, x: accel.DeviceArray,
+                         p: accel.DeviceArray, r: accel.DeviceArray, t: accel.DeviceArray,
+                         r0: accel.DeviceArray, alpha: complex,
+                         iterations: int) -> tuple[complex, complex, float]:
+    """t = A s (s in ``r``), omega = <t, s> / |t|^2, x += alpha p + omega s, r = s - omega t;
+    returns (omega, <r0, r>, |r|^2) (breakdown raises)."""
+    A.apply(t, r)
+    ts, tt = ops.blas("cdot_norm", t, r)
+    if tt == 0:
+        raise SolverBreakdown(f"{solver}: A s = 0 at iteration {iterations}")
+    omega = ts / tt
+    if omega == 0 or not np.isfinite(omega):
+        raise SolverBreakdown(f"{solver}: omega = {omega} at iteration {iterations}")
+    rho_new, rr = ops.blas("bicgstab_xs", x, p, r, t, r0, a=alpha, w=omega)
+    if not math.isfinite(rr):
+        raise SolverBreakdown(f"{solver}: the residual became {rr} at iteration {iterations}")
+    return omega, rho_new, rr
+
+
 def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
              x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """BiCGstab for a general ``A``; breakdown (rho or omega zero) raises :class:`SolverBreakdown`."""
@@ -298,12 +337,8 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
     converged = history[-1] < tol
     iterations = 0
     while not converged and iterations < maxiter:
-        A.apply(v, p)
+        alpha = _bicgstab_alpha("BiCGstab", A, ops, r0, p, v, rho, iterations)
         applications += 1
-        r0v = ops.reduce("dot", r0, v)
-        if r0v == 0 or not np.isfinite(r0v):
-            raise SolverBreakdown(f"BiCGstab: <r0, A p> = {r0v} at iteration {iterations}")
-        alpha = rho / r0v
         ss = ops.blas("caxpy_norm", v, r, a=-alpha)  # s = r - alpha v, stored in r
         iterations += 1
         if math.sqrt(ss / bb) < tol:
@@ -311,18 +346,10 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
             history.append(math.sqrt(ss / bb))
             converged = True
             break
-        A.apply(t, r)
+        omega, rho_new, rr = _bicgstab_omega_step("BiCGstab", A, ops, x, p, r, t, r0, alpha,
+                                                  iterations)
         applications += 1
-        ts, tt = ops.blas("cdot_norm", t, r)
-        if tt == 0:
-            raise SolverBreakdown(f"BiCGstab: A s = 0 at iteration {iterations}")
-        omega = ts / tt
-        if omega == 0 or not np.isfinite(omega):
-            raise SolverBreakdown(f"BiCGstab: omega = {omega} at iteration {iterations}")
-        rho_new, rr = ops.blas("bicgstab_xs", x, p, r, t, r0, a=alpha, w=omega)
         history.append(math.sqrt(rr / bb))
-        if not math.isfinite(rr):
-            raise SolverBreakdown(f"BiCGstab: the residual became {rr} at iteration {iterations}")
         converged = history[-1] < tol
         if converged:
             break
@@ -335,6 +362,59 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
                    history, start, maxiter)
 
 
+@dataclass
+class _Mixed:
+    """A mixed-precision solve's common state: both precisions' vector passes, the
+    converters, high-precision x = 0, r = b and scratch, and x_low = 0, r_low = r."""
+
+    hi: VectorOps
+    lo: VectorOps
+    down: Any
+    up: Any
+    b: accel.DeviceArray
+    bb: float
+    x: accel.DeviceArray
+    r: accel.DeviceArray
+    tmp: accel.DeviceArray
+    xs: accel.DeviceArray
+    rs: accel.DeviceArray
+
+    def reliable_update(self, A: LinearOperator) -> float:
+        """x += x_low in high precision, x_low = 0, r = b - A x there and r_low = r; returns
+        |r|^2 (one application of A)."""
+        self.up.add(self.x, self.xs)
+        self.xs.zero(A.queue)
+        A.apply(self.r, self.x)
+        rr = self.hi.blas("xmy_norm", self.b, self.r)
+        self.down(self.rs, self.r)
+        return rr
+
+
+def _mixed_start(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol: Any,
+                 maxiter: Any, delta: Any, blas_low: tuple[str, ...]) -> tuple[float, int, _Mixed]:
+    """Check the arguments, prepare the passes (``blas_low`` and ``dot`` in low precision) and
+    set the starting vectors (not when b = 0: ``bb`` says so)."""
+    tol, maxiter = check_stopping(tol, maxiter)
+    _check_delta(delta)
+    _check(A, b)
+    if A_low.size != A.size:
+        raise ValueError("the two operators act on vectors of different lengths")
+    hi, lo = vector_ops(A), vector_ops(A_low)
+    hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
+    lo.prepare(blas=blas_low, reduce=("dot",))
+    queue = A.queue
+    m = _Mixed(hi, lo, ConvertTemplate(A.context, A.dtype, A_low.dtype).instantiate(queue),
+               ConvertTemplate(A.context, A_low.dtype, A.dtype).instantiate(queue), _flat(b),
+               0.0, hi.new(), hi.new(), hi.new(), lo.new(), lo.new())
+    m.bb = hi.reduce("sumsq", m.b)
+    if m.bb != 0:
+        m.x.zero(queue)
+        m.r.copy_from(queue, m.b)
+        m.down(m.rs, m.r)
+        m.xs.zero(queue)
+    return tol, maxiter, m
+
+
 def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10,
              maxiter: int = 10000, delta: float = 0.1) -> tuple[accel.DeviceArray, SolveInfo]:
     """CG iterating in ``A_low``'s (single) precision with reliable updates in ``A``'s (double).
@@ -343,35 +423,15 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     is accumulated in high precision, the true residual b - A x is recomputed there, and the
     iteration continues from it with the same search direction.
     """
-    tol, maxiter = check_stopping(tol, maxiter)
-    if not _is_real(delta):
-        raise TypeError(f"delta must be a real number (the fall of the residual that triggers a "
-                        f"reliable update, such as 0.1), not {type(delta).__name__} {delta!r}")
-    if not 0 < delta < 1:
-        raise ValueError(f"delta must be between 0 and 1 (the fall of the residual that "
-                         f"triggers a reliable update, such as 0.1), got {delta!r}")
-    _check(A, b)
-    if A_low.size != A.size:
-        raise ValueError("the two operators act on vectors of different lengths")
     start = time.perf_counter()
-    hi = vector_ops(A)
-    lo = vector_ops(A_low)
-    hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
-    lo.prepare(blas=("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"), reduce=("dot",))
-    dot = lo.fused(ReduceTemplate, "dot")
+    tol, maxiter, m = _mixed_start(A, A_low, b, tol, maxiter, delta,
+                                   ("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"))
+    hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
     queue = A.queue
-    down = ConvertTemplate(A.context, A.dtype, A_low.dtype).instantiate(queue)
-    up = ConvertTemplate(A.context, A_low.dtype, A.dtype).instantiate(queue)
-    b = _flat(b)
-    x, r, tmp = hi.new(), hi.new(), hi.new()
-    xs, rs, ps, aps = lo.new(), lo.new(), lo.new(), lo.new()
-    bb = hi.reduce("sumsq", b)
     if bb == 0:
         return _zero_solution(queue, x, start)
-    x.zero(queue)
-    r.copy_from(queue, b)
-    down(rs, r)
-    xs.zero(queue)
+    dot = lo.fused(ReduceTemplate, "dot")
+    ps, aps = lo.new(), lo.new()
     ps.copy_from(queue, rs)
     rr = bb
     r_max = rr
@@ -388,13 +448,9 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         iterations += 1
         if rr_new < delta ** 2 * r_max or rr_new / bb < tol ** 2:
             lo.blas("axpy", ps, xs, a=alpha)  # x_low += alpha p
-            up.add(x, xs)  # x += x_low in high precision
-            xs.zero(queue)
-            A.apply(r, x)
+            rr_new = m.reliable_update(A)  # r = b - A x, in high precision
             applications += 1
-            rr_new = hi.blas("xmy_norm", b, r)  # r = b - A x, in high precision
             updates += 1
-            down(rs, r)
             r_max = rr_new
             history.append(math.sqrt(rr_new / bb))
             if history[-1] < tol:
@@ -412,3 +468,70 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     return _finish("mixed CG", A, hi, b, x, bb, tmp, converged, iterations, applications,
                    history, start, maxiter, reliable_updates=updates)
 
+
+
+def bicgstab_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
+                   tol: float = 1e-10, maxiter: int = 10000,
+                   delta: float = 0.1) -> tuple[accel.DeviceArray, SolveInfo]:
+    """BiCGstab iterating in ``A_low``'s precision with reliable updates in ``A``'s.
+
+    Whenever the iterated residual has fallen by ``delta`` since the last update (or looks
+    converged), the solution is accumulated in high precision, the true residual b - A x is
+    recomputed there, and the iteration continues from it with the same search direction
+    (rho taken afresh against the new residual). Breakdown raises :class:`SolverBreakdown`.
+    """
+    start = time.perf_counter()
+    tol, maxiter, m = _mixed_start(A, A_low, b, tol, maxiter, delta,
+                                   ("caxpy_norm", "cdot_norm", "bicgstab_xs", "bicgstab_p"))
+    hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
+    queue = A.queue
+    if bb == 0:
+        return _zero_solution(queue, x, start)
+    r0, p, v, t = (lo.new() for _ in range(4))
+    r0.copy_from(queue, rs)
+    p.copy_from(queue, rs)
+    rho = lo.reduce("dot", r0, rs)
+    r_max = bb
+    history = [1.0]
+    iterations = applications = updates = 0
+    converged = False
+
+    def reliable_update() -> float:
+        nonlocal applications, updates, r_max
+        rr_true = m.reliable_update(A)
+        applications += 1
+        updates += 1
+        r_max = rr_true
+        history.append(math.sqrt(rr_true / bb))
+        return rr_true
+
+    while iterations < maxiter:
+        alpha = _bicgstab_alpha("mixed BiCGstab", A_low, lo, r0, p, v, rho, iterations)
+        applications += 1
+        ss = lo.blas("caxpy_norm", v, rs, a=-alpha)  # s = r - alpha v, stored in rs
+        iterations += 1
+        if ss / bb < tol ** 2:  # s looks converged: x += alpha p, then check in high precision
+            lo.blas("caxpy_norm", p, xs, a=alpha)
+            if math.sqrt(reliable_update() / bb) < tol:
+                converged = True
+                break
+            p.copy_from(queue, rs)  # not there yet: start again from the true residual
+            rho = lo.reduce("dot", r0, rs)
+            continue
+        omega, rho_new, rr = _bicgstab_omega_step("mixed BiCGstab", A_low, lo, xs, p, rs, t, r0,
+                                                  alpha, iterations)
+        applications += 1
+        if rr < delta ** 2 * r_max or rr / bb < tol ** 2:
+            if math.sqrt(reliable_update() / bb) < tol:
+                converged = True
+                break
+            rho_new = lo.reduce("dot", r0, rs)
+        else:
+            history.append(math.sqrt(rr / bb))
+        if rho_new == 0:
+            raise SolverBreakdown(f"mixed BiCGstab: rho = 0 at iteration {iterations}")
+        beta = (rho_new / rho) * (alpha / omega)
+        lo.blas("bicgstab_p", p, rs, v, b=beta, w=omega)
+        rho = rho_new
+    return _finish("mixed BiCGstab", A, hi, b, x, bb, tmp, converged, iterations, applications,
+                   history, start, maxiter, reliable_updates=updates)

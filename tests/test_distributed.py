@@ -57,7 +57,7 @@ def _run(context, *args) -> list[dict]:
     return results
 
 
-EVERY_SOLVE = ("cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed")
+EVERY_SOLVE = ("cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed", "bicgstab_eo_mixed")
 CASES = [
     # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves, policy, transport
     pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE, "overlap", "auto",

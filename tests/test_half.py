@@ -132,9 +132,10 @@ def test_the_half_operator_matches_the_double_one(context, problem, reconstruct)
         assert _rel(op.apply_pc(psi, dagger=dagger), want) <= HALF_TOL, dagger
 
 
-def test_mixed_cg_with_a_half_sloppy_operator_reaches_double_precision(context, problem):
+def test_mixed_solvers_with_a_half_sloppy_operator_reach_double_precision(context, problem):
     """Double-half CG with reliable updates: the true residual, recomputed in double, meets
-    the tolerance as double-single's does, in a comparable number of iterations."""
+    the tolerance as double-single's does, in a comparable number of iterations; BiCGstab
+    with reliable updates too, even-odd and full."""
     from operations.lqcd import WilsonOperator
 
     lat, u, psi, _ = problem
@@ -146,6 +147,10 @@ def test_mixed_cg_with_a_half_sloppy_operator_reaches_double_precision(context, 
     assert half_info.iterations <= 1.5 * single.iterations + 5, (half_info.iterations,
                                                                   single.iterations)
     assert _rel(x_h, x_s) <= 1e-8
+    for even_odd in (True, False):  # BiCGstab with reliable updates, half sloppy operator
+        x_b, bicg = op.solve(psi, "bicgstab", 1e-10, even_odd, "mixed", sloppy="half")
+        assert bicg.converged and bicg.true_residual <= 1e-10 and bicg.reliable_updates > 0
+        assert _rel(x_b, x_s) <= 1e-8
     with pytest.raises(ValueError, match="sloppy='half'"):
         op.solve(psi, "cg", 1e-10, True, "half")
     with pytest.raises(ValueError, match="sloppy must be"):

@@ -251,8 +251,8 @@ class WilsonOperator:
 
         ``method``: "cg" (on the normal equations) or "bicgstab" (directly). ``even_odd``
         solves the even-site Schur complement and reconstructs the odd sites. ``precision``:
-        "double", "single" or "mixed" (CG in the ``sloppy`` precision, "single" or "half",
-        with reliable updates in double); default the operator's own. ``info.true_residual`` is
+        "double", "single" or "mixed" (CG or BiCGstab in the ``sloppy`` precision, "single"
+        or "half", with reliable updates in double); default the operator's own. ``info.true_residual`` is
         |b - M x| / |b| for the returned x, computed in double precision.
         """
         return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy)
@@ -346,8 +346,6 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
     if sloppy not in ("single", "half"):
         raise ValueError(f"sloppy must be 'single' or 'half', got {sloppy!r}")
-    if precision == "mixed" and method != "cg":
-        raise ValueError("mixed precision is implemented for CG (with reliable updates)")
     tol, maxiter = solvers.check_stopping(tol, maxiter)
     b = op._check_spinor(b).astype(np.complex128)
     bad = nonfinite_entries(b)
@@ -381,8 +379,10 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     # The normal equations' residual bounds the true one only up to the condition number:
     # ask for a tenth of the tolerance, then check the true residual of M x = b at the end.
     inner_tol = tol * 0.1 if normal is not None else tol
-    if precision == "mixed":
+    if precision == "mixed" and method == "cg":
         x, info = solvers.cg_mixed(A, WilsonLinearOperator(low, kind), rhs, inner_tol, maxiter)
+    elif precision == "mixed":
+        x, info = solvers.bicgstab_mixed(A, WilsonLinearOperator(low, kind), rhs, tol, maxiter)
     elif method == "cg":
         x, info = solvers.cg(A, rhs, inner_tol, maxiter)
     else:

@@ -14,6 +14,7 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import numpy as np
@@ -535,3 +536,66 @@ def bicgstab_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArra
         rho = rho_new
     return _finish("mixed BiCGstab", A, hi, b, x, bb, tmp, converged, iterations, applications,
                    history, start, maxiter, reliable_updates=updates)
+
+
+def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
+        nkrylov: int = 16, preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None]
+        | None = None, x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
+    """Flexible GCR for a general ``A``, restarted every ``nkrylov`` steps.
+
+    Step k takes z = K r (``preconditioner(out, inp)`` enqueues ``out = K inp``; the identity
+    without one, and K may change from step to step: a few iterations of an inner solver),
+    makes A z orthogonal to the earlier A z (modified Gram-Schmidt, z updated alike), and
+    minimises |r| along it: x += alpha z, r -= alpha A z. ``iterations`` counts steps.
+    """
+    tol, maxiter = check_stopping(tol, maxiter)
+    if isinstance(nkrylov, bool) or not isinstance(nkrylov, (int, np.integer)) or nkrylov < 1:
+        raise ValueError(f"nkrylov must be an int of at least 1 (the steps between restarts), "
+                         f"got {nkrylov!r}")
+    if preconditioner is not None and not callable(preconditioner):
+        raise TypeError(f"preconditioner must be callable as preconditioner(out, inp), not "
+                        f"{type(preconditioner).__name__}")
+    _check(A, b)
+    start = time.perf_counter()
+    ops = vector_ops(A)
+    ops.prepare(blas=("xmy_norm", "caxpy", "caxpy_norm", "cdot_norm"), reduce=("sumsq", "dot"))
+    queue = A.queue
+    x, r = ops.new(), ops.new()
+    b = _flat(b)
+    bb = ops.reduce("sumsq", b)
+    if bb == 0:
+        return _zero_solution(queue, x, start)
+    applications, rr = _initial_residual(A, ops, b, bb, x0, x, r)
+    zs = [ops.new() for _ in range(nkrylov)]
+    azs = [ops.new() for _ in range(nkrylov)]
+    norms = [0.0] * nkrylov  # |A z_i|^2
+    history = [math.sqrt(rr / bb)]
+    converged = history[-1] < tol
+    iterations = 0
+    while not converged and iterations < maxiter:
+        k = iterations % nkrylov  # a restart begins a new basis (k = 0)
+        z, az = zs[k], azs[k]
+        if preconditioner is None:
+            z.copy_from(queue, r)
+        else:
+            preconditioner(z, r)
+        A.apply(az, z)
+        applications += 1
+        for i in range(k):
+            beta = ops.reduce("dot", azs[i], az) / norms[i]
+            ops.blas("caxpy", azs[i], az, a=-beta)
+            ops.blas("caxpy", zs[i], z, a=-beta)
+        az_r, norms[k] = ops.blas("cdot_norm", az, r)
+        if not norms[k] > 0:
+            raise SolverBreakdown(f"GCR: A z = 0 at iteration {iterations} (the preconditioner "
+                                  "returned a vector the operator annihilates, or zero)")
+        alpha = az_r / norms[k]
+        rr = ops.blas("caxpy_norm", az, r, a=-alpha)
+        ops.blas("caxpy", z, x, a=alpha)
+        iterations += 1
+        history.append(math.sqrt(rr / bb))
+        if not math.isfinite(rr):
+            raise SolverBreakdown(f"GCR: the residual became {rr} at iteration {iterations}")
+        converged = history[-1] < tol
+    return _finish("GCR", A, ops, b, x, bb, azs[0], converged, iterations, applications,
+                   history, start, maxiter)

@@ -33,7 +33,7 @@ def weak8():
 @pytest.mark.parametrize("method,even_odd,precision", [
     ("cg", True, "double"), ("cg", False, "double"), ("bicgstab", True, "double"),
     ("bicgstab", False, "double"), ("cg", True, "mixed"), ("bicgstab", True, "mixed"),
-    ("bicgstab", False, "mixed"),
+    ("bicgstab", False, "mixed"), ("gcr", True, "double"), ("gcr", False, "double"),
 ])
 def test_every_method_reaches_the_true_residual(context, field, method, even_odd, precision):
     dims = (4, 4, 4, 4)
@@ -111,6 +111,41 @@ def test_singular_and_indefinite_operators_are_reported(context):
         solvers.cg(Negative(context, 96), b)
     x, info = solvers.bicgstab(Negative(context, 96), b, tol=1e-12)  # general: fine for BiCGstab
     assert info.converged and np.allclose(x.get(queue), -1)
+
+
+def test_gcr_restarts_and_takes_a_flexible_preconditioner(context, weak8):
+    """Restarted GCR reaches the true residual with short and long bases; with an exact
+    preconditioner (a BiCGstab solve to 1e-13 per step, a different K each time) it needs one
+    or two steps; a preconditioner that returns zero is a breakdown, named."""
+    b = _b((8, 8, 8, 8), 3)
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    A = WilsonLinearOperator(op, "Mpc")
+    rhs = op.to_device(b).even
+    runs = {}
+    for nkrylov in (2, 8, 64):
+        x, info = solvers.gcr(A, rhs, 1e-10, 500, nkrylov=nkrylov)
+        assert info.converged and info.true_residual < 1e-10, (nkrylov, info.true_residual)
+        runs[nkrylov] = info.iterations
+    assert runs[64] <= runs[8] <= runs[2]  # a longer basis never needs more steps here
+
+    def exact(out, inp):
+        y, _ = solvers.bicgstab(A, inp, 1e-13, 500)
+        out.copy_from(op.queue, y)
+
+    x, info = solvers.gcr(A, rhs, 1e-10, 50, preconditioner=exact)
+    assert info.converged and info.iterations <= 2 and info.true_residual < 1e-10
+
+    def nothing(out, inp):
+        out.zero(op.queue)
+
+    with pytest.raises(solvers.SolverBreakdown, match="A z = 0"):
+        solvers.gcr(A, rhs, 1e-10, 50, preconditioner=nothing)
+    with pytest.raises(ValueError, match="nkrylov"):
+        solvers.gcr(A, rhs, nkrylov=0)
+    with pytest.raises(TypeError, match="callable"):
+        solvers.gcr(A, rhs, preconditioner="schwarz")
+    with pytest.raises(ValueError, match="one precision"):
+        op.solve(b, "gcr", precision="mixed")
 
 
 def test_bad_arguments(context, weak8):

@@ -249,7 +249,8 @@ class WilsonOperator:
               sloppy: str = "single") -> tuple[np.ndarray, Any]:
         """Solve M x = b (host arrays in and out); returns ``(x, info)``.
 
-        ``method``: "cg" (on the normal equations) or "bicgstab" (directly). ``even_odd``
+        ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (restarted every 16
+        steps; both directly). ``even_odd``
         solves the even-site Schur complement and reconstructs the odd sites. ``precision``:
         "double", "single" or "mixed" (CG or BiCGstab in the ``sloppy`` precision, "single"
         or "half", with reliable updates in double); default the operator's own. ``info.true_residual`` is
@@ -336,8 +337,8 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
            precision: str | None, maxiter: int, sloppy: str = "single") -> tuple[np.ndarray, Any]:
     from .. import solvers
 
-    if method not in ("cg", "bicgstab"):
-        raise ValueError(f"method must be 'cg' or 'bicgstab', got {method!r}")
+    if method not in ("cg", "bicgstab", "gcr"):
+        raise ValueError(f"method must be 'cg', 'bicgstab' or 'gcr', got {method!r}")
     precision = precision or op.precision
     if precision == "half":
         raise ValueError("half precision is a sloppy precision: solve with precision='mixed', "
@@ -346,6 +347,9 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
     if sloppy not in ("single", "half"):
         raise ValueError(f"sloppy must be 'single' or 'half', got {sloppy!r}")
+    if method == "gcr" and precision == "mixed":
+        raise ValueError("GCR runs in one precision ('double' or 'single'); mixed precision "
+                         "is for method='cg' or 'bicgstab'")
     tol, maxiter = solvers.check_stopping(tol, maxiter)
     b = op._check_spinor(b).astype(np.complex128)
     bad = nonfinite_entries(b)
@@ -385,6 +389,8 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         x, info = solvers.bicgstab_mixed(A, WilsonLinearOperator(low, kind), rhs, tol, maxiter)
     elif method == "cg":
         x, info = solvers.cg(A, rhs, inner_tol, maxiter)
+    elif method == "gcr":
+        x, info = solvers.gcr(A, rhs, tol, maxiter)
     else:
         x, info = solvers.bicgstab(A, rhs, tol, maxiter)
     out = high.new_field()

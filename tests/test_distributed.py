@@ -62,10 +62,11 @@ CASES = [
     # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves, policy, transport
     pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE, "overlap", "auto",
                  id="t-cut-2-antiperiodic"),
-    pytest.param((8, 6, 4, 4), (2, 1, 1, 1), 1, 12, "double", ("cg_eo", "bicgstab_eo"), "serial",
-                 "host", id="x-cut-2-unequal-periodic-serial-host"),
-    pytest.param((4, 8, 6, 8), (1, 2, 1, 2), -1, 8, "double", ("cg_eo", "bicgstab_eo", "gcr_eo"),
-                 "overlap", "auto", id="yt-cut-4"),
+    pytest.param((8, 6, 4, 4), (2, 1, 1, 1), 1, 12, "double", ("cg_eo", "bicgstab_eo", "gcr_eo"),
+                 "serial", "host", id="x-cut-2-unequal-periodic-serial-host"),
+    # (GCR's many reductions are kept to two ranks: four ranks on CI's two cores poll MPI hard)
+    pytest.param((4, 8, 6, 8), (1, 2, 1, 2), -1, 8, "double", ("cg_eo", "bicgstab_eo"), "overlap",
+                 "auto", id="yt-cut-4"),
     pytest.param((8, 4, 4, 8), (2, 1, 1, 2), 1, 12, "single", ("cg_eo",), "overlap", "auto",
                  id="xt-cut-4-single"),
 ]

@@ -16,6 +16,8 @@
 ##   fast_trig         (optional, default False) the 8-parameter reconstruction's sine, cosine
 ##                     and square roots from the hardware's fast approximations (single
 ##                     precision arithmetic only)
+##   domain            (optional) (bx, by, bz, bt): Schwarz domains (Dirichlet blocks, each
+##                     extent dividing the lattice's): hops that leave a domain are dropped
 ##   min_blocks        (optional, default 0: none) CUDA: __launch_bounds__'s minimum resident
 ##                     blocks per multiprocessor (caps the registers per thread)
 ##   variants          (parity, dagger, xpay) triples: the kernels this program holds
@@ -68,6 +70,9 @@
         SIN, COS, SQRT, RSQRT = "sin", "cos", "sqrt", "1 / sqrt"
     if half and dist is not None:
         raise ValueError("half precision storage is not distributed yet")
+    domain = context.get("domain", None)
+    if domain is not None and dist is not None:
+        raise ValueError("Schwarz domains of a distributed block are not built yet")
     S = "chalf" if half else C                      # spinor storage
     G = ("short" if reconstruct == 8 else "chalf") if half else (real if reconstruct == 8 else C)
     # the 8-parameter form's components 4 and 7 hold an angle plus 8 x an index (gauge.py)
@@ -273,7 +278,13 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
 <%
     ghosted = dist is not None and dist["partitioned"][mu] and dist["region"] != "interior"
     edge = (extent - 1) if direction == 1 else 0
+    cut = domain is not None and domain[mu] < extent
+    leaves = (f"{coord} % {domain[mu]}u == {domain[mu] - 1 if direction == 1 else 0}u"
+              if cut else "")
 %>\
+% if cut:
+    if (!(${leaves}))  /* a hop that leaves the Schwarz domain is dropped */
+% endif
     {
         /* direction ${mu}, hop ${"+" if direction == 1 else "-"}: (1 ${"+" if sigma == 1 else "-"} gamma_${mu}) ${"U" if direction == 1 else "U^dagger"} psi */
 % if ghosted:

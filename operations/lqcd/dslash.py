@@ -58,6 +58,20 @@ def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int,
     return lattice
 
 
+def _check_domain(domain: Any, dims: tuple[int, int, int, int]) -> tuple[int, ...] | None:
+    """Schwarz domain extents (bx, by, bz, bt), each dividing the lattice's, or None."""
+    if domain is None:
+        return None
+    try:
+        domain = tuple(int(b) for b in domain)
+    except (TypeError, ValueError):
+        raise TypeError(f"domain must be four ints (bx, by, bz, bt), got {domain!r}") from None
+    if len(domain) != 4 or any(b < 1 or n % b for b, n in zip(domain, dims)):
+        raise ValueError(f"domain {domain} must be four extents that divide the lattice's "
+                         f"{tuple(dims)} (X, Y, Z, T)")
+    return domain
+
+
 def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: Lattice,
                     u: np.ndarray, precision: str, reconstruct: int) -> accel.DeviceArray:
     """Links compressed to ``reconstruct`` parameters, in the dslash layout, on the device
@@ -110,13 +124,16 @@ class DslashTemplate:
 
     def __init__(self, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int, t_boundary: int = -1,
-                 tuning: dict[str, Any] | str | None = None):
+                 tuning: dict[str, Any] | str | None = None, *,
+                 domain: tuple[int, int, int, int] | None = None):
         """``precision``: "double", "single" or "half" (16-bit fixed point storage,
         :mod:`.half`: the kernels then take :class:`.half.HalfSpinor` fields and
         :meth:`gauge_to_device`'s links). ``tuning``: explicit parameters, None (the stored
         result, tuned now on a miss) or ``"online"``: tuned while it runs (:meth:`instantiate`
         then needs a timed queue); explicit parameters may name some only (``{"wgs": 128}``),
-        the others taking their ``test=`` values."""
+        the others taking their ``test=`` values. ``domain``: (bx, by, bz, bt), Schwarz domains
+        (Dirichlet blocks): the kernels drop every hop that leaves a domain (the block-local
+        dslash of a Schwarz preconditioner; tuned parameters are the full dslash's)."""
         self.lattice = check_options(dims, precision, reconstruct, t_boundary, half=True)
         self.context = context
         self.precision = precision
@@ -126,10 +143,12 @@ class DslashTemplate:
         self.real_dtype, self.dtype = (np.dtype(d) for d in ARITHMETIC[precision])
         if precision == "double" and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
+        self.domain = _check_domain(domain, self.lattice.dims)
         self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
                         "dims": self.lattice.dims,
                         "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
-                        "half": self.half, "angle_range": half_storage.ANGLE_RANGE}
+                        "half": self.half, "angle_range": half_storage.ANGLE_RANGE,
+                        "domain": self.domain}
         self._kernels: dict[tuple[int, int, bool, bool], accel.Kernel] = {}
         self._guard = threading.Lock()
         self.online: tune.OnlineTuner | None = None

@@ -25,20 +25,13 @@ from mpi4py import MPI
 from operations.lqcd import DistributedWilsonOperator, haar_field
 from operations.lqcd.distributed import rank_context
 
+from timing import ranks_time
+
 FLOPS_PER_SITE = 1320
 
 
 def timed(comm, queue, fn, launches: int) -> float:
-    for _ in range(5):
-        fn()
-    queue.finish()
-    comm.Barrier()
-    start = time.perf_counter()
-    for _ in range(launches):
-        fn()
-    queue.finish()
-    comm.Barrier()
-    return (time.perf_counter() - start) / launches
+    return ranks_time(comm, queue, fn, launches, warmup=5)
 
 
 def main() -> None:

@@ -29,6 +29,8 @@ from operations.lqcd import DistributedWilsonOperator, haar_field
 from operations.lqcd.distributed import rank_context
 from operations.lqcd.wilson import WilsonLinearOperator
 
+from timing import ranks_time
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -58,13 +60,10 @@ def main() -> None:
     del b
     A, A_low = WilsonLinearOperator(high, "MpcdagMpc"), WilsonLinearOperator(low, "MpcdagMpc")
     solvers.cg_mixed(A, A_low, rhs, args.tol, maxiter=20)  # warm-up: builds, tuning
-    high.queue.finish()
-    comm.Barrier()
-    start = time.perf_counter()
-    _, info = solvers.cg_mixed(A, A_low, rhs, args.tol)
-    high.queue.finish()
-    comm.Barrier()
-    seconds = time.perf_counter() - start
+    solved = []
+    seconds = ranks_time(comm, high.queue,
+                         lambda: solved.append(solvers.cg_mixed(A, A_low, rhs, args.tol)[1]))
+    info = solved[0]
     result = {"device": context.device.describe(), "ranks": comm.size, "dims": list(dims),
               "grid": list(args.grid), "local": list(high.partition.local),
               "kappa": args.kappa, "tol": args.tol, "reconstruct": args.reconstruct,

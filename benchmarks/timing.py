@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,3 +35,20 @@ def cupy_time(cupy: Any, fn: Callable[[], Any], repeats: int = 20, batches: int 
         stop.synchronize()
         samples.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3 / repeats)
     return statistics.median(samples)
+
+
+def ranks_time(comm: Any, queue: Any, fn: Callable[[], Any], launches: int = 1,
+               warmup: int = 0) -> float:
+    """Wall seconds per call of ``fn`` on every rank of ``comm`` (its work enqueued on
+    ``queue``): after ``warmup`` calls, from a barrier with the queue drained to the same again
+    after ``launches`` calls, so the slowest rank sets the time."""
+    for _ in range(warmup):
+        fn()
+    queue.finish()
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(launches):
+        fn()
+    queue.finish()
+    comm.Barrier()
+    return (time.perf_counter() - start) / launches

@@ -13,8 +13,8 @@ import threading
 import time
 import warnings
 import weakref
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -77,14 +77,30 @@ class VectorOps:
         inst = self._passes.get(key)
         if inst is None:
             tuning = self.tuning
-            if self.comm is not None and tuning is None:
-                # one rank tunes (or reads the store) and tells the others, so that every rank
-                # launches the same parameters (QUDA's rule)
-                mine = family.autotune(self.context, self.dtype, op) if self.comm.rank == 0 else None
-                tuning = self.comm.bcast(mine, root=0)
+            if tuning is None:
+                tuning = self._agreed(lambda: family.autotune(self.context, self.dtype, op))
             inst = self._passes[key] = family(self.context, self.dtype, op, tuning).instantiate(
                 self.queue, self.size)
         return inst
+
+    def converter(self, src: Any) -> Any:
+        """The conversion of ``src`` vectors into this dtype on this queue (``convert(out,
+        inp)``, ``convert.add(out, inp)``; :class:`~operations.precision.ConvertTemplate`), made
+        once: a sequence of mixed-precision solves reads its tuning once."""
+        key = ("ConvertTemplate", np.dtype(src).str)
+        inst = self._passes.get(key)
+        if inst is None:
+            tuning = self._agreed(lambda: ConvertTemplate.autotune(self.context, src, self.dtype))
+            inst = self._passes[key] = ConvertTemplate(self.context, src, self.dtype,
+                                                       tuning).instantiate(self.queue)
+        return inst
+
+    def _agreed(self, autotune: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+        """With ``comm``: rank 0 tunes (or reads the store) and tells the others, so that every
+        rank launches the same parameters (QUDA's rule); without: None (the template tunes)."""
+        if self.comm is None:
+            return None
+        return self.comm.bcast(autotune() if self.comm.rank == 0 else None, root=0)
 
     def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
         return self.global_sum(self.fused(BlasTemplate, op)(*vectors, **scalars))
@@ -404,9 +420,8 @@ def _mixed_start(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
     hi.prepare(blas=("xmy_norm",), reduce=("sumsq",))
     lo.prepare(blas=blas_low, reduce=("dot",))
     queue = A.queue
-    m = _Mixed(hi, lo, ConvertTemplate(A.context, A.dtype, A_low.dtype).instantiate(queue),
-               ConvertTemplate(A.context, A_low.dtype, A.dtype).instantiate(queue), _flat(b),
-               0.0, hi.new(), hi.new(), hi.new(), lo.new(), lo.new())
+    m = _Mixed(hi, lo, lo.converter(A.dtype), hi.converter(A_low.dtype), _flat(b), 0.0,
+               hi.new(), hi.new(), hi.new(), lo.new(), lo.new())
     m.bb = hi.reduce("sumsq", m.b)
     if m.bb != 0:
         m.x.zero(queue)
@@ -468,7 +483,6 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
             raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
     return _finish("mixed CG", A, hi, b, x, bb, tmp, converged, iterations, applications,
                    history, start, maxiter, reliable_updates=updates)
-
 
 
 def bicgstab_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,

@@ -253,26 +253,30 @@ class CudaIntervalTimer(IntervalTimer):
 
     def __init__(self, queue: CudaQueue):
         super().__init__(queue)
-        with queue.context.thread_scope():
-            self._begin = drv.Event()
-            self._end = drv.Event()
+        self.context = queue.context
+        self._make()
 
+    @_in_context
+    def _make(self) -> None:
+        self._begin = drv.Event()
+        self._end = drv.Event()
+
+    @_in_context
     def _start(self) -> None:
-        with self.queue.context.thread_scope():
-            self._begin.record(self.queue.stream)
+        self._begin.record(self.queue.stream)
 
+    @_in_context
     def _stop(self) -> None:
-        with self.queue.context.thread_scope():
-            self._end.record(self.queue.stream)
+        self._end.record(self.queue.stream)
 
+    @_in_context
     def _ready(self) -> bool:
-        with self.queue.context.thread_scope():
-            return self._end.query()
+        return self._end.query()
 
+    @_in_context
     def _seconds(self) -> float:
-        with self.queue.context.thread_scope():
-            self._end.synchronize()
-            return self._end.time_since(self._begin) * 1e-3
+        self._end.synchronize()
+        return self._end.time_since(self._begin) * 1e-3
 
 
 class CudaMarker(Marker):
@@ -280,17 +284,21 @@ class CudaMarker(Marker):
 
     def __init__(self, queue: CudaQueue):
         self.queue = queue
-        with queue.context.thread_scope():
-            self._event = drv.Event(drv.event_flags.DISABLE_TIMING)
-            self._event.record(queue.stream)
+        self.context = queue.context
+        self._record()
 
+    @_in_context
+    def _record(self) -> None:
+        self._event = drv.Event(drv.event_flags.DISABLE_TIMING)
+        self._event.record(self.queue.stream)
+
+    @_in_context
     def ready(self) -> bool:
-        with self.queue.context.thread_scope():
-            return self._event.query()
+        return self._event.query()
 
+    @_in_context
     def wait(self) -> None:
-        with self.queue.context.thread_scope():
-            self._event.synchronize()
+        self._event.synchronize()
 
 
 class CudaQueue(CommandQueue):

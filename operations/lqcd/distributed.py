@@ -31,7 +31,8 @@ from .halo import HaloTemplate
 from .halo import sections as halo_sections
 from .lattice import Lattice
 from .partition import Partition
-from .transport import TRANSPORTS, Route, Transport, make_transport
+from .transport import Route, Transport, make_transport
+from .transport import check_kind as check_transport
 from .wilson import SpinorField, WilsonOperator, check_links, link_array
 
 
@@ -71,9 +72,7 @@ class DistributedWilsonOperator(WilsonOperator):
                  unitarity_tol: float = 1e-8, queue: Any = None,
                  tuning: dict[str, Any] | str | None = None, policy: str = "overlap",
                  transport: str = "auto"):
-        if transport not in TRANSPORTS + ("auto",):
-            raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)} or 'auto', "
-                             f"got {transport!r}")
+        check_transport(transport)  # before anything is built
         if policy not in self.POLICIES + ("tuned",):
             raise ValueError(f"policy must be one of {', '.join(self.POLICIES)} or 'tuned', "
                              f"got {policy!r}")

@@ -3,11 +3,11 @@
 ##   real, cplx        "float"/"cfloat" or "double"/"cdouble": the arithmetic's types
 ##   half              (optional, default False) half precision storage (real, cplx are then
 ##                     float, cfloat): spinors as 16-bit fixed point (chalf) with one float norm
-##                     per site (the largest |component|: value = stored * norm / 32767), each
-##                     spinor argument followed by its norms; links as 16-bit fixed point
-##                     scaled by 1 / 32767 (their entries are bounded by 1), the 8-parameter
-##                     form's angle parameters by angle_range / 32767 (see half.py)
-##   angle_range       (with half) the range of the 8-parameter form's angle parameters
+##                     per site (the largest |component|: value = stored * norm / half_max),
+##                     each spinor argument followed by its norms; links as 16-bit fixed point,
+##                     component k of a link's parameters scaled by link_scales[k] (half.py)
+##   half_max          (with half) the largest stored magnitude
+##   link_scales       (with half) per link parameter, what its stored value is multiplied by
 ##   dims              (X, Y, Z, T), all even
 ##   reconstruct       18, 12 or 8: how links are stored
 ##   t_boundary        +1 or -1: factor on hops across the time boundary
@@ -75,21 +75,21 @@
         raise ValueError("Schwarz domains of a distributed block are not built yet")
     S = "chalf" if half else C                      # spinor storage
     G = ("short" if reconstruct == 8 else "chalf") if half else (real if reconstruct == 8 else C)
-    # the 8-parameter form's components 4 and 7 hold an angle plus 8 x an index (gauge.py)
-    angle_range = context.get("angle_range", None)
+    half_max = context.get("half_max", None)
+    link_scales = context.get("link_scales", None)
 
     def link8_scale(k):
-        return f"{(angle_range if k in (4, 7) else 1.0) / 32767.0!r}f"
+        return f"{link_scales[k]!r}f"
 
     def spinor_in(array, index):
         """Statements loading the 12 components of ``array`` at ``index`` into psi."""
         if half:
-            return (f"{{ const float s_ = {array}_norm[{index}] * {1 / 32767.0!r}f;\n"
+            return (f"{{ const float s_ = {array}_norm[{index}] * {1 / half_max!r}f;\n"
                     f"          for (int k = 0; k < 12; k++) psi[k] = chalf_to_cfloat({array}[k * VH + {index}], s_); }}")
         return f"for (int k = 0; k < 12; k++) psi[k] = {array}[k * VH + {index}];"
 
-    def link_entry(expr):
-        return f"chalf_to_cfloat({expr}, {1 / 32767.0!r}f)" if half else expr
+    def link_entry(expr):  # 18 and 12 parameters: every entry has one scale
+        return f"chalf_to_cfloat({expr}, {link_scales[0]!r}f)" if half else expr
 
     def spinor_params(name, const):
         q = "const " if const else ""
@@ -130,18 +130,19 @@
 </%def>
 
 <%def name="load_ghost_link(dest, offset, fh, index)">\
-    /* ${dest} = a backward neighbour's link, from the ghost links (reconstruct ${reconstruct}) */
+    /* ${dest} = a backward neighbour's link, from the ghost links (reconstruct ${reconstruct};
+       never half: a distributed dslash is single or double) */
 % if reconstruct == 8:
     {
         ${real} p[8];
     % for k in range(8):
-        p[${k}] = gauge_ghost[${offset + k * fh}u + ${index}]${f" * {link8_scale(k)}" if half else ""};
+        p[${k}] = gauge_ghost[${offset + k * fh}u + ${index}];
     % endfor
         reconstruct8(p, ${dest});
     }
 % else:
     % for k in range(ncomp):
-    ${dest}[${k}] = ${link_entry(f"gauge_ghost[{offset + k * fh}u + {index}]")};
+    ${dest}[${k}] = gauge_ghost[${offset + k * fh}u + ${index}];
     % endfor
     % if reconstruct == 12:
     third_row(${dest});
@@ -359,7 +360,7 @@ ${load_link("u", mu, 1 - parity, "nb")}
     for (int k = 0; k < 12; k++)
         m_ = fmax(m_, fmax(fabs(acc[k].x), fabs(acc[k].y)));
     out_norm[cb] = m_;
-    const float inv_ = m_ > 0 ? 32767.0f / m_ : 0.0f;
+    const float inv_ = m_ > 0 ? ${repr(float(half_max))}f / m_ : 0.0f;
     for (int k = 0; k < 12; k++)
         out[k * VH + cb] = cfloat_to_chalf(acc[k], inv_);
 % else:

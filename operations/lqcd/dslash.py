@@ -147,8 +147,10 @@ class DslashTemplate:
         self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
                         "dims": self.lattice.dims,
                         "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
-                        "half": self.half, "angle_range": half_storage.ANGLE_RANGE,
-                        "domain": self.domain}
+                        "domain": self.domain, "half": self.half}
+        if self.half:  # the storage's scales, from the one place that defines them
+            self._render.update(half_max=half_storage.HALF_MAX, link_scales=[
+                float(v) for v in half_storage.link_scales(reconstruct)])
         self._kernels: dict[tuple[int, int, bool, bool], accel.Kernel] = {}
         self._guard = threading.Lock()
         self.online: tune.OnlineTuner | None = None

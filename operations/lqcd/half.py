@@ -145,7 +145,7 @@ class HalfConvertTemplate:
         self.tuning = tune.checked_tuning(HalfConvertTemplate, context, tuning, dtype=self.dtype)
         self.wgs = self.tuning["wgs"]
         self.program = context.build(CONVERT_TEMPLATE, {"cplx": accel.c_type(self.dtype),
-                                                        "wgs": self.wgs})
+                                                        "wgs": self.wgs, "half_max": HALF_MAX})
         self.groups = 8 * context.device.multiprocessors
 
     def instantiate(self, queue: accel.CommandQueue) -> HalfConvert:

@@ -1,6 +1,6 @@
 ## Spinor fields of one parity between half precision (operations/lqcd/half.py) and single or
 ## double precision, one site per work-item (a site's norm needs all its 12 components).
-## Variables: cplx ("cfloat" or "cdouble"), wgs.
+## Variables: cplx ("cfloat" or "cdouble"), wgs, half_max (the largest stored magnitude).
 <%include file="half.mako"/>
 % if backend == "cuda":
 typedef unsigned long long u64;
@@ -26,10 +26,10 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void to_half(GLOBAL chalf * RESTRICT v
         const float norm = (float) m;
         norms[i] = norm;
         /* scaled by the stored (float) norm, as readers will scale back */
-        const ${real} inv = norm > 0 ? (${real}) 32767 / (${real}) norm : (${real}) 0;
+        const ${real} inv = norm > 0 ? (${real}) ${half_max} / (${real}) norm : (${real}) 0;
         for (int k = 0; k < 12; k++)
-            values[k * n + i] = chalf_new((short) rint(fmin(fmax(v[k].x * inv, (${real}) -32767), (${real}) 32767)),
-                                          (short) rint(fmin(fmax(v[k].y * inv, (${real}) -32767), (${real}) 32767)));
+            values[k * n + i] = chalf_new((short) rint(fmin(fmax(v[k].x * inv, (${real}) -${half_max}), (${real}) ${half_max})),
+                                          (short) rint(fmin(fmax(v[k].y * inv, (${real}) -${half_max}), (${real}) ${half_max})));
     }
 }
 
@@ -40,7 +40,7 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void from_half(GLOBAL ${cplx} * RESTRI
 {
     for (u64 i = get_global_id(0); i < n; i += get_global_size(0))
     {
-        const ${real} s = (${real}) norms[i] / (${real}) 32767;
+        const ${real} s = (${real}) norms[i] / (${real}) ${half_max};
         for (int k = 0; k < 12; k++)
         {
             const chalf h = values[k * n + i];

@@ -61,11 +61,10 @@ class HaloTemplate:
 
     def instantiate(self, queue: accel.CommandQueue, parity: int) -> Any:
         """``pack(send, inp)``: the faces of ``inp`` (parity ``parity``) into ``send``."""
-        total = sum(fh for *_, fh in self.sections)
         program = self.context.build(TEMPLATE, {
             "cplx": accel.c_type(self.dtype), "dims": self.lattice.dims, "parity": parity,
             "sections": [tuple(s) for s in self.sections], "wgs": self.wgs, "comps": self.comps})
-        items = total * (12 // self.comps)
+        items = self.size // self.comps  # 12 / comps work-items per face site
         launch = queue.launcher(program.get_kernel(f"pack_p{parity}"),
                                 -(-items // self.wgs) * self.wgs, self.wgs)
         return lambda send, inp: launch([send, inp])

@@ -167,15 +167,20 @@ class PeerCopy(Transport):
         MPI.Request.Waitall(requests)
 
 
+def check_kind(kind: str) -> None:
+    """ValueError unless ``kind`` names a transport or is "auto"."""
+    if kind not in TRANSPORTS + ("auto",):
+        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)} or 'auto', "
+                         f"got {kind!r}")
+
+
 def make_transport(kind: str, comm: Any, context: accel.Context, queue: accel.CommandQueue,
                    size: int, dtype: Any, routes: list[Route]) -> Transport:
     """The transport ``kind`` ("peer", "host", or "auto": peer where every rank can map its
     neighbours' memory, else host), made collectively by every rank of ``comm``."""
     from mpi4py import MPI
 
-    if kind not in TRANSPORTS + ("auto",):
-        raise ValueError(f"transport must be one of {', '.join(TRANSPORTS)} or 'auto', "
-                         f"got {kind!r}")
+    check_kind(kind)
     args = (comm, context, queue, size, dtype, routes)
     if kind == "host":
         return HostStaged(*args)

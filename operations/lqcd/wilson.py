@@ -250,11 +250,11 @@ class WilsonOperator:
         """Solve M x = b (host arrays in and out); returns ``(x, info)``.
 
         ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (restarted every 16
-        steps; both directly). ``even_odd``
-        solves the even-site Schur complement and reconstructs the odd sites. ``precision``:
-        "double", "single" or "mixed" (CG or BiCGstab in the ``sloppy`` precision, "single"
-        or "half", with reliable updates in double); default the operator's own. ``info.true_residual`` is
-        |b - M x| / |b| for the returned x, computed in double precision.
+        steps; both directly). ``even_odd`` solves the even-site Schur complement and
+        reconstructs the odd sites. ``precision``: "double", "single" or "mixed" (CG or
+        BiCGstab in the ``sloppy`` precision, "single" or "half", with reliable updates in
+        double); default the operator's own. ``info.true_residual`` is |b - M x| / |b| for the
+        returned x, computed in double precision.
         """
         return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy)
 
@@ -342,7 +342,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     precision = precision or op.precision
     if precision == "half":
         raise ValueError("half precision is a sloppy precision: solve with precision='mixed', "
-                         "sloppy='half' (CG in half with reliable updates in double)")
+                         "sloppy='half' (CG or BiCGstab in half with reliable updates in double)")
     if precision not in ("double", "single", "mixed"):
         raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
     if sloppy not in ("single", "half"):

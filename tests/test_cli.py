@@ -287,3 +287,20 @@ def test_keys_are_split_among_devices_of_one_class():
 
     h200, h100 = ("NVIDIA H200", "CUDA", "13.0"), ("NVIDIA H100", "CUDA", "13.0")
     assert shares([h200, h100, h200, h200]) == [(0, 3), (0, 1), (1, 3), (2, 3)]
+
+
+def test_warm_all_devices_narrowed_by_device(capsys, db):
+    """``--all-devices --device cpu`` warms the CPU devices only (on the GPU machine: not the
+    GPUs), and a selector that matches nothing is an error naming what exists."""
+    from autotune import accel
+
+    cpus = accel.select_devices("cpu")
+    code, out, _ = run(capsys, "warm", "--all-devices", "--device", "cpu", "--quiet",
+                       "--template", FAKE, "FakeTimedTemplate")
+    assert code == 0, out
+    rows = ResultStore(f"sqlite:///{db}").records()
+    assert {r.key.device_name for r in rows} == {d.identity.name for d in cpus}
+    assert len(rows) == 3 * len(cpus)
+    code, _, err = run(capsys, "warm", "--all-devices", "--device", "opencl:97", "--quiet",
+                       "--template", FAKE, "FakeTimedTemplate")
+    assert code != 0 and "no device matches" in err

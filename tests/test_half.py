@@ -72,12 +72,19 @@ def problem():
 
 @pytest.mark.parametrize("reconstruct", [18, 12, 8])
 @pytest.mark.parametrize("t_boundary", [-1, 1])
+@pytest.mark.parametrize("options", [{}, {"half_bits": True, "fast_math": True}],
+                         ids=["conversions", "bits-fast"])
 def test_the_half_dslash_matches_the_numpy_reference(context, command_queue, problem,
-                                                     reconstruct, t_boundary):
+                                                     reconstruct, t_boundary, options):
     """Both parities, D and D^dagger, with and without x + a D psi, against reference.hop on
-    the exact fields: within 5e-3, the bound 16-bit storage of input, links and output allows."""
+    the exact fields: within 5e-3, the bound 16-bit storage of input, links and output allows;
+    16-bit values read by conversion instructions and by bit arithmetic (``half_bits``), the
+    8-parameter form with exact and with fast square roots and division."""
+    if options.get("fast_math") and reconstruct != 8:
+        options = {"half_bits": True}  # fast_math is a parameter of the 8-parameter form only
     lat, u, psi, x = problem
-    template = DslashTemplate(context, DIMS, "half", reconstruct, t_boundary, {"wgs": 16})
+    template = DslashTemplate(context, DIMS, "half", reconstruct, t_boundary,
+                              {"wgs": 16, **options})
     links = template.gauge_to_device(command_queue, u)
     dslash = template.instantiate(command_queue)
     a = -0.37

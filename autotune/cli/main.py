@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="registered template names (default: all)")
     warm.add_argument("--device", help="device selector as for AUTOTUNE_DEVICE (cuda, cuda:1, "
                                         "opencl:0:0, cpu, gpu); default AUTOTUNE_DEVICE or best")
-    warm.add_argument("--all-devices", action="store_true", help="warm every device found")
+    warm.add_argument("--all-devices", action="store_true", help="warm every device found, or every one that --device "
+                           "selects (--all-devices --device cuda: all CUDA GPUs)")
     warm.add_argument("--force", action="store_true", help="re-tune keys already stored")
     warm.add_argument("--dry-run", action="store_true", help="list what would be tuned")
     warm.add_argument("--jobs", type=int, default=1, metavar="N",

@@ -302,8 +302,8 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
                          "(or drop --jobs)")
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
-    if args.all_devices:
-        specs = accel.select_devices(None)
+    if args.all_devices:  # --device narrows "every device" (``--all-devices --device cuda``)
+        specs = accel.select_devices(args.device)
     else:
         specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[:1]
     parts = shares([device_class(s.identity) for s in specs])

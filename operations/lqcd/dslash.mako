@@ -10,12 +10,15 @@
 ##   link_scales       (with half) per link parameter, what its stored value is multiplied by
 ##   dims              (X, Y, Z, T), all even
 ##   reconstruct       18, 12 or 8: how links are stored
+##   choice_step       (with reconstruct 8) gauge.CHOICE_STEP: the offset per choice index on
+##                     the 8-parameter form's phase parameters
 ##   t_boundary        +1 or -1: factor on hops across the time boundary
 ##   blocks            per direction the 2x2 upper-right block A of gamma_mu, entries "0", "1", "-1", "i", "-i"
 ##   wgs               work-group size
-##   fast_trig         (optional, default False) the 8-parameter reconstruction's sine, cosine
-##                     and square roots from the hardware's fast approximations (single
-##                     precision arithmetic only)
+##   fast_math         (optional, default False) the 8-parameter reconstruction's square roots
+##                     and division from the hardware's fast approximations (single precision
+##                     arithmetic only)
+##   half_bits         (optional, with half) 16-bit integers to floats by bit arithmetic (half.mako)
 ##   domain            (optional) (bx, by, bz, bt): Schwarz domains (Dirichlet blocks, each
 ##                     extent dividing the lattice's): hops that leave a domain are dropped
 ##   min_blocks        (optional, default 0: none) CUDA: __launch_bounds__'s minimum resident
@@ -55,19 +58,21 @@
 
     dist = context.get("dist", None)
     half = context.get("half", False)
-    fast_trig = context.get("fast_trig", False)
+    fast_math = context.get("fast_math", False)
     min_blocks = context.get("min_blocks", 0)
-    if fast_trig and real != "float":
-        raise ValueError("fast_trig needs single precision arithmetic")
+    if fast_math and real != "float":
+        raise ValueError("fast_math needs single precision arithmetic")
     if backend == "cuda" and min_blocks:
         bounds = f"__launch_bounds__({wgs}, {min_blocks})"
     else:
         bounds = f"REQD_WORK_GROUP_SIZE({wgs}, 1, 1)"
-    if fast_trig:  # CUDA's sqrt is already one instruction and a fix-up: kept
-        SIN, COS, SQRT, RSQRT = (("__sinf", "__cosf", "sqrt", "rsqrtf") if backend == "cuda"
-                                 else ("native_sin", "native_cos", "native_sqrt", "native_rsqrt"))
+    # SQRT is applied to arguments >= 0 only
+    if fast_math and backend == "cuda":
+        SQRT, RSQRT, RECIP = "fast_sqrt", "rsqrtf", "__frcp_rn"
+    elif fast_math:
+        SQRT, RSQRT, RECIP = "native_sqrt", "native_rsqrt", "native_recip"
     else:
-        SIN, COS, SQRT, RSQRT = "sin", "cos", "sqrt", "1 / sqrt"
+        SQRT, RSQRT, RECIP = "sqrt", "1 / sqrt", "1 / "
     if half and dist is not None:
         raise ValueError("half precision storage is not distributed yet")
     domain = context.get("domain", None)
@@ -77,6 +82,7 @@
     G = ("short" if reconstruct == 8 else "chalf") if half else (real if reconstruct == 8 else C)
     half_max = context.get("half_max", None)
     link_scales = context.get("link_scales", None)
+    choice_step = context.get("choice_step", None)
 
     def link8_scale(k):
         return f"{link_scales[k]!r}f"
@@ -176,39 +182,48 @@ DEVICE_FN void cross_conj(const ${C} *a, const ${C} *b, ${C} *out)
     out[1] = ${C}_conj(${C}_sub(${C}_mul(a[2], b[0]), ${C}_mul(a[0], b[2])));
     out[2] = ${C}_conj(${C}_sub(${C}_mul(a[0], b[1]), ${C}_mul(a[1], b[0])));
 }
+% if fast_math and backend == "cuda":
 
-/* The 8-parameter form of operations.lqcd.gauge.pack, rebuilt in registers. */
+DEVICE_FN float fast_sqrt(float x) { return x > 0 ? x * rsqrtf(x) : 0.0f; }
+% endif
+
+/* exp(i theta) from t = tan(theta / 4): the square of (1 - t^2 + 2 i t) / (1 + t^2) */
+DEVICE_FN ${C} phase_from_tangent(${real} t)
+{
+    const ${real} t2 = t * t;
+    const ${real} d = ${RECIP}(1 + t2);
+    const ${real} re = (1 - t2) * d, im = 2 * t * d;
+    return ${C}_new(re * re - im * im, 2 * re * im);
+}
+
+/* The 8-parameter form of operations.lqcd.gauge.pack, rebuilt in registers: row 0 from its two
+   small entries and the large one's phase; row 1 in the basis (e1, e2) of row 0's complement;
+   row 2 = conj(row0 x row1) = conj(a) e2 - conj(b) e1 for row 1 = a e1 + b e2. */
 DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 {
-    const int k = (int) rint(p[4] * (${real}) 0.125);
-    const ${real} theta0 = p[4] - 8 * k;
+    const int k = (int) rint(p[4] * (${real}) ${repr(1 / choice_step)});
     const ${C} s0 = ${C}_new(p[0], p[1]);
     const ${C} s1 = ${C}_new(p[2], p[3]);
     const ${real} m = ${SQRT}(fmax((${real}) 0, 1 - ${C}_abs2(s0) - ${C}_abs2(s1)));
-    const ${C} big = ${C}_new(m * ${COS}(theta0), m * ${SIN}(theta0));
+    const ${C} big = ${C}_scale(phase_from_tangent(p[4] - (${real}) ${repr(choice_step)} * k), m);
     ${C} r0[3];
     if (k == 0)      { r0[0] = big; r0[1] = s0; r0[2] = s1; }
     else if (k == 1) { r0[0] = s0; r0[1] = big; r0[2] = s1; }
     else             { r0[0] = s0; r0[1] = s1; r0[2] = big; }
-    const int q = (int) rint(p[7] * (${real}) 0.125);
-    const ${real} theta1 = p[7] - 8 * q;
+    const int q = (int) rint(p[7] * (${real}) ${repr(1 / choice_step)});
     ${C} e1[3], e2[3];
     axis_cross(r0, q >> 1, e1);
     cross_conj(r0, e1, e2);
     const ${C} small = ${C}_new(p[5], p[6]);
     const ${real} l = ${SQRT}(fmax((${real}) 0, 1 - ${C}_abs2(small)));
-    const ${C} large = ${C}_new(l * ${COS}(theta1), l * ${SIN}(theta1));
+    const ${C} large = ${C}_scale(phase_from_tangent(p[7] - (${real}) ${repr(choice_step)} * q), l);
     const ${C} a = (q & 1) ? small : large;
     const ${C} b = (q & 1) ? large : small;
-    ${C} r1[3], r2[3];
-    for (int j = 0; j < 3; j++)
-        r1[j] = ${C}_add(${C}_mul(a, e1[j]), ${C}_mul(b, e2[j]));
-    cross_conj(r0, r1, r2);
     for (int j = 0; j < 3; j++)
     {
         u[j] = r0[j];
-        u[3 + j] = r1[j];
-        u[6 + j] = r2[j];
+        u[3 + j] = ${C}_add(${C}_mul(a, e1[j]), ${C}_mul(b, e2[j]));
+        u[6 + j] = ${C}_sub(${C}_conj_mul(a, e2[j]), ${C}_conj_mul(b, e1[j]));
     }
 }
 % endif

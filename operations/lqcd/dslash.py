@@ -110,7 +110,9 @@ def bytes_per_site(precision: str, reconstruct: int) -> int:
 class DslashTemplate:
     """Kernels ``dslash_p{0,1}[_dag][_xpay]`` for one lattice, precision and link compression."""
 
-    autotune_version = 2  # 2: fast_trig and min_blocks tuned beside wgs
+    # 2: fast_trig and min_blocks tuned beside wgs; 3: the 8-parameter form without
+    # trigonometry (fast_trig became fast_math), half_bits
+    autotune_version = 3
     autotune_sources = (TEMPLATE,)
 
     @classmethod
@@ -147,7 +149,8 @@ class DslashTemplate:
         self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
                         "dims": self.lattice.dims,
                         "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
-                        "domain": self.domain, "half": self.half}
+                        "domain": self.domain, "half": self.half,
+                        "choice_step": gauge_fields.CHOICE_STEP}
         if self.half:  # the storage's scales, from the one place that defines them
             self._render.update(half_max=half_storage.HALF_MAX, link_scales=[
                 float(v) for v in half_storage.link_scales(reconstruct)])
@@ -224,14 +227,17 @@ class DslashTemplate:
     def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                        reconstruct: int) -> tune.Space:
         """Work-group sizes (32 to 1024 on GPUs) that the device allows; for the 8-parameter
-        form in single or half precision, exact or fast sine, cosine and square roots; on
-        CUDA GPUs, __launch_bounds__'s minimum blocks per multiprocessor (0: none)."""
+        form in single or half precision, exact or fast square roots and division
+        (``fast_math``); in half precision, 16-bit integers turned into floats by conversion
+        instructions or by bit arithmetic (``half_bits``); on CUDA GPUs, __launch_bounds__'s
+        minimum blocks per multiprocessor (0: none)."""
         limit = context.device.max_work_group_size
         gpu = context.device.is_gpu
         sizes = [32, 64, 128, 256, 512, 1024] if gpu else [16, 64, 256]
         return tune.Space({
             "wgs": sizes,
-            "fast_trig": [False, True] if reconstruct == 8 and precision != "double" else [False],
+            "fast_math": [False, True] if reconstruct == 8 and precision != "double" else [False],
+            "half_bits": [False, True] if precision == "half" else [False],
             "min_blocks": [0, 1, 2, 4] if gpu and context.backend == "cuda" else [0],
         }, [tune.at_most("wgs", min(limit, 1024)),
             tune.restriction("min_blocks x wgs at most 2048 threads per multiprocessor",
@@ -243,11 +249,12 @@ class DslashTemplate:
         """What an online tuner scans: the work-group size only (the other parameters at their
         ``test=`` values), so that a solve spends few launches off the best."""
         space = cls.autotune_space(context, dims, precision, reconstruct)
-        return tune.Space({**space.parameters, "fast_trig": [False], "min_blocks": [0]},
+        return tune.Space({**space.parameters, "fast_math": [False], "half_bits": [False],
+                           "min_blocks": [0]},
                           space.restrictions)
 
     @classmethod
-    @tune.autotuner(test={"wgs": 64, "fast_trig": False, "min_blocks": 0})
+    @tune.autotuner(test={"wgs": 64, "fast_math": False, "half_bits": False, "min_blocks": 0})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int) -> dict[str, Any]:
         check_options(dims, precision, reconstruct, -1, half=True)

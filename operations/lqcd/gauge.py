@@ -95,8 +95,10 @@ def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
     The 8-parameter form keeps, for row 0, its two smallest entries and the phase of the
     largest (whose modulus, at least 1/sqrt(3), is rebuilt without loss); row 1 is written in an
     orthonormal basis of the complement of row 0 built from the axis least aligned with row 0,
-    again as one complex coefficient and the phase of the larger one. The choices travel as
-    offsets of 8 on the two stored angles, so identity and near-degenerate links survive.
+    again as one complex coefficient and the phase of the larger one. A phase theta is stored as
+    tan(theta / 4), in [-1, 1], so that rebuilding it takes one division and no sine or cosine
+    (:func:`phase_from_tangent`); the choices travel as offsets of 4 on these two parameters
+    (:data:`CHOICE_STEP`), so identity and near-degenerate links survive.
     """
     if reconstruct == 18:
         return u.reshape(u.shape[:-2] + (9,)).copy()
@@ -109,7 +111,7 @@ def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
     k = np.argmax(mag0, axis=-1)                     # largest entry of row 0: modulus rebuilt
     rest = np.sort(np.stack([(k + 1) % 3, (k + 2) % 3], axis=-1), axis=-1)
     small = np.take_along_axis(row0, rest, axis=-1)
-    angle0 = np.angle(np.take_along_axis(row0, k[..., None], axis=-1)[..., 0]) + 8.0 * k
+    phase0 = _tangent(np.take_along_axis(row0, k[..., None], axis=-1)[..., 0]) + CHOICE_STEP * k
     c = np.argmin(mag0, axis=-1)                     # basis axis least aligned with row 0
     e1, e2 = _basis(row0, c)
     alpha = np.sum(np.conj(e1) * row1, axis=-1)
@@ -117,14 +119,37 @@ def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
     s = (np.abs(beta) > np.abs(alpha)).astype(int)   # 0: alpha is the larger coefficient
     larger = np.where(s == 0, alpha, beta)
     smaller = np.where(s == 0, beta, alpha)
-    angle1 = np.angle(larger) + 8.0 * (s + 2 * c)
+    phase1 = _tangent(larger) + CHOICE_STEP * (s + 2 * c)
     out = np.empty(u.shape[:-2] + (8,), dtype=u.real.dtype)
     out[..., 0], out[..., 1] = small[..., 0].real, small[..., 0].imag
     out[..., 2], out[..., 3] = small[..., 1].real, small[..., 1].imag
-    out[..., 4] = angle0
+    out[..., 4] = phase0
     out[..., 5], out[..., 6] = smaller.real, smaller.imag
-    out[..., 7] = angle1
+    out[..., 7] = phase1
     return out
+
+
+#: the offset per choice index on the 8-parameter form's two phase parameters (components 4
+#: and 7): a stored tangent lies in [-1, 1], so index j shifts it into [4 j - 1, 4 j + 1]
+CHOICE_STEP = 4.0
+
+
+def _tangent(z: np.ndarray) -> np.ndarray:
+    """tan(arg(z) / 4), in [-1, 1] (arg in (-pi, pi])."""
+    return np.tan(np.angle(z) / 4)
+
+
+def phase_from_tangent(t: np.ndarray) -> np.ndarray:
+    """exp(i theta) from t = tan(theta / 4): the square of (1 - t^2 + 2 i t) / (1 + t^2), what
+    the kernels compute (one division, no trigonometry)."""
+    half_angle = (1 - t * t + 2j * t) / (1 + t * t)
+    return half_angle * half_angle
+
+
+def _choice(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A phase parameter as (choice index, tangent)."""
+    j = np.rint(p / CHOICE_STEP).astype(int)
+    return j, p - CHOICE_STEP * j
 
 
 def _basis(row0: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -144,20 +169,19 @@ def unpack(packed: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndar
         row0, row1 = rows[..., 0, :], rows[..., 1, :]
     elif reconstruct == 8:
         p = packed
-        k = np.rint(p[..., 4] / 8).astype(int)
-        theta0 = p[..., 4] - 8.0 * k
+        k, t0 = _choice(p[..., 4])
         small = np.stack([p[..., 0] + 1j * p[..., 1], p[..., 2] + 1j * p[..., 3]], axis=-1)
-        big = np.sqrt(np.maximum(0.0, 1 - np.sum(np.abs(small) ** 2, axis=-1))) * np.exp(1j * theta0)
+        big = (np.sqrt(np.maximum(0.0, 1 - np.sum(np.abs(small) ** 2, axis=-1)))
+               * phase_from_tangent(t0))
         row0 = np.empty(p.shape[:-1] + (3,), dtype=np.result_type(p.dtype, np.complex64))
         rest = np.sort(np.stack([(k + 1) % 3, (k + 2) % 3], axis=-1), axis=-1)
         np.put_along_axis(row0, k[..., None], big[..., None], axis=-1)
         np.put_along_axis(row0, rest, small, axis=-1)
-        q = np.rint(p[..., 7] / 8).astype(int)
-        theta1 = p[..., 7] - 8.0 * q
+        q, t1 = _choice(p[..., 7])
         s, c = q % 2, q // 2
         e1, e2 = _basis(row0, c)
         smaller = p[..., 5] + 1j * p[..., 6]
-        larger = np.sqrt(np.maximum(0.0, 1 - np.abs(smaller) ** 2)) * np.exp(1j * theta1)
+        larger = np.sqrt(np.maximum(0.0, 1 - np.abs(smaller) ** 2)) * phase_from_tangent(t1)
         a = np.where(s == 0, larger, smaller)[..., None]
         b = np.where(s == 0, smaller, larger)[..., None]
         row1 = a * e1 + b * e2

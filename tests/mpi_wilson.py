@@ -64,11 +64,25 @@ def main() -> None:
             even_odd = "eo" in rest
             precision = "mixed" if "mixed" in rest else None
             tol = 1e-10 if args.precision == "double" else 1e-5
-            xs, info = many.solve(psi, method, tol, even_odd, precision)
-            x1, info1 = one.solve(psi, method, tol, even_odd, precision)
+            # Schwarz blocks of one rank's part, half precision inner solves: on one process
+            # the same blocks (each rank's part), with one MR step length for all of them
+            extra = ({"preconditioner": "schwarz", "block": many.partition.local,
+                      "inner_iterations": 6, "inner_precision": "half"}
+                     if "schwarz" in rest else {})
+            xs, info = many.solve(psi, method, tol, even_odd, precision, **extra)
+            x1, info1 = one.solve(psi, method, tol, even_odd, precision, **extra)
             result[label] = {"iterations": [info.iterations, info1.iterations],
+                             "inner_iterations": [info.inner_iterations, info1.inner_iterations],
                              "true_residual": [info.true_residual, info1.true_residual],
                              "difference": float(np.max(np.abs(xs - x1)) / np.max(np.abs(x1)))}
+    if any("schwarz" in label for label in args.solves):
+        # a block that spans two ranks' parts is refused by name, on every rank
+        wide = tuple(2 * n if g > 1 else n for n, g in zip(many.partition.local, args.grid))
+        try:
+            many.solve(psi, "gcr", 1e-8, True, preconditioner="schwarz", block=wide)
+            result["schwarz_refusal"] = None
+        except ValueError as exc:
+            result["schwarz_refusal"] = str(exc)
     if many.policy_tuner is not None:
         tuner = many.policy_tuner
         field = many.to_device(psi)

@@ -57,7 +57,8 @@ def _run(context, *args) -> list[dict]:
     return results
 
 
-EVERY_SOLVE = ("cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed", "bicgstab_eo_mixed")
+EVERY_SOLVE = ("cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed", "bicgstab_eo_mixed",
+               "gcr_eo_schwarz")
 CASES = [
     # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves, policy, transport
     pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE, "overlap", "auto",
@@ -65,7 +66,8 @@ CASES = [
     pytest.param((8, 6, 4, 4), (2, 1, 1, 1), 1, 12, "double", ("cg_eo", "bicgstab_eo", "gcr_eo"),
                  "serial", "host", id="x-cut-2-unequal-periodic-serial-host"),
     # (GCR's many reductions are kept to two ranks: four ranks on CI's two cores poll MPI hard)
-    pytest.param((4, 8, 6, 8), (1, 2, 1, 2), -1, 8, "double", ("cg_eo", "bicgstab_eo"), "overlap",
+    pytest.param((4, 8, 6, 8), (1, 2, 1, 2), -1, 8, "double", ("cg_eo", "bicgstab_eo",
+                                                               "gcr_eo_schwarz"), "overlap",
                  "auto", id="yt-cut-4"),
     pytest.param((8, 4, 4, 8), (2, 1, 1, 2), 1, 12, "single", ("cg_eo",), "overlap", "auto",
                  id="xt-cut-4-single"),
@@ -94,7 +96,15 @@ def test_the_distributed_operator_equals_the_single_process_one(context, dims, g
         for label in solves:
             solve = rank[label]
             distributed, single = solve["iterations"]
-            assert distributed == single, (label, solve)
+            if "schwarz" in label:
+                assert "never spans two GPUs" in rank["schwarz_refusal"], rank["schwarz_refusal"]
+                # each rank's MR steps use its own part's dot products (no communication in
+                # the preconditioner), one process uses the whole lattice's: other step
+                # lengths, a few more or fewer outer steps, the same solution
+                assert abs(distributed - single) <= max(3, single // 4), (label, solve)
+                assert min(solve["inner_iterations"]) > 0, (label, solve)
+            else:
+                assert distributed == single, (label, solve)
             assert solve["true_residual"][0] <= 10 * max(solve["true_residual"][1], 1e-13 if
                                                         precision == "double" else 1e-6), solve
             assert solve["difference"] <= (1e-9 if precision == "double" else 1e-4), (label, solve)

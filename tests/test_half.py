@@ -30,7 +30,7 @@ def test_a_spinor_keeps_15_bits_relative_to_its_sites_largest_component(parts, s
     float32 range of the norms (zero sites included)."""
     field = (parts[..., 0] + 1j * parts[..., 1]) * scales[None, :]
     values, norms = half.spinor_to_half(field)
-    assert values.dtype == np.int16 and values.shape == (12, 5, 2)
+    assert values.dtype == np.int16 and values.shape == (3, 5, 4, 2)
     assert norms.dtype == np.float32 and np.all(np.abs(values) <= half.HALF_MAX)
     back = half.spinor_from_half(values, norms)
     largest = np.maximum(np.abs(field.real), np.abs(field.imag)).max(axis=0)
@@ -106,14 +106,41 @@ def test_the_half_dslash_matches_the_numpy_reference(context, command_queue, pro
             assert _rel(got, want_xpay) <= HALF_TOL, (parity, dagger, "xpay")
 
 
+def test_each_spinor_argument_may_be_half_or_single(context, command_queue, problem):
+    """A half template's kernels read and write 16-bit (HalfSpinor) or single precision
+    (complex64) storage per argument: every combination of out, in and x against the
+    reference, within the 16-bit bound."""
+    import itertools
+
+    lat, u, psi, x = problem
+    template = DslashTemplate(context, DIMS, "half", 12, -1, {"wgs": 16, "half_bits": True})
+    links = template.gauge_to_device(command_queue, u)
+    dslash = template.instantiate(command_queue)
+    a = 0.61
+    want = lat.spinor_to_device(x + a * reference.hop(u, psi, -1, dagger=True), 1, np.complex128)
+
+    def field(values, parity, kind):
+        host = lat.spinor_to_device(values, parity, np.complex128)
+        if kind == "h":
+            return half.to_device(context, command_queue, host)
+        return context.to_device(command_queue, host.astype(np.complex64))
+
+    for kinds in itertools.product("hs", repeat=3):
+        out = (half.HalfSpinor.allocate(context, lat.half_volume) if kinds[0] == "h"
+               else context.allocate((12, lat.half_volume), np.complex64))
+        dslash(out, field(psi, 0, kinds[1]), links, 1, dagger=True, x=field(x, 1, kinds[2]), a=a)
+        got = half.from_device(command_queue, out) if kinds[0] == "h" else out.get(command_queue)
+        assert _rel(got, want) <= HALF_TOL, ("".join(kinds), _rel(got, want))
+
+
 def test_half_fields_are_asked_for_by_name(context, command_queue, problem):
     lat, u, psi, _ = problem
     template = DslashTemplate(context, DIMS, "half", 12, -1, {"wgs": 16})
     links = template.gauge_to_device(command_queue, u)
-    plain = context.to_device(command_queue, lat.spinor_to_device(psi, 1, np.complex64))
+    double = context.to_device(command_queue, lat.spinor_to_device(psi, 1, np.complex128))
     out = half.HalfSpinor.allocate(context, lat.half_volume)
-    with pytest.raises(TypeError, match="HalfSpinor"):
-        template.instantiate(command_queue)(out, plain, links, 0)
+    with pytest.raises(TypeError, match="HalfSpinor fields .* or complex64 arrays"):
+        template.instantiate(command_queue)(out, double, links, 0)
     from operations.lqcd.dslash import check_options
 
     with pytest.raises(ValueError, match="WilsonOperator have it"):

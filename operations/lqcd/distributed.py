@@ -285,6 +285,22 @@ class DistributedWilsonOperator(WilsonOperator):
         self._pc(result.even, field.even, dagger)
         return self.from_device(result)
 
+    def _in_domain(self, block: tuple[int, ...], precision: str) -> WilsonOperator:
+        """The Schwarz block system on this rank's part: a plain operator on the rank's block
+        (blocks never span two ranks, so it communicates nothing), Dirichlet at the part's
+        edges in the partitioned directions; its dslash parameters agreed across the ranks."""
+        local, grid = self.partition.local, self.partition.grid
+        if len(block) != 4 or any(b < 1 or n % b for b, n in zip(block, local)):
+            raise ValueError(f"Schwarz blocks {tuple(block)} must divide each rank's part "
+                             f"{local} of the lattice (grid {grid}): a block never spans two "
+                             "GPUs")
+        mine = (DslashTemplate.autotune(self.context, local, precision, self.reconstruct)
+                if self.comm.rank == 0 else None)
+        return WilsonOperator(self.context, self._links, self.kappa, precision, self.reconstruct,
+                              self.t_boundary, check=False, queue=self.queue,
+                              tuning=self.comm.bcast(mine, root=0), domain=tuple(block),
+                              dirichlet_edges=tuple(bool(c) for c in self.partition.partitioned))
+
     def _in_precision(self, precision: str) -> DistributedWilsonOperator:
         return DistributedWilsonOperator(
             self.comm, self.context, self._global_links, self.kappa, self.partition.grid,

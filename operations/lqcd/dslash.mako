@@ -4,6 +4,7 @@
 ##   half              (optional, default False) half precision storage (real, cplx are then
 ##                     float, cfloat): spinors as 16-bit fixed point (chalf) with one float norm
 ##                     per site (the largest |component|: value = stored * norm / half_max),
+##                     a site's components in groups of four (16 bytes: half.py),
 ##                     each spinor argument followed by its norms; links as 16-bit fixed point,
 ##                     component k of a link's parameters scaled by link_scales[k] (half.py)
 ##   half_max          (with half) the largest stored magnitude
@@ -21,9 +22,15 @@
 ##   half_bits         (optional, with half) 16-bit integers to floats by bit arithmetic (half.mako)
 ##   domain            (optional) (bx, by, bz, bt): Schwarz domains (Dirichlet blocks, each
 ##                     extent dividing the lattice's): hops that leave a domain are dropped
+##   dirichlet_edges   (optional, with domain) 4 flags: directions in which the lattice's own
+##                     edges are Dirichlet too (a domain as long as the lattice then does not
+##                     wrap around: one rank's part of a partitioned lattice)
 ##   min_blocks        (optional, default 0: none) CUDA: __launch_bounds__'s minimum resident
 ##                     blocks per multiprocessor (caps the registers per thread)
-##   variants          (parity, dagger, xpay) triples: the kernels this program holds
+##   variants          (parity, dagger, xpay) triples: the kernels this program holds; with
+##                     half, (parity, dagger, xpay, storage): storage says per spinor argument
+##                     (out, in, x_in) "h" (16-bit) or "s" (single precision complex), e.g.
+##                     "hsh"; kernel names end in _<storage>
 ##   dist              (optional) one rank's block of a partitioned lattice (dims are then the
 ##                     block's): partitioned (4 flags), t_signs (forward, backward: -1 where a
 ##                     time hop from the block's edge crosses the antiperiodic boundary),
@@ -76,9 +83,9 @@
     if half and dist is not None:
         raise ValueError("half precision storage is not distributed yet")
     domain = context.get("domain", None)
+    dirichlet_edges = context.get("dirichlet_edges", None) or (False,) * 4
     if domain is not None and dist is not None:
         raise ValueError("Schwarz domains of a distributed block are not built yet")
-    S = "chalf" if half else C                      # spinor storage
     G = ("short" if reconstruct == 8 else "chalf") if half else (real if reconstruct == 8 else C)
     half_max = context.get("half_max", None)
     link_scales = context.get("link_scales", None)
@@ -87,22 +94,34 @@
     def link8_scale(k):
         return f"{link_scales[k]!r}f"
 
-    def spinor_in(array, index):
-        """Statements loading the 12 components of ``array`` at ``index`` into psi."""
-        if half:
+    def spinor_in(array, index, sixteen):
+        """Statements loading the 12 components of ``array`` at ``index`` into psi
+        (``sixteen``: the argument is in 16-bit storage)."""
+        if sixteen:  # a site's four-component groups, one 16-byte load each (half.py's layout)
             return (f"{{ const float s_ = {array}_norm[{index}] * {1 / half_max!r}f;\n"
-                    f"          for (int k = 0; k < 12; k++) psi[k] = chalf_to_cfloat({array}[k * VH + {index}], s_); }}")
+                    f"          for (int g = 0; g < 3; g++) {{\n"
+                    f"            const int4 w_ = ((GLOBAL const int4 *) {array})[g * VH + {index}];\n"
+                    f"            psi[4 * g] = word_to_cfloat(w_.x, s_); psi[4 * g + 1] = word_to_cfloat(w_.y, s_);\n"
+                    f"            psi[4 * g + 2] = word_to_cfloat(w_.z, s_); psi[4 * g + 3] = word_to_cfloat(w_.w, s_); }} }}")
         return f"for (int k = 0; k < 12; k++) psi[k] = {array}[k * VH + {index}];"
 
     def link_entry(expr):  # 18 and 12 parameters: every entry has one scale
         return f"chalf_to_cfloat({expr}, {link_scales[0]!r}f)" if half else expr
 
-    def spinor_params(name, const):
+    def spinor_params(name, const, sixteen):
         q = "const " if const else ""
-        text = f"GLOBAL {q}{S} * RESTRICT {name}"
-        if half:
-            text += f", GLOBAL {q}float * RESTRICT {name}_norm"
-        return text
+        if not sixteen:
+            return f"GLOBAL {q}{C} * RESTRICT {name}"
+        return f"GLOBAL {q}chalf * RESTRICT {name}, GLOBAL {q}float * RESTRICT {name}_norm"
+
+    def storage_of(variant):
+        """Per spinor argument (out, in, x_in), whether it is in 16-bit storage: half
+        templates name it per variant ("h" or "s" each: half or single storage), the others
+        have none."""
+        if not half:
+            return False, False, False
+        storage = variant[3] if len(variant) > 3 else "hhh"
+        return tuple(c == "h" for c in storage)
 
     def face_index(mu):
         """The face index of the site's other three coordinates (partition.py's order)."""
@@ -228,22 +247,27 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 }
 % endif
 
-% for parity, dagger, xpay in variants:
+% for variant in variants:
+<%
+    parity, dagger, xpay = variant[:3]
+    h_out, h_in, h_x = storage_of(variant)
+    suffix = f"_{variant[3] if len(variant) > 3 else 'hhh'}" if half else ""
+%>
 % if dist is None:
-KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}(
-    ${spinor_params("out", False)}, ${spinor_params("in", True)},
+KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}${suffix}(
+    ${spinor_params("out", False, h_out)}, ${spinor_params("in", True, h_in)},
     GLOBAL const ${G} * RESTRICT gauge,
-    ${spinor_params("x_in", True)}, ${real} a)
+    ${spinor_params("x_in", True, h_x)}, ${real} a)
 {
     const unsigned int cb = get_global_id(0);
     if (cb >= VH)
         return;
 % else:
 KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
-    ${spinor_params("out", False)}, ${spinor_params("in", True)},
+    ${spinor_params("out", False, False)}, ${spinor_params("in", True, False)},
     GLOBAL const ${G} * RESTRICT gauge,
-    ${spinor_params("x_in", True)}, ${real} a,
-    ${spinor_params("ghost", True)},
+    ${spinor_params("x_in", True, False)}, ${real} a,
+    ${spinor_params("ghost", True, False)},
     GLOBAL const ${G} * RESTRICT gauge_ghost,
     GLOBAL const unsigned int * RESTRICT sites, unsigned int nsites)
 {
@@ -294,7 +318,7 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
 <%
     ghosted = dist is not None and dist["partitioned"][mu] and dist["region"] != "interior"
     edge = (extent - 1) if direction == 1 else 0
-    cut = domain is not None and domain[mu] < extent
+    cut = domain is not None and (domain[mu] < extent or dirichlet_edges[mu])
     leaves = (f"{coord} % {domain[mu]}u == {domain[mu] - 1 if direction == 1 else 0}u"
               if cut else "")
 %>\
@@ -324,7 +348,7 @@ ${load_link("u", mu, parity, "cb")}
 % else:
 ${load_link("u", mu, 1 - parity, "nb")}
 % endif
-        ${spinor_in("in", "nb")}
+        ${spinor_in("in", "nb", h_in)}
 % if ghosted:
         }
 % endif
@@ -364,24 +388,26 @@ ${load_link("u", mu, 1 - parity, "nb")}
     }
 % endfor
 % endfor
-% if half:
-% if xpay:
-    ${spinor_in("x_in", "cb")}
+% if half and xpay:
+    ${spinor_in("x_in", "cb", h_x)}
     for (int k = 0; k < 12; k++)
         acc[k] = ${C}_add(psi[k], ${C}_scale(acc[k], a));
 % endif
+% if h_out:
     /* the site's norm is its largest |component|: every stored one fits 16 bits */
     float m_ = 0;
     for (int k = 0; k < 12; k++)
         m_ = fmax(m_, fmax(fabs(acc[k].x), fabs(acc[k].y)));
     out_norm[cb] = m_;
     const float inv_ = m_ > 0 ? ${repr(float(half_max))}f / m_ : 0.0f;
-    for (int k = 0; k < 12; k++)
-        out[k * VH + cb] = cfloat_to_chalf(acc[k], inv_);
+    for (int g = 0; g < 3; g++)
+        ((GLOBAL int4 *) out)[g * VH + cb] = int4_new(
+            cfloat_to_word(acc[4 * g], inv_), cfloat_to_word(acc[4 * g + 1], inv_),
+            cfloat_to_word(acc[4 * g + 2], inv_), cfloat_to_word(acc[4 * g + 3], inv_));
 % else:
     for (int k = 0; k < 12; k++)
     {
-% if xpay:
+% if xpay and not half:
         out[k * VH + cb] = ${C}_add(x_in[k * VH + cb], ${C}_scale(acc[k], a));
 % else:
         out[k * VH + cb] = acc[k];

@@ -29,6 +29,10 @@ RECONSTRUCTS = (18, 12, 8)
 #: (parity, dagger, xpay) of the kernels an even-odd CG launches: D_oe, then x + a D_eo, and
 #: both daggered (built ahead for every online candidate; others are built on first use).
 SOLVER_VARIANTS = ((1, False, False), (0, False, True), (1, True, False), (0, True, True))
+#: the same for a half precision operator's M_pc^dag M_pc with single precision vectors in and
+#: out (WilsonOperator): its first dslash reads single, its last writes single
+HALF_SOLVER_VARIANTS = ((1, False, False, "hss"), (0, False, True, "hhs"),
+                        (1, True, False, "hhh"), (0, True, True, "shh"))
 
 
 def _coefficient(z: complex) -> str:
@@ -127,7 +131,8 @@ class DslashTemplate:
     def __init__(self, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int, t_boundary: int = -1,
                  tuning: dict[str, Any] | str | None = None, *,
-                 domain: tuple[int, int, int, int] | None = None):
+                 domain: tuple[int, int, int, int] | None = None,
+                 dirichlet_edges: tuple[bool, bool, bool, bool] | None = None):
         """``precision``: "double", "single" or "half" (16-bit fixed point storage,
         :mod:`.half`: the kernels then take :class:`.half.HalfSpinor` fields and
         :meth:`gauge_to_device`'s links). ``tuning``: explicit parameters, None (the stored
@@ -135,7 +140,10 @@ class DslashTemplate:
         then needs a timed queue); explicit parameters may name some only (``{"wgs": 128}``),
         the others taking their ``test=`` values. ``domain``: (bx, by, bz, bt), Schwarz domains
         (Dirichlet blocks): the kernels drop every hop that leaves a domain (the block-local
-        dslash of a Schwarz preconditioner; tuned parameters are the full dslash's)."""
+        dslash of a Schwarz preconditioner; tuned parameters are the full dslash's);
+        ``dirichlet_edges``: with ``domain``, four flags: directions in which the lattice's own
+        edges are Dirichlet too, so that a domain as long as the lattice does not wrap around
+        (one rank's part of a partitioned lattice, whose neighbours are elsewhere)."""
         self.lattice = check_options(dims, precision, reconstruct, t_boundary, half=True)
         self.context = context
         self.precision = precision
@@ -146,10 +154,13 @@ class DslashTemplate:
         if precision == "double" and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
         self.domain = _check_domain(domain, self.lattice.dims)
+        if dirichlet_edges is not None and (self.domain is None or len(dirichlet_edges) != 4):
+            raise ValueError("dirichlet_edges (4 flags) goes with domain=(bx, by, bz, bt)")
+        edges = tuple(bool(e) for e in dirichlet_edges) if dirichlet_edges is not None else None
         self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
                         "dims": self.lattice.dims,
                         "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
-                        "domain": self.domain, "half": self.half,
+                        "domain": self.domain, "dirichlet_edges": edges, "half": self.half,
                         "choice_step": gauge_fields.CHOICE_STEP}
         if self.half:  # the storage's scales, from the one place that defines them
             self._render.update(half_max=half_storage.HALF_MAX, link_scales=[
@@ -187,21 +198,25 @@ class DslashTemplate:
         return -(-self.lattice.half_volume // wgs) * wgs
 
     def kernel(self, parity: int, dagger: bool, xpay: bool,
-               params: dict[str, Any] | None = None) -> accel.Kernel:
+               params: dict[str, Any] | None = None, storage: str = "hhh") -> accel.Kernel:
         """One variant, compiled on first use (a program each: building all eight costs 8x).
 
         Kept here once built: rendering the template again on every launch would leave the
         device idle while the host renders. ``params``: other parameters than the tuned ones
-        (online tuning builds one kernel per candidate).
+        (online tuning builds one kernel per candidate). ``storage`` (half precision only):
+        per spinor argument (out, in, x), "h" for 16-bit, "s" for single precision storage.
         """
         params = params if params is not None else self.tuning
-        variant = (parity, bool(dagger), bool(xpay))
+        variant: tuple = (parity, bool(dagger), bool(xpay))
+        if self.half:
+            variant += (storage,)
         key = (tuple(sorted(params.items())), *variant)
         kernel = self._kernels.get(key)
         if kernel is None:
             program = self.context.build(TEMPLATE, {**self.render_arguments(params),
                                                     "variants": [variant]})
-            name = f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
+            name = (f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
+                    f"{'_' + storage if self.half else ''}")
             built = program.get_kernel(name)
             with self._guard:
                 kernel = self._kernels.setdefault(key, built)
@@ -209,8 +224,8 @@ class DslashTemplate:
 
     def prepare(self, params: dict[str, Any]) -> None:
         """Build the kernels an even-odd solve launches, for one online candidate."""
-        for variant in SOLVER_VARIANTS:
-            self.kernel(*variant, params=params)
+        for variant in (HALF_SOLVER_VARIANTS if self.half else SOLVER_VARIANTS):
+            self.kernel(*variant[:3], params=params, storage=variant[3] if self.half else "hhh")
 
     def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
         """Compress SU(3) links and copy them to the device in this template's layout."""
@@ -300,12 +315,15 @@ class Dslash:
                  parity: int, *, dagger: bool = False, x: accel.DeviceArray | None = None,
                  a: float = 0.0) -> None:
         """out = D_{parity, 1-parity} inp, or x + a D inp when ``x`` is given (D^dag if asked).
-        Half precision: ``out``, ``inp`` and ``x`` are :class:`.half.HalfSpinor` fields."""
-        key = (parity, bool(dagger), x is not None)
+        Half precision: each of ``out``, ``inp`` and ``x`` is a :class:`.half.HalfSpinor` (16
+        bits) or a single precision (complex64) array; the arithmetic is single precision."""
+        key: tuple = (parity, bool(dagger), x is not None)
         if self.template.half:
-            spin = half_storage.kernel_args
-            args = [*spin(out), *spin(inp), gauge, *spin(x if x is not None else inp),
-                    self.template.real_dtype.type(a)]
+            sites = self.template.lattice.half_volume
+            codes, args = zip(*(half_storage.kernel_args(f, sites)
+                                for f in (out, inp, x if x is not None else inp)))
+            key += ("".join(codes),)
+            args = [*args[0], *args[1], gauge, *args[2], self.template.real_dtype.type(a)]
         else:
             args = [out, inp, gauge, x if x is not None else inp, self.template.real_dtype.type(a)]
         online = self.template.online
@@ -313,8 +331,8 @@ class Dslash:
             launch = self._launchers.get(key)
             if launch is None:
                 t = self.template
-                launch = self._launchers[key] = self.queue.launcher(t.kernel(*key), t.global_size,
-                                                                    t.wgs)
+                launch = self._launchers[key] = self.queue.launcher(
+                    t.kernel(*key[:3], storage=key[3] if t.half else "hhh"), t.global_size, t.wgs)
             launch(args)
             return
         with online.measure(self.queue, key) as params:  # each variant is a part of the scan
@@ -328,6 +346,7 @@ class Dslash:
                 if launch is None:
                     t = self.template
                     launch = self._launchers[mine] = self.queue.launcher(
-                        t.kernel(*key, params=params), t.global_size_for(wgs), wgs)
+                        t.kernel(*key[:3], params=params, storage=key[3] if t.half else "hhh"),
+                        t.global_size_for(wgs), wgs)
                 self._memo[key] = (params, launch)
             launch(args)

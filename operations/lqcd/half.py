@@ -2,9 +2,10 @@
 and read back on the host.
 
 - A spinor field of one parity is a :class:`HalfSpinor`: ``values``, int16 of shape
-  (12, V/2, 2) (component-major like the other precisions, real and imaginary parts as a
-  pair), and ``norms``, float32 of shape (V/2,): the largest |real or imaginary part| of the
-  site's 12 components. A component is ``values * norm / 32767``, so every site keeps 15 bits
+  (3, V/2, 4, 2): the 12 components in three groups of four (:data:`GROUP`), a site's group
+  16 contiguous bytes that a kernel reads with one vector load (QUDA's short4 blocking), real
+  and imaginary parts as a pair; and ``norms``, float32 of shape (V/2,): the largest |real or
+  imaginary part| of the site's 12 components. A component is ``values * norm / 32767``, so every site keeps 15 bits
   relative to its own largest component, whatever its magnitude within the range of a float32
   norm (about 1e-38 to 3e38; a site below it is stored as zero).
 - Links are int16 in the dslash layout: entries of SU(3) matrices are bounded by 1 and stored
@@ -28,6 +29,8 @@ from autotune import accel, tune
 
 #: the largest stored magnitude
 HALF_MAX = 32767
+#: spinor components per 16-byte group of a site (values are (12 // GROUP, V/2, GROUP, 2))
+GROUP = 4
 #: the range of the 8-parameter form's phase parameters (components 4 and 7: at most
 #: 5 * gauge.CHOICE_STEP + 1 = 21 in magnitude)
 PHASE_RANGE = 24.0
@@ -43,7 +46,8 @@ class HalfSpinor:
 
     @classmethod
     def allocate(cls, context: accel.Context, sites: int) -> HalfSpinor:
-        return cls(context.allocate((12, sites, 2), np.int16), context.allocate(sites, np.float32))
+        return cls(context.allocate((12 // GROUP, sites, GROUP, 2), np.int16),
+                   context.allocate(sites, np.float32))
 
     @property
     def sites(self) -> int:
@@ -51,7 +55,7 @@ class HalfSpinor:
 
 
 def spinor_to_half(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A (12, n) complex field as (values int16 (12, n, 2), norms float32 (n,))."""
+    """A (12, n) complex field as (values int16 (3, n, 4, 2), norms float32 (n,))."""
     field = np.asarray(field)
     if field.ndim != 2 or field.shape[0] != 12:
         raise ValueError(f"expected a (12, sites) field, got shape {field.shape}")
@@ -61,13 +65,20 @@ def spinor_to_half(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inv = np.divide(HALF_MAX, norms.astype(np.float64), out=np.zeros(norms.shape),
                     where=norms > 0)
     values = np.clip(np.rint(parts * inv[None, :, None]), -HALF_MAX, HALF_MAX).astype(np.int16)
-    return values, norms
+    n = field.shape[1]
+    # (12, n, 2) -> (3, 4, n, 2) -> (3, n, 4, 2): a site's group of four together
+    blocked = values.reshape(12 // GROUP, GROUP, n, 2).transpose(0, 2, 1, 3)
+    return np.ascontiguousarray(blocked), norms
 
 
 def spinor_from_half(values: np.ndarray, norms: np.ndarray) -> np.ndarray:
     """The (12, n) complex128 field that half storage holds."""
+    values = np.asarray(values)
+    if values.ndim != 4 or values.shape[0] * values.shape[2] != 12 or values.shape[3] != 2:
+        raise ValueError(f"expected half values of shape (3, sites, 4, 2), got {values.shape}")
+    n = values.shape[1]
     scale = norms.astype(np.float64) / HALF_MAX
-    parts = values.astype(np.float64) * scale[None, :, None]
+    parts = values.transpose(0, 2, 1, 3).reshape(12, n, 2).astype(np.float64) * scale[None, :, None]
     return parts[..., 0] + 1j * parts[..., 1]
 
 
@@ -107,12 +118,21 @@ def from_device(queue: accel.CommandQueue, spinor: HalfSpinor) -> np.ndarray:
     return spinor_from_half(spinor.values.get(queue), spinor.norms.get(queue))
 
 
-def kernel_args(spinor: Any) -> list[Any]:
-    """A spinor argument as a half precision kernel takes it: the values, then the norms."""
-    if not isinstance(spinor, HalfSpinor):
-        raise TypeError(f"a half precision kernel takes HalfSpinor fields, not "
-                        f"{type(spinor).__name__} (operations.lqcd.half.to_device makes one)")
-    return [spinor.values, spinor.norms]
+def kernel_args(spinor: Any, sites: int) -> tuple[str, list[Any]]:
+    """A spinor argument of ``sites`` sites as a half precision kernel takes it: ("h", [values,
+    norms]) for a :class:`HalfSpinor`, ("s", [array]) for single precision storage (a complex64
+    array of 12 x ``sites`` elements)."""
+    if isinstance(spinor, HalfSpinor):
+        if spinor.sites != sites:
+            raise ValueError(f"expected a half spinor of {sites} sites, got {spinor.sites}")
+        return "h", [spinor.values, spinor.norms]
+    dtype = getattr(spinor, "dtype", None)
+    if dtype is not None and np.dtype(dtype) == np.complex64 and spinor.size == 12 * sites:
+        return "s", [spinor]
+    raise TypeError(f"a half precision kernel takes HalfSpinor fields (16 bits; "
+                    f"operations.lqcd.half.to_device makes one) or complex64 arrays of 12 x "
+                    f"{sites} elements, not {type(spinor).__name__}"
+                    f"{f' of {dtype} x {spinor.size}' if dtype is not None else ''}")
 
 
 CONVERT_TEMPLATE = Path(__file__).with_name("half_convert.mako")

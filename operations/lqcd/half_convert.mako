@@ -1,5 +1,6 @@
-## Spinor fields of one parity between half precision (operations/lqcd/half.py) and single or
-## double precision, one site per work-item (a site's norm needs all its 12 components).
+## Spinor fields of one parity between half precision (operations/lqcd/half.py: values in
+## groups of four components per site, (3, n, 4) chalf) and single or double precision, one
+## site per work-item (a site's norm needs all its 12 components).
 ## Variables: cplx ("cfloat" or "cdouble"), wgs, half_max (the largest stored magnitude).
 <%include file="half.mako"/>
 % if backend == "cuda":
@@ -28,7 +29,7 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void to_half(GLOBAL chalf * RESTRICT v
         /* scaled by the stored (float) norm, as readers will scale back */
         const ${real} inv = norm > 0 ? (${real}) ${half_max} / (${real}) norm : (${real}) 0;
         for (int k = 0; k < 12; k++)
-            values[k * n + i] = chalf_new((short) rint(fmin(fmax(v[k].x * inv, (${real}) -${half_max}), (${real}) ${half_max})),
+            values[((k >> 2) * n + i) * 4 + (k & 3)] = chalf_new((short) rint(fmin(fmax(v[k].x * inv, (${real}) -${half_max}), (${real}) ${half_max})),
                                           (short) rint(fmin(fmax(v[k].y * inv, (${real}) -${half_max}), (${real}) ${half_max})));
     }
 }
@@ -43,7 +44,7 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void from_half(GLOBAL ${cplx} * RESTRI
         const ${real} s = (${real}) norms[i] / (${real}) ${half_max};
         for (int k = 0; k < 12; k++)
         {
-            const chalf h = values[k * n + i];
+            const chalf h = values[((k >> 2) * n + i) * 4 + (k & 3)];
             out[k * n + i] = ${cplx}_new(h.x * s, h.y * s);
         }
     }

@@ -17,6 +17,7 @@ import numpy as np
 from autotune import accel
 
 from . import half as half_storage
+from . import schwarz as schwarz_module
 from .dslash import DslashTemplate, check_options
 from .gauge import nonfinite_entries, unitarity_violation
 
@@ -93,13 +94,19 @@ class WilsonOperator:
     when ``check`` is true. ``tuning``: the dslash's parameters, None (the stored result, tuned
     at once on a miss) or ``"online"``: the dslash and the solvers' vector passes are tuned
     while they run, and their results stored (an untuned lattice or a new GPU then costs no
-    wait; the queue, if given, must be timed).
+    wait; the queue, if given, must be timed). ``domain``: (bx, by, bz, bt), Schwarz blocks
+    (each extent dividing the lattice's): the operator then drops every hop that leaves a
+    block, the block system of a Schwarz preconditioner (:meth:`with_domain`);
+    ``dirichlet_edges`` (4 flags, with ``domain``): directions in which the lattice's own edges
+    are Dirichlet too (a block as long as the lattice then does not wrap around).
     """
 
     def __init__(self, context: accel.Context, U: np.ndarray, kappa: float,
                  precision: str = "double", reconstruct: int = 18, t_boundary: int = -1, *,
                  check: bool = True, unitarity_tol: float = 1e-8, queue: Any = None,
-                 tuning: dict[str, Any] | str | None = None):
+                 tuning: dict[str, Any] | str | None = None,
+                 domain: tuple[int, int, int, int] | None = None,
+                 dirichlet_edges: tuple[bool, bool, bool, bool] | None = None):
         U = link_array(U)
         t, z, y, x = U.shape[1:5]
         self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary,
@@ -107,13 +114,16 @@ class WilsonOperator:
         check_links(U, kappa, reconstruct, check, unitarity_tol)
         self.context = context
         self.tuning = "online" if tuning == "online" else None  #: how solvers tune their passes
+        self._explicit = dict(tuning) if isinstance(tuning, dict) else None
         self.queue = queue or context.create_command_queue(timed=self.tuning == "online")
         self.kappa = float(kappa)
         self.precision = precision
         self.reconstruct = reconstruct
         self.t_boundary = t_boundary
         self.template = DslashTemplate(context, self.lattice.dims, precision, reconstruct,
-                                       t_boundary, tuning)
+                                       t_boundary, tuning, domain=domain,
+                                       dirichlet_edges=dirichlet_edges)
+        self.domain = self.template.domain  #: Schwarz blocks, or None
         self.dtype = self.template.dtype
         self._dslash = self.template.instantiate(self.queue)
         self._links = U.astype(np.complex128)
@@ -244,19 +254,45 @@ class WilsonOperator:
         return WilsonOperator(self.context, self._links, self.kappa, precision, self.reconstruct,
                               self.t_boundary, check=False, queue=self.queue, tuning=self.tuning)
 
+    def with_domain(self, block: tuple[int, int, int, int], precision: str) -> WilsonOperator:
+        """The block system of a Schwarz preconditioner: this operator with every hop that
+        leaves a ``block`` dropped, in ``precision`` (same links, kappa, boundary and
+        compression, on this operator's queue; made once per block and precision)."""
+        key = (tuple(int(b) for b in block), precision)
+        cached = getattr(self, "_domains", {})
+        if key not in cached:
+            cached[key] = self._in_domain(*key)
+            self._domains = cached
+        return cached[key]
+
+    def _in_domain(self, block: tuple[int, ...], precision: str) -> WilsonOperator:
+        # explicit dslash parameters carry over (the space is the same in every precision)
+        return WilsonOperator(self.context, self._links, self.kappa, precision, self.reconstruct,
+                              self.t_boundary, check=False, queue=self.queue,
+                              tuning=self._explicit or self.tuning, domain=block)
+
     def solve(self, b: np.ndarray, method: str = "cg", tol: float = 1e-10, even_odd: bool = True,
               precision: str | None = None, maxiter: int = 10000, *,
-              sloppy: str = "single") -> tuple[np.ndarray, Any]:
+              sloppy: str = "single", preconditioner: str | None = None,
+              block: tuple[int, int, int, int] | None = None, inner_iterations: int = 10,
+              inner_precision: str = "half", nkrylov: int = 16) -> tuple[np.ndarray, Any]:
         """Solve M x = b (host arrays in and out); returns ``(x, info)``.
 
-        ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (restarted every 16
-        steps; both directly). ``even_odd`` solves the even-site Schur complement and
-        reconstructs the odd sites. ``precision``: "double", "single" or "mixed" (CG or
-        BiCGstab in the ``sloppy`` precision, "single" or "half", with reliable updates in
-        double); default the operator's own. ``info.true_residual`` is |b - M x| / |b| for the
-        returned x, computed in double precision.
+        ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (flexible, restarted
+        every ``nkrylov`` steps; both directly). ``even_odd`` solves the even-site Schur
+        complement and reconstructs the odd sites. ``precision``: "double", "single" or
+        "mixed" (CG or BiCGstab in the ``sloppy`` precision, "single" or "half", with reliable
+        updates in double); default the operator's own. ``preconditioner="schwarz"`` (GCR,
+        even-odd): additive Schwarz with Dirichlet ``block`` (bx, by, bz, bt), each step
+        ``inner_iterations`` MR steps on the block system in ``inner_precision`` ("half",
+        "single" or "double"; :mod:`.schwarz`). ``info.true_residual`` is |b - M x| / |b| for
+        the returned x, computed in double precision; with the preconditioner,
+        ``info.inner_iterations`` and ``info.preconditioner_seconds`` (the rest of
+        ``info.seconds`` is the outer solver's).
         """
-        return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy)
+        schwarz = _schwarz_options(method, even_odd, preconditioner, block, inner_iterations,
+                                   inner_precision)
+        return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy, schwarz, nkrylov)
 
 
 class WilsonLinearOperator:
@@ -300,41 +336,53 @@ class WilsonLinearOperator:
 
 
 class _HalfWork:
-    """A half precision operator's own fields (16-bit, :mod:`.half`) and the conversions
-    between them and the single precision fields it takes and returns."""
+    """A half precision operator's own 16-bit fields (:mod:`.half`). The single precision
+    fields it takes and returns are read and written by the dslash kernels themselves (a half
+    template's kernels take either storage per argument), so no conversion pass runs; what
+    lies between two dslashes of one application is stored in 16 bits."""
 
     def __init__(self, op: WilsonOperator):
         self.op = op
         context, sites = op.context, op.lattice.half_volume
-        self.convert = half_storage.HalfConvertTemplate(context, np.complex64).instantiate(op.queue)
-        self.a, self.b, self.tmp, self.x = (half_storage.HalfSpinor.allocate(context, sites)
-                                            for _ in range(4))
+        self.a, self.b = (half_storage.HalfSpinor.allocate(context, sites) for _ in range(2))
 
     def dslash(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, dagger: bool,
                x: accel.DeviceArray | None, a: float) -> None:
-        op, convert = self.op, self.convert
-        convert.to_half(self.a, inp)
-        if x is not None:
-            convert.to_half(self.x, x)
-        op._dslash(self.b, self.a, op.gauge, parity, dagger=dagger,
-                   x=self.x if x is not None else None, a=a)
-        convert.from_half(out, self.b)
+        # one dslash: single precision spinors in and out, 16-bit links, single arithmetic
+        self.op._dslash(out, inp, self.op.gauge, parity, dagger=dagger, x=x, a=a)
 
     def pc(self, out: accel.DeviceArray, inp: accel.DeviceArray, daggers: tuple[bool, ...]) -> None:
-        """out = M_pc^(dag) ... inp, one M_pc per entry of ``daggers``, all in half."""
+        """out = M_pc^(dag) ... inp, one M_pc per entry of ``daggers``; ``inp`` and ``out``
+        single precision, every field between them in 16 bits."""
         op = self.op
         k2 = -op.kappa ** 2
-        self.convert.to_half(self.a, inp)
-        src, dst = self.a, self.b
-        for dagger in daggers:
-            op._dslash(self.tmp, src, op.gauge, 1, dagger=dagger)
-            op._dslash(dst, self.tmp, op.gauge, 0, dagger=dagger, x=src, a=k2)
-            src, dst = dst, src
-        self.convert.from_half(out, src)
+        src = inp
+        for i, dagger in enumerate(daggers):
+            dst = out if i == len(daggers) - 1 else self.b
+            op._dslash(self.a, src, op.gauge, 1, dagger=dagger)
+            op._dslash(dst, self.a, op.gauge, 0, dagger=dagger, x=src, a=k2)
+            src = dst
+
+
+def _schwarz_options(method: str, even_odd: bool, preconditioner: Any, block: Any,
+                     inner_iterations: Any, inner_precision: Any) -> tuple | None:
+    """(block, inner_iterations, inner_precision) checked, or None without a preconditioner."""
+    if preconditioner is None:
+        return None
+    if preconditioner != "schwarz":
+        raise ValueError(f"preconditioner must be None or 'schwarz', got {preconditioner!r}")
+    if method != "gcr":
+        raise ValueError(f"the Schwarz preconditioner is GCR's: use method='gcr', not {method!r}")
+    if not even_odd:
+        raise ValueError("the Schwarz preconditioner works on the even-odd system: drop "
+                         "even_odd=False")
+    block = schwarz_module.check_schwarz(block, inner_iterations, inner_precision)
+    return block, int(inner_iterations), inner_precision
 
 
 def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd: bool,
-           precision: str | None, maxiter: int, sloppy: str = "single") -> tuple[np.ndarray, Any]:
+           precision: str | None, maxiter: int, sloppy: str = "single", schwarz: tuple | None = None,
+           nkrylov: int = 16) -> tuple[np.ndarray, Any]:
     from .. import solvers
 
     if method not in ("cg", "bicgstab", "gcr"):
@@ -390,7 +438,13 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     elif method == "cg":
         x, info = solvers.cg(A, rhs, inner_tol, maxiter)
     elif method == "gcr":
-        x, info = solvers.gcr(A, rhs, tol, maxiter)
+        K = None
+        if schwarz is not None:
+            block, iterations, inner = schwarz
+            K = schwarz_module.SchwarzPreconditioner(A, high.with_domain(block, inner), iterations)
+        x, info = solvers.gcr(A, rhs, tol, maxiter, nkrylov=nkrylov, preconditioner=K)
+        if K is not None:
+            info.inner_iterations, info.preconditioner_seconds = K.inner_iterations, K.seconds
     else:
         x, info = solvers.bicgstab(A, rhs, tol, maxiter)
     out = high.new_field()

@@ -1,0 +1,97 @@
+"""GCR with the Schwarz preconditioner (operations/lqcd/schwarz.py) on one process: the true
+residual recomputed from the formula, block sizes from small to the whole lattice, bad
+arguments refused by name. (Many ranks: tests/test_distributed.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from operations.lqcd import WilsonOperator, reference, weak_field
+
+DIMS = (8, 4, 4, 8)
+KAPPA = 0.13
+
+
+_SYSTEMS: dict = {}
+
+
+@pytest.fixture
+def system(context):
+    if not context.device.double_precision:
+        pytest.skip(f"{context.device.name} has no double precision")
+    if id(context) not in _SYSTEMS:
+        _SYSTEMS[id(context)] = _make(context)
+    return _SYSTEMS[id(context)]
+
+
+def _make(context):
+    u = weak_field(DIMS, 0.3, seed=5)
+    op = WilsonOperator(context, u, KAPPA, "double", 12, check=False, tuning={"wgs": 16})
+    rng = np.random.default_rng(6)
+    x, y, z, t = DIMS
+    b = rng.standard_normal((t, z, y, x, 4, 3)) + 1j * rng.standard_normal((t, z, y, x, 4, 3))
+    return op, u, b
+
+
+def _true_residual(u, x, b):
+    """|b - M x| / |b| with M = 1 - kappa D from the numpy reference."""
+    return float(np.linalg.norm(b - (x - KAPPA * reference.hop(u, x, -1))) / np.linalg.norm(b))
+
+
+@pytest.mark.parametrize("block,inner_precision,inner_iterations", [
+    ((4, 4, 4, 4), "half", 10), ((2, 4, 2, 8), "single", 5), ((8, 4, 4, 4), "double", 8)])
+def test_schwarz_gcr_reaches_the_tolerance_in_fewer_outer_steps(system, block, inner_precision,
+                                                                inner_iterations):
+    op, u, b = system
+    _, plain = op.solve(b, "gcr", 1e-10)
+    x, info = op.solve(b, "gcr", 1e-10, preconditioner="schwarz", block=block,
+                       inner_iterations=inner_iterations, inner_precision=inner_precision)
+    assert info.converged and _true_residual(u, x, b) < 1e-10, info
+    assert info.iterations < plain.iterations, (info.iterations, plain.iterations)
+    assert info.inner_iterations == inner_iterations * info.iterations
+    assert 0 < info.preconditioner_seconds < info.seconds
+
+
+def test_one_block_with_exact_inner_solves_takes_a_few_outer_steps(system):
+    """One block per lattice and enough double precision MR steps make K nearly M_pc^-1."""
+    op, u, b = system
+    x, info = op.solve(b, "gcr", 1e-10, preconditioner="schwarz", block=DIMS,
+                       inner_iterations=40, inner_precision="double")
+    assert info.converged and info.iterations <= 4, info
+    assert _true_residual(u, x, b) < 1e-10
+
+
+def test_the_block_operator_drops_exactly_the_hops_that_leave_a_block(system, context):
+    """with_domain's operator against the formula: the full M_pc where no hop leaves a block
+    (a block as large as the lattice), and differing from it otherwise."""
+    op, u, b = system
+    whole = op.with_domain(DIMS, "double")
+    assert np.allclose(whole.apply_pc(b), op.apply_pc(b), rtol=0, atol=1e-12)
+    cut = op.with_domain((4, 4, 4, 4), "double")
+    assert not np.allclose(cut.apply_pc(b), op.apply_pc(b))
+    assert cut is op.with_domain((4, 4, 4, 4), "double")  # made once
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"preconditioner": "schwarz"}, "needs block="),
+    ({"preconditioner": "schwarz", "block": (3, 4, 4, 8)}, "divide"),
+    ({"preconditioner": "schwarz", "block": (4, 4, 4)}, "four positive extents"),
+    ({"preconditioner": "schwarz", "block": (4, 4, 4, 4), "inner_precision": "quad"},
+     "inner_precision"),
+    ({"preconditioner": "schwarz", "block": (4, 4, 4, 4), "inner_iterations": 0},
+     "inner_iterations"),
+    ({"preconditioner": "multigrid", "block": (4, 4, 4, 4)}, "None or 'schwarz'"),
+])
+def test_bad_preconditioner_arguments_are_refused_by_name(system, kwargs, message):
+    op, _, b = system
+    with pytest.raises(ValueError, match=message):
+        op.solve(b, "gcr", 1e-8, **kwargs)
+
+
+def test_the_preconditioner_is_gcrs_on_the_even_odd_system(system):
+    op, _, b = system
+    with pytest.raises(ValueError, match="method='gcr'"):
+        op.solve(b, "cg", preconditioner="schwarz", block=(4, 4, 4, 4))
+    with pytest.raises(ValueError, match="even-odd"):
+        op.solve(b, "gcr", even_odd=False, preconditioner="schwarz", block=(4, 4, 4, 4))

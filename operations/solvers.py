@@ -22,6 +22,7 @@ import numpy as np
 from autotune import accel
 
 from .blas import BlasTemplate, DeviceRatio
+from .multiblas import MAX_VECTORS, MultiBlasTemplate, parameters_from
 from .precision import ConvertTemplate
 from .reduce import ReduceTemplate
 
@@ -98,6 +99,19 @@ class VectorOps:
             tuning = self._agreed(lambda: ConvertTemplate.autotune(self.context, src, self.dtype))
             inst = self._passes[key] = ConvertTemplate(self.context, src, self.dtype,
                                                        tuning).instantiate(self.queue)
+        return inst
+
+    def multi(self, op: str, k: int) -> Any:
+        """The k-vector pass ``op`` ("cdots" or "caxpys", :mod:`~operations.multiblas`), made
+        once, with launch parameters derived from this queue's tuned ``caxpy`` pass."""
+        key = ("MultiBlasTemplate", f"{op}{k}")
+        inst = self._passes.get(key)
+        if inst is None:
+            single = self.fused(BlasTemplate, "caxpy")
+            tuned = getattr(getattr(single, "template", None), "tuning", None)  # None online
+            inst = self._passes[key] = MultiBlasTemplate(
+                self.context, self.dtype, f"{op}{k}", parameters_from(tuned, k)).instantiate(
+                    self.queue, self.size)
         return inst
 
     def _agreed(self, autotune: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
@@ -558,6 +572,60 @@ def bicgstab_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArra
                    history, start, maxiter, reliable_updates=updates)
 
 
+def _check_gcr(nkrylov: Any, preconditioner: Any) -> None:
+    if isinstance(nkrylov, bool) or not isinstance(nkrylov, (int, np.integer)) or nkrylov < 1:
+        raise ValueError(f"nkrylov must be an int of at least 1 (the steps between restarts), "
+                         f"got {nkrylov!r}")
+    if preconditioner is not None and not callable(preconditioner):
+        raise TypeError(f"preconditioner must be callable as preconditioner(out, inp), not "
+                        f"{type(preconditioner).__name__}")
+
+
+class _GcrBasis:
+    """GCR's directions z_i and A z_i (with |A z_i|^2) since the last restart, and one step."""
+
+    def __init__(self, A: LinearOperator, ops: VectorOps, nkrylov: int,
+                 preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None] | None):
+        self.A, self.ops, self.preconditioner = A, ops, preconditioner
+        ops.prepare(blas=("caxpy", "caxpy_norm", "cdot_norm"))
+        self.zs = [ops.new() for _ in range(nkrylov)]
+        self.azs = [ops.new() for _ in range(nkrylov)]
+        self.norms = [0.0] * nkrylov  # |A z_i|^2
+        self.k = 0  # directions in the basis
+
+    def step(self, x: accel.DeviceArray, r: accel.DeviceArray, iteration: int) -> float:
+        """z = K r, A z made orthogonal to the basis, x += alpha z, r -= alpha A z minimising
+        |r|; returns |r|^2. The basis restarts once full."""
+        ops, k = self.ops, self.k
+        if k == len(self.zs):
+            k = 0
+        z, az = self.zs[k], self.azs[k]
+        if self.preconditioner is None:
+            z.copy_from(self.A.queue, r)
+        else:
+            self.preconditioner(z, r)
+        self.A.apply(az, z)
+        for first in range(0, k, MAX_VECTORS):
+            block = range(first, min(k, first + MAX_VECTORS))
+            m = len(block)
+            dots = ops.global_sum(ops.multi("cdots", m)(az, *(self.azs[i] for i in block)))
+            dots = dots if isinstance(dots, tuple) else (dots,)
+            betas = {f"b{j}": complex(dots[j]) / self.norms[i] for j, i in enumerate(block)}
+            ops.multi("caxpys", m)(az, z, *(self.azs[i] for i in block),
+                                   *(self.zs[i] for i in block), **betas)
+        az_r, self.norms[k] = ops.blas("cdot_norm", az, r)
+        if not self.norms[k] > 0:
+            raise SolverBreakdown(f"GCR: A z = 0 at iteration {iteration} (the preconditioner "
+                                  "returned a vector the operator annihilates, or zero)")
+        alpha = az_r / self.norms[k]
+        rr = ops.blas("caxpy_norm", az, r, a=-alpha)
+        ops.blas("caxpy", z, x, a=alpha)
+        self.k = k + 1
+        if not math.isfinite(rr):
+            raise SolverBreakdown(f"GCR: the residual became {rr} at iteration {iteration + 1}")
+        return rr
+
+
 def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
         nkrylov: int = 16, preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None]
         | None = None, x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
@@ -565,20 +633,18 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
 
     Step k takes z = K r (``preconditioner(out, inp)`` enqueues ``out = K inp``; the identity
     without one, and K may change from step to step: a few iterations of an inner solver),
-    makes A z orthogonal to the earlier A z (modified Gram-Schmidt, z updated alike), and
-    minimises |r| along it: x += alpha z, r -= alpha A z. ``iterations`` counts steps.
+    makes A z orthogonal to the earlier A z (block Gram-Schmidt: for each block of up to
+    :data:`~operations.multiblas.MAX_VECTORS` earlier directions, every <A z_i, A z> in one pass
+    over memory and A z and z updated in another, :mod:`~operations.multiblas`; one block, that
+    is classical Gram-Schmidt, up to 17 steps between restarts), and minimises |r| along it:
+    x += alpha z, r -= alpha A z. ``iterations`` counts steps.
     """
     tol, maxiter = check_stopping(tol, maxiter)
-    if isinstance(nkrylov, bool) or not isinstance(nkrylov, (int, np.integer)) or nkrylov < 1:
-        raise ValueError(f"nkrylov must be an int of at least 1 (the steps between restarts), "
-                         f"got {nkrylov!r}")
-    if preconditioner is not None and not callable(preconditioner):
-        raise TypeError(f"preconditioner must be callable as preconditioner(out, inp), not "
-                        f"{type(preconditioner).__name__}")
+    _check_gcr(nkrylov, preconditioner)
     _check(A, b)
     start = time.perf_counter()
     ops = vector_ops(A)
-    ops.prepare(blas=("xmy_norm", "caxpy", "caxpy_norm", "cdot_norm"), reduce=("sumsq", "dot"))
+    ops.prepare(blas=("xmy_norm",), reduce=("sumsq",))
     queue = A.queue
     x, r = ops.new(), ops.new()
     b = _flat(b)
@@ -586,36 +652,57 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
     if bb == 0:
         return _zero_solution(queue, x, start)
     applications, rr = _initial_residual(A, ops, b, bb, x0, x, r)
-    zs = [ops.new() for _ in range(nkrylov)]
-    azs = [ops.new() for _ in range(nkrylov)]
-    norms = [0.0] * nkrylov  # |A z_i|^2
+    basis = _GcrBasis(A, ops, nkrylov, preconditioner)
     history = [math.sqrt(rr / bb)]
     converged = history[-1] < tol
     iterations = 0
     while not converged and iterations < maxiter:
-        k = iterations % nkrylov  # a restart begins a new basis (k = 0)
-        z, az = zs[k], azs[k]
-        if preconditioner is None:
-            z.copy_from(queue, r)
-        else:
-            preconditioner(z, r)
-        A.apply(az, z)
+        rr = basis.step(x, r, iterations)
         applications += 1
-        for i in range(k):
-            beta = ops.reduce("dot", azs[i], az) / norms[i]
-            ops.blas("caxpy", azs[i], az, a=-beta)
-            ops.blas("caxpy", zs[i], z, a=-beta)
-        az_r, norms[k] = ops.blas("cdot_norm", az, r)
-        if not norms[k] > 0:
-            raise SolverBreakdown(f"GCR: A z = 0 at iteration {iterations} (the preconditioner "
-                                  "returned a vector the operator annihilates, or zero)")
-        alpha = az_r / norms[k]
-        rr = ops.blas("caxpy_norm", az, r, a=-alpha)
-        ops.blas("caxpy", z, x, a=alpha)
         iterations += 1
         history.append(math.sqrt(rr / bb))
-        if not math.isfinite(rr):
-            raise SolverBreakdown(f"GCR: the residual became {rr} at iteration {iterations}")
         converged = history[-1] < tol
-    return _finish("GCR", A, ops, b, x, bb, azs[0], converged, iterations, applications,
+    return _finish("GCR", A, ops, b, x, bb, basis.azs[0], converged, iterations, applications,
                    history, start, maxiter)
+
+
+def gcr_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
+              tol: float = 1e-10, maxiter: int = 10000, nkrylov: int = 16,
+              preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None]
+              | None = None, delta: float = 0.1) -> tuple[accel.DeviceArray, SolveInfo]:
+    """Flexible GCR iterating in ``A_low``'s precision with reliable updates in ``A``'s.
+
+    As :func:`gcr` on ``A_low``'s vectors (``preconditioner`` acts on them too); whenever the
+    iterated residual has fallen by ``delta`` since the last update (or below ``tol``), the
+    solution is accumulated in high precision, the true residual b - A x recomputed there, and
+    GCR restarts its basis from it (the old directions were orthogonal to another residual).
+    """
+    _check_gcr(nkrylov, preconditioner)
+    start = time.perf_counter()
+    tol, maxiter, m = _mixed_start(A, A_low, b, tol, maxiter, delta, ())
+    hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
+    if bb == 0:
+        return _zero_solution(A.queue, x, start)
+    basis = _GcrBasis(A_low, lo, nkrylov, preconditioner)
+    rr = r_max = bb
+    history = [1.0]
+    iterations = applications = updates = 0
+    converged = False
+    while iterations < maxiter:
+        rr = basis.step(xs, rs, iterations)
+        applications += 1
+        iterations += 1
+        if rr < delta ** 2 * r_max or rr / bb < tol ** 2:
+            rr = m.reliable_update(A)  # x += x_low, r = b - A x in high precision
+            applications += 1
+            updates += 1
+            r_max = rr
+            basis.k = 0
+            history.append(math.sqrt(rr / bb))
+            if history[-1] < tol:
+                converged = True
+                break
+        else:
+            history.append(math.sqrt(rr / bb))
+    return _finish("mixed GCR", A, hi, b, x, bb, tmp, converged, iterations, applications,
+                   history, start, maxiter, reliable_updates=updates)

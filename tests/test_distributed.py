@@ -37,14 +37,21 @@ def _selector(context) -> str:
 def _launch(context, dims, grid, t_boundary, reconstruct, precision, solves, policy,
             transport="auto") -> subprocess.CompletedProcess:
     ranks = math.prod(grid)
-    command = [_mpiexec(), "-n", str(ranks), sys.executable, str(SCRIPT),
+    # -m mpi4py: a rank that raises aborts them all (MPI_Abort) with its traceback, instead of
+    # leaving the others waiting on it until the timeout
+    command = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", str(SCRIPT),
                "--dims", *map(str, dims), "--grid", *map(str, grid),
                "--t-boundary", str(t_boundary), "--reconstruct", str(reconstruct),
                "--precision", precision, "--policy", policy, "--transport", transport,
                "--solves", *solves]
     env = dict(os.environ, AUTOTUNE_DEVICE=_selector(context),
                PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    except subprocess.TimeoutExpired as exc:  # what the ranks had said, to see where they hung
+        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        pytest.fail(f"the {ranks} ranks did not finish in 600 s; their stderr:\n"
+                    f"{(said or '')[-4000:]}")
 
 
 def _run(context, *args) -> list[dict]:
@@ -58,7 +65,7 @@ def _run(context, *args) -> list[dict]:
 
 
 EVERY_SOLVE = ("cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed", "bicgstab_eo_mixed",
-               "gcr_eo_schwarz")
+               "gcr_eo_schwarz", "gcr_eo_mixed_schwarz")
 CASES = [
     # dims (X, Y, Z, T), grid, t boundary, reconstruct, precision, solves, policy, transport
     pytest.param((4, 4, 4, 8), (1, 1, 1, 2), -1, 18, "double", EVERY_SOLVE, "overlap", "auto",

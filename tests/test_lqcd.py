@@ -335,3 +335,25 @@ def test_the_schwarz_domain_dslash_drops_exactly_the_hops_that_leave_a_domain(
         assert _rel(want, reference.hop(u, psi, -1)) > 1e-3
     with pytest.raises(ValueError, match="divide"):
         DslashTemplate(context, DIMS, "double", 12, -1, {"wgs": 16}, domain=(3, 4, 6, 8))
+
+
+def test_big_lattices_are_tuned_on_tiled_fields(monkeypatch):
+    """Above TILED_ABOVE sites the tuning problem repeats a small tile of Haar links and a
+    Gaussian spinor (made in seconds at 48^3 x 96); its reference at the sampled sites is the
+    full hop of the tiled fields, antiperiodic time boundary included."""
+    from operations.lqcd import dslash
+
+    monkeypatch.setattr(dslash, "TILED_ABOVE", 100)
+    monkeypatch.setattr(dslash, "TILE", 4)
+    dslash._tuning_problem.cache_clear()
+    try:
+        dims = (8, 4, 6, 12)
+        lattice, u, psi, sample, expected = dslash._tuning_problem(dims)
+        assert dslash._tile_of(dims) == (4, 4, 2, 4)
+        assert np.array_equal(u[:, :, :, :, :4], u[:, :, :, :, 4:])  # x repeats every 4
+        assert np.array_equal(psi[:4], psi[4:8]) and not np.array_equal(psi[:4], psi[1:5])
+        assert max(unitarity_violation(u)) < 1e-12
+        want = lattice.spinor_to_device(reference.hop(u, psi, -1), 0, np.complex128)[:, sample].T
+        assert _rel(expected, want) < 1e-14
+    finally:
+        dslash._tuning_problem.cache_clear()

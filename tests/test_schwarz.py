@@ -53,6 +53,17 @@ def test_schwarz_gcr_reaches_the_tolerance_in_fewer_outer_steps(system, block, i
     assert 0 < info.preconditioner_seconds < info.seconds
 
 
+@pytest.mark.parametrize("sloppy", ["single", "half"])
+def test_schwarz_gcr_in_mixed_precision_reaches_double_precision(system, sloppy):
+    """The outer GCR in single precision (its operator in single or half) with reliable
+    updates in double, the Schwarz blocks in half: the true residual from the formula."""
+    op, u, b = system
+    x, info = op.solve(b, "gcr", 1e-10, precision="mixed", sloppy=sloppy,
+                       preconditioner="schwarz", block=(4, 4, 4, 4), inner_iterations=6)
+    assert info.converged and info.reliable_updates >= 2, info
+    assert _true_residual(u, x, b) < 1e-10
+
+
 def test_one_block_with_exact_inner_solves_takes_a_few_outer_steps(system):
     """One block per lattice and enough double precision MR steps make K nearly M_pc^-1."""
     op, u, b = system
@@ -95,3 +106,46 @@ def test_the_preconditioner_is_gcrs_on_the_even_odd_system(system):
         op.solve(b, "cg", preconditioner="schwarz", block=(4, 4, 4, 4))
     with pytest.raises(ValueError, match="even-odd"):
         op.solve(b, "gcr", even_odd=False, preconditioner="schwarz", block=(4, 4, 4, 4))
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("block", [(4, 4, 4, 4), (2, 4, 2, 8), DIMS])
+def test_one_mr_step_per_block_against_numpy(context, command_queue, dtype, block):
+    """SchwarzMRTemplate: each block's own step length <A r, r>_b / |A r|^2_b (written here
+    from the site coordinates, block by block), z += alpha_b r and r -= alpha_b A r."""
+    from operations.lqcd import Lattice
+    from operations.lqcd.schwarz import SchwarzMRTemplate
+
+    if dtype == np.complex128 and not context.device.double_precision:
+        pytest.skip(f"{context.device.name} has no double precision")
+    lattice = Lattice(DIMS)
+    rng = np.random.default_rng(3)
+    shape = (12, lattice.half_volume)
+    r, z, ar = ((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+                for _ in range(3))
+    # the even sites' coordinates, in the device order (checkerboard index)
+    x_, y_, z_, t_ = DIMS
+    coords = [(x, y, zz, t) for t in range(t_) for zz in range(z_) for y in range(y_)
+              for x in range(x_) if (x + y + zz + t) % 2 == 0]
+    want_r, want_z = r.astype(np.complex128), z.astype(np.complex128)
+    blocks = {}
+    for i, c in enumerate(coords):
+        blocks.setdefault(tuple(ci // bi for ci, bi in zip(c, block)), []).append(i)
+    assert len(blocks) == np.prod([n // b for n, b in zip(DIMS, block)])
+    for sites in blocks.values():
+        a, v = ar[:, sites].astype(np.complex128), r[:, sites].astype(np.complex128)
+        alpha = np.vdot(a, v) / np.vdot(a, a).real
+        want_z[:, sites] += alpha * v
+        want_r[:, sites] -= alpha * a
+    tol = 1e-5 if dtype == np.complex64 else 1e-12
+    for splits in (1, 4):  # one block's sums over one or several work-groups
+        step = SchwarzMRTemplate(context, DIMS, block, dtype, 0,
+                                 {"wgs": 16, "splits": splits}).instantiate(command_queue)
+        dev = [context.to_device(command_queue, a) for a in (r, z, ar)]
+        step(*dev)
+        assert _rel(dev[0].get(command_queue), want_r) < tol, splits
+        assert _rel(dev[1].get(command_queue), want_z) < tol, splits
+
+
+def _rel(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))

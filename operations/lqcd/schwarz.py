@@ -5,22 +5,27 @@ block system in a low precision.
 ``K r`` approximates ``M_pc^-1 r`` by ``M_pc`` restricted to blocks: the hops that leave a
 block are dropped (``DslashTemplate(..., domain=block)``), so the blocks decouple and, on many
 GPUs with blocks inside each GPU's part, the preconditioner communicates nothing. Its inner
-solver is MR, ``iterations`` steps from z = 0: ``A r`` with the block operator, ``alpha = <A r,
-r> / |A r|^2``, ``z += alpha r``, ``r -= alpha A r``. Its dot products are taken over this
-process's vectors (a GPU's blocks together: "communication switched off"), so on one GPU with
-several blocks each step uses one alpha for all of them, which keeps K a fixed polynomial of
-the block operator per outer step, as flexible GCR allows.
+solver is MR, ``iterations`` steps from z = 0: ``A r`` with the block operator, then per block
+``alpha_b = <A r, r>_b / |A r|^2_b``, ``z += alpha_b r``, ``r -= alpha_b A r``: each block
+solves its own system, with nothing summed across blocks or processes ("communication switched
+off"), and the step lengths stay on the device (:class:`SchwarzMRTemplate`, one reduction pass
+and one update pass per step), so the host never waits inside the preconditioner.
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autotune import accel
+from autotune import accel, tune
 from operations import solvers
+
+from .lattice import Lattice
+
+MR_TEMPLATE = Path(__file__).with_name("schwarz_mr.mako")
 
 #: inner precisions the preconditioner runs in
 INNER_PRECISIONS = ("half", "single", "double")
@@ -48,6 +53,140 @@ def check_schwarz(block: Any, inner_iterations: Any, inner_precision: Any) -> tu
     return block
 
 
+class SchwarzMRTemplate:
+    """One minimal-residual step per Schwarz block on even-site vectors (``schwarz_mr.mako``):
+    ``step(r, z, ar)`` enqueues ``d_b = (<A r, r>_b, |A r|^2_b)`` for every block (a
+    work-group each) and ``z += alpha_b r``, ``r -= alpha_b A r`` with ``alpha_b`` read from
+    ``d`` on the device. The work-group size is tuned; every candidate is checked against numpy."""
+
+    autotune_version = 1
+    autotune_sources = (MR_TEMPLATE,)
+
+    def __init__(self, context: accel.Context, dims: tuple[int, int, int, int],
+                 block: tuple[int, int, int, int], dtype: Any, parity: int = 0,
+                 tuning: dict[str, Any] | None = None):
+        self.lattice = Lattice(tuple(int(n) for n in dims))
+        self.block = _check_block(block, self.lattice.dims)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.dtype(np.complex64), np.dtype(np.complex128)):
+            raise TypeError(f"the Schwarz MR step works on complex64 or complex128 vectors, not "
+                            f"{self.dtype}")
+        if parity not in (0, 1):
+            raise ValueError(f"parity must be 0 or 1, got {parity!r}")
+        self.context, self.parity = context, parity
+        self.blocks = int(np.prod([n // b for n, b in zip(self.lattice.dims, self.block)]))
+        if tuning is None:
+            tuning = self.autotune(context, self.lattice.dims, self.block, self.dtype)
+        self.tuning = tune.checked_tuning(SchwarzMRTemplate, context, tuning,
+                                          dims=self.lattice.dims, block=self.block,
+                                          dtype=self.dtype)
+        self.wgs, self.splits = self.tuning["wgs"], self.tuning["splits"]
+        self.program = context.build(MR_TEMPLATE, {
+            "cplx": accel.c_type(self.dtype), "real": accel.c_type(accel.real_dtype(self.dtype)),
+            "dims": self.lattice.dims, "block": self.block, "parity": parity, "wgs": self.wgs,
+            "splits": self.splits})
+
+    def instantiate(self, queue: accel.CommandQueue) -> SchwarzMR:
+        return SchwarzMR(self, queue)
+
+    @classmethod
+    def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
+                       block: tuple[int, int, int, int], dtype: Any) -> tune.Space:
+        """Work-group sizes, powers of two the device allows, and how many work-groups share
+        one block's sums (``splits``: a few large blocks, such as one GPU's part, would leave
+        most of a GPU idle with one work-group each); a block's sites must fill its groups."""
+        gpu = context.device.is_gpu
+        sizes = [32, 64, 128, 256, 512] if gpu else [16, 64, 256]
+        volume = int(np.prod(block))
+        return tune.Space({"wgs": sizes,
+                           "splits": [1, 2, 4, 8, 16, 32, 64, 128] if gpu else [1, 4, 16]},
+                          [tune.at_most("wgs", context.device.max_work_group_size),
+                           tune.restriction("wgs x splits at most the block's sites",
+                                            lambda p: p["wgs"] * p["splits"] <= volume)])
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 128, "splits": 1})
+    def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int],
+                 block: tuple[int, int, int, int], dtype: Any) -> dict[str, Any]:
+        lattice = Lattice(tuple(dims))
+        dtype = np.dtype(dtype)
+        queue = context.create_tuning_command_queue()
+        rng = np.random.default_rng(7)
+        shape = (12, lattice.half_volume)
+        host = {name: (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+                for name in ("r", "z", "ar")}
+        want_r, want_z = _reference_step(lattice, tuple(block), 0, host["r"], host["z"], host["ar"])
+        pristine = {k: context.to_device(queue, v) for k, v in host.items()}
+        r, z = context.allocate(shape, dtype), context.allocate(shape, dtype)
+        tol = 1e-5 if dtype == np.complex64 else 1e-12
+
+        def generate(**params: Any) -> tune.Measurement:
+            step = cls(context, lattice.dims, block, dtype, 0, params).instantiate(queue)
+
+            def setup() -> None:
+                r.copy_from(queue, pristine["r"])
+                z.copy_from(queue, pristine["z"])
+
+            def check() -> bool:
+                scale = np.max(np.abs(want_z)) + np.max(np.abs(want_r))
+                return bool(np.max(np.abs(r.get(queue) - want_r)) <= tol * scale
+                            and np.max(np.abs(z.get(queue) - want_z)) <= tol * scale)
+
+            return tune.make_measure(queue, lambda: step(r, z, pristine["ar"]), check, setup=setup,
+                                     bytes=shape[0] * shape[1] * dtype.itemsize * 7)
+
+        return tune.autotune(generate)
+
+
+class SchwarzMR:
+    """The MR step of one template on one queue (enqueued, never waited for)."""
+
+    def __init__(self, template: SchwarzMRTemplate, queue: accel.CommandQueue):
+        self.template = template
+        self.queue = queue
+        t = template
+        self.d = t.context.allocate(3 * t.blocks, np.float64)  #: per block <A r, r>, |A r|^2
+        self.partials = t.context.allocate(3 * t.blocks * t.splits, np.float64)
+        self._dots = queue.launcher(t.program.get_kernel("block_dots"),
+                                    t.blocks * t.splits * t.wgs, t.wgs)
+        self._finish = queue.launcher(t.program.get_kernel("block_finish"), t.blocks * t.wgs,
+                                      t.wgs)
+        sites = t.lattice.half_volume
+        self._update = queue.launcher(t.program.get_kernel("block_update"),
+                                      -(-sites // t.wgs) * t.wgs, t.wgs)
+
+    def __call__(self, r: accel.DeviceArray, z: accel.DeviceArray, ar: accel.DeviceArray) -> None:
+        """z += alpha_b r, r -= alpha_b ar with alpha_b = <ar, r>_b / |ar|^2_b per block."""
+        self._dots([ar, r, self.partials])
+        self._finish([self.partials, self.d])
+        self._update([r, z, ar, self.d])
+
+
+def _check_block(block: Any, dims: tuple[int, ...]) -> tuple[int, ...]:
+    block = tuple(int(b) for b in block)
+    if len(block) != 4 or any(b < 1 or n % b for b, n in zip(block, dims)):
+        raise ValueError(f"Schwarz blocks {block} must be four extents that divide the "
+                         f"lattice's {tuple(dims)}")
+    return block
+
+
+def _reference_step(lattice: Lattice, block: tuple[int, ...], parity: int, r: np.ndarray,
+                    z: np.ndarray, ar: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One MR step per block in numpy (float64/complex128): the new r and z."""
+    sites = lattice.sites(parity)  # lexicographic index of each even-odd site
+    coords = np.stack(np.unravel_index(sites, lattice.shape), axis=-1)[:, ::-1]  # x, y, z, t
+    counts = [n // b for n, b in zip(lattice.dims, block)]
+    ids = np.zeros(len(sites), dtype=np.int64)
+    for mu in (3, 2, 1, 0):
+        ids = ids * counts[mu] + coords[:, mu] // block[mu]
+    r, z, ar = (a.astype(np.complex128) for a in (r, z, ar))
+    dot = np.bincount(ids, weights=np.sum(np.conj(ar) * r, axis=0).real) \
+        + 1j * np.bincount(ids, weights=np.sum(np.conj(ar) * r, axis=0).imag)
+    nn = np.bincount(ids, weights=np.sum(np.abs(ar) ** 2, axis=0))
+    alpha = np.divide(dot, nn, out=np.zeros_like(dot), where=nn > 0)[ids]
+    return r - alpha * ar, z + alpha * r
+
+
 class SchwarzPreconditioner:
     """``K(out, inp)``: out = K inp for flexible GCR (:func:`operations.solvers.gcr`).
 
@@ -68,7 +207,8 @@ class SchwarzPreconditioner:
                              "outer operator's")
         self.queue = outer.queue
         self.ops = solvers.VectorOps(local.context, local.queue, self.A.dtype, self.A.size)
-        self.ops.prepare(blas=("caxpy", "cdot_norm"))
+        self.step = SchwarzMRTemplate(local.context, local.lattice.dims, local.domain,
+                                      self.A.dtype).instantiate(local.queue)
         hi = solvers.vector_ops(outer)
         same = np.dtype(outer.dtype) == np.dtype(self.A.dtype)
         self._down = None if same else self.ops.converter(outer.dtype)
@@ -87,13 +227,8 @@ class SchwarzPreconditioner:
         self.z.zero(q)
         for _ in range(self.iterations):
             self.A.apply(self.ar, self.r)
-            ar_r, ar_ar = self.ops.blas("cdot_norm", self.ar, self.r)
-            self.inner_iterations += 1
-            if not ar_ar > 0:  # r = 0: the block systems are solved
-                break
-            alpha = ar_r / ar_ar
-            self.ops.blas("caxpy", self.r, self.z, a=alpha)  # z += alpha r
-            self.ops.blas("caxpy", self.ar, self.r, a=-alpha)  # r -= alpha A r
+            self.step(self.r, self.z, self.ar)  # per block: z += alpha_b r, r -= alpha_b A r
+        self.inner_iterations += self.iterations
         if self._up is None:
             out.copy_from(q, self.z)
         else:

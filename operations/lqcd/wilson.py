@@ -281,8 +281,8 @@ class WilsonOperator:
         ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (flexible, restarted
         every ``nkrylov`` steps; both directly). ``even_odd`` solves the even-site Schur
         complement and reconstructs the odd sites. ``precision``: "double", "single" or
-        "mixed" (CG or BiCGstab in the ``sloppy`` precision, "single" or "half", with reliable
-        updates in double); default the operator's own. ``preconditioner="schwarz"`` (GCR,
+        "mixed" (CG, BiCGstab or GCR in the ``sloppy`` precision, "single" or "half", with
+        reliable updates in double); default the operator's own. ``preconditioner="schwarz"`` (GCR,
         even-odd): additive Schwarz with Dirichlet ``block`` (bx, by, bz, bt), each step
         ``inner_iterations`` MR steps on the block system in ``inner_precision`` ("half",
         "single" or "double"; :mod:`.schwarz`). ``info.true_residual`` is |b - M x| / |b| for
@@ -395,9 +395,6 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
     if sloppy not in ("single", "half"):
         raise ValueError(f"sloppy must be 'single' or 'half', got {sloppy!r}")
-    if method == "gcr" and precision == "mixed":
-        raise ValueError("GCR runs in one precision ('double' or 'single'); mixed precision "
-                         "is for method='cg' or 'bicgstab'")
     tol, maxiter = solvers.check_stopping(tol, maxiter)
     b = op._check_spinor(b).astype(np.complex128)
     bad = nonfinite_entries(b)
@@ -431,20 +428,28 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     # The normal equations' residual bounds the true one only up to the condition number:
     # ask for a tenth of the tolerance, then check the true residual of M x = b at the end.
     inner_tol = tol * 0.1 if normal is not None else tol
-    if precision == "mixed" and method == "cg":
+    if method == "gcr":
+        # GCR iterates on A (or, mixed, on the sloppy operator with reliable updates in A),
+        # the Schwarz preconditioner acting on the vectors GCR iterates on
+        outer = WilsonLinearOperator(low, kind) if precision == "mixed" else A
+        K = None
+        if schwarz is not None:
+            block, iterations, inner = schwarz
+            K = schwarz_module.SchwarzPreconditioner(outer, high.with_domain(block, inner),
+                                                     iterations)
+        if precision == "mixed":
+            x, info = solvers.gcr_mixed(A, outer, rhs, tol, maxiter, nkrylov=nkrylov,
+                                        preconditioner=K)
+        else:
+            x, info = solvers.gcr(A, rhs, tol, maxiter, nkrylov=nkrylov, preconditioner=K)
+        if K is not None:
+            info.inner_iterations, info.preconditioner_seconds = K.inner_iterations, K.seconds
+    elif precision == "mixed" and method == "cg":
         x, info = solvers.cg_mixed(A, WilsonLinearOperator(low, kind), rhs, inner_tol, maxiter)
     elif precision == "mixed":
         x, info = solvers.bicgstab_mixed(A, WilsonLinearOperator(low, kind), rhs, tol, maxiter)
     elif method == "cg":
         x, info = solvers.cg(A, rhs, inner_tol, maxiter)
-    elif method == "gcr":
-        K = None
-        if schwarz is not None:
-            block, iterations, inner = schwarz
-            K = schwarz_module.SchwarzPreconditioner(A, high.with_domain(block, inner), iterations)
-        x, info = solvers.gcr(A, rhs, tol, maxiter, nkrylov=nkrylov, preconditioner=K)
-        if K is not None:
-            info.inner_iterations, info.preconditioner_seconds = K.inner_iterations, K.seconds
     else:
         x, info = solvers.bicgstab(A, rhs, tol, maxiter)
     out = high.new_field()

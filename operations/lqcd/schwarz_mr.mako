@@ -1,0 +1,124 @@
+## One minimal-residual step per Schwarz block, on even-site vectors (12, V/2) of one parity:
+## block_dots:   partial sums of (<A r, r>_b re, im, |A r|^2_b) over the sites of block b
+##               (`splits` work-groups per block, each a share of its sites, in double)
+## block_finish: d[b] = the sum of block b's partial sums (one work-group per block)
+## block_update: z += alpha_b r;  r -= alpha_b A r  with alpha_b = <A r, r>_b / |A r|^2_b read
+##               from d on the device (0 where |A r|^2_b = 0: that block is solved), so the host
+##               never waits between steps
+## Variables (validated by operations/lqcd/schwarz.py):
+##   cplx, real        "cfloat"/"float" or "cdouble"/"double"
+##   dims              (X, Y, Z, T) of the lattice (all even)
+##   block             (bx, by, bz, bt), each dividing the lattice's extent
+##   parity            the parity of the vectors' sites
+##   wgs               work-group size (a power of two)
+##   splits            work-groups sharing one block's sums
+<%
+    X, Y, Z, T = dims
+    bx, by, bz, bt = block
+    nx, ny, nz, nt = X // bx, Y // by, Z // bz, T // bt
+    VH = X * Y * Z * T // 2
+    VB = bx * by * bz * bt
+    C = cplx
+%>
+#define VH ${VH}u
+
+/* the block of even-odd site cb (of this parity) */
+DEVICE_FN unsigned int block_of(unsigned int cb)
+{
+    unsigned int r = cb / ${X // 2}u;
+    const unsigned int xh = cb - r * ${X // 2}u;
+    const unsigned int y = r % ${Y}u;
+    r /= ${Y}u;
+    const unsigned int z = r % ${Z}u;
+    const unsigned int t = r / ${Z}u;
+    const unsigned int x = 2u * xh + ((${parity}u + y + z + t) & 1u);
+    return (((t / ${bt}u) * ${nz}u + z / ${bz}u) * ${ny}u + y / ${by}u) * ${nx}u + x / ${bx}u;
+}
+
+<%def name="reduce_and_store(target)">\
+    LOCAL_DECL double scratch[3][${wgs}];
+    scratch[0][lid] = re;
+    scratch[1][lid] = im;
+    scratch[2][lid] = nn;
+    BARRIER();
+% for half in [2 ** i for i in range(wgs.bit_length() - 2, -1, -1)]:
+    if (lid < ${half}u)
+    {
+        scratch[0][lid] += scratch[0][lid + ${half}u];
+        scratch[1][lid] += scratch[1][lid + ${half}u];
+        scratch[2][lid] += scratch[2][lid + ${half}u];
+    }
+    BARRIER();
+% endfor
+    if (lid == 0)
+    {
+        ${target}[0] = scratch[0][0];
+        ${target}[1] = scratch[1][0];
+        ${target}[2] = scratch[2][0];
+    }
+</%def>
+
+KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_dots(
+    GLOBAL const ${C} * RESTRICT ar, GLOBAL const ${C} * RESTRICT r,
+    GLOBAL double * RESTRICT partials)
+{
+    const unsigned int b = get_group_id(0) / ${splits}u;
+    const unsigned int share = get_group_id(0) % ${splits}u;
+    const unsigned int lid = get_local_id(0);
+    const unsigned int bxi = b % ${nx}u, byi = (b / ${nx}u) % ${ny}u;
+    const unsigned int bzi = (b / ${nx * ny}u) % ${nz}u, bti = b / ${nx * ny * nz}u;
+    double re = 0, im = 0, nn = 0;
+    /* this group's share of the block's sites, those of this parity counted */
+    for (unsigned int l = share * ${wgs}u + lid; l < ${VB}u; l += ${wgs * splits}u)
+    {
+        const unsigned int x = bxi * ${bx}u + l % ${bx}u;
+        const unsigned int y = byi * ${by}u + (l / ${bx}u) % ${by}u;
+        const unsigned int z = bzi * ${bz}u + (l / ${bx * by}u) % ${bz}u;
+        const unsigned int t = bti * ${bt}u + l / ${bx * by * bz}u;
+        if (((x + y + z + t) & 1u) != ${parity}u)
+            continue;
+        const unsigned int cb = (((t * ${Z}u + z) * ${Y}u + y) * ${X}u + x) >> 1;
+        for (int k = 0; k < 12; k++)
+        {
+            const ${C} a = ar[k * VH + cb], v = r[k * VH + cb];
+            re += (double) a.x * v.x + (double) a.y * v.y;
+            im += (double) a.x * v.y - (double) a.y * v.x;
+            nn += (double) a.x * a.x + (double) a.y * a.y;
+        }
+    }
+${reduce_and_store("(partials + 3 * get_group_id(0))")}
+}
+
+KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_finish(
+    GLOBAL const double * RESTRICT partials, GLOBAL double * RESTRICT d)
+{
+    const unsigned int b = get_group_id(0);
+    const unsigned int lid = get_local_id(0);
+    double re = 0, im = 0, nn = 0;
+    for (unsigned int s = lid; s < ${splits}u; s += ${wgs}u)
+    {
+        re += partials[3 * (b * ${splits}u + s)];
+        im += partials[3 * (b * ${splits}u + s) + 1];
+        nn += partials[3 * (b * ${splits}u + s) + 2];
+    }
+${reduce_and_store("(d + 3 * b)")}
+}
+
+KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_update(
+    GLOBAL ${C} * RESTRICT r, GLOBAL ${C} * RESTRICT z, GLOBAL const ${C} * RESTRICT ar,
+    GLOBAL const double * RESTRICT d)
+{
+    const unsigned int cb = get_global_id(0);
+    if (cb >= VH)
+        return;
+    const unsigned int b = block_of(cb);
+    const double nn = d[3 * b + 2];
+    const ${C} alpha = nn > 0 ? ${C}_new((${real}) (d[3 * b] / nn), (${real}) (d[3 * b + 1] / nn))
+                              : ${C}_new(0, 0);
+    for (int k = 0; k < 12; k++)
+    {
+        const ${C} v = r[k * VH + cb];
+        z[k * VH + cb] = ${C}_add(z[k * VH + cb], ${C}_mul(alpha, v));
+        r[k * VH + cb] = ${C}_sub(v, ${C}_mul(alpha, ar[k * VH + cb]));
+    }
+}

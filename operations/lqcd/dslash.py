@@ -62,7 +62,7 @@ def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int,
     return lattice
 
 
-def _check_domain(domain: Any, dims: tuple[int, int, int, int]) -> tuple[int, ...] | None:
+def check_domain(domain: Any, dims: tuple[int, int, int, int]) -> tuple[int, ...] | None:
     """Schwarz domain extents (bx, by, bz, bt), each dividing the lattice's, or None."""
     if domain is None:
         return None
@@ -177,7 +177,7 @@ class DslashTemplate:
         self.real_dtype, self.dtype = (np.dtype(d) for d in ARITHMETIC[precision])
         if precision == "double" and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
-        self.domain = _check_domain(domain, self.lattice.dims)
+        self.domain = check_domain(domain, self.lattice.dims)
         if dirichlet_edges is not None and (self.domain is None or len(dirichlet_edges) != 4):
             raise ValueError("dirichlet_edges (4 flags) goes with domain=(bx, by, bz, bt)")
         edges = tuple(bool(e) for e in dirichlet_edges) if dirichlet_edges is not None else None

@@ -23,6 +23,7 @@ import numpy as np
 from autotune import accel, tune
 from operations import solvers
 
+from .dslash import check_domain
 from .lattice import Lattice
 
 MR_TEMPLATE = Path(__file__).with_name("schwarz_mr.mako")
@@ -66,7 +67,9 @@ class SchwarzMRTemplate:
                  block: tuple[int, int, int, int], dtype: Any, parity: int = 0,
                  tuning: dict[str, Any] | None = None):
         self.lattice = Lattice(tuple(int(n) for n in dims))
-        self.block = _check_block(block, self.lattice.dims)
+        self.block = check_domain(block, self.lattice.dims)
+        if self.block is None:
+            raise ValueError("the Schwarz MR step needs block=(bx, by, bz, bt)")
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.dtype(np.complex64), np.dtype(np.complex128)):
             raise TypeError(f"the Schwarz MR step works on complex64 or complex128 vectors, not "
@@ -160,14 +163,6 @@ class SchwarzMR:
         self._dots([ar, r, self.partials])
         self._finish([self.partials, self.d])
         self._update([r, z, ar, self.d])
-
-
-def _check_block(block: Any, dims: tuple[int, ...]) -> tuple[int, ...]:
-    block = tuple(int(b) for b in block)
-    if len(block) != 4 or any(b < 1 or n % b for b, n in zip(block, dims)):
-        raise ValueError(f"Schwarz blocks {block} must be four extents that divide the "
-                         f"lattice's {tuple(dims)}")
-    return block
 
 
 def _reference_step(lattice: Lattice, block: tuple[int, ...], parity: int, r: np.ndarray,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .fused import FusedOp, FusedTemplate, Output
+from .fused import TEST_PARAMETERS, FusedOp, FusedTemplate, Output
 
 #: the most vectors one pass combines (GCR's steps between restarts above it are refused)
 MAX_VECTORS = 16
@@ -82,8 +82,6 @@ def parameters_from(tuned: dict[str, Any] | None, k: int) -> dict[str, Any]:
     """Launch parameters for a k-vector pass from a tuned single-vector pass's (``None``: the
     fused passes' ``test=`` values): one chunk per work-item (k + 1 vectors in flight already),
     and a work-group small enough that 2 k double accumulators fit :data:`SCRATCH_BYTES`."""
-    from .fused import TEST_PARAMETERS
-
     base = dict(tuned or TEST_PARAMETERS)
     wgs = base["wgs"]
     while wgs > 32 and wgs * 2 * k * 8 > SCRATCH_BYTES:

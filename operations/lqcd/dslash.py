@@ -158,8 +158,8 @@ class DslashTemplate:
                  domain: tuple[int, int, int, int] | None = None,
                  dirichlet_edges: tuple[bool, bool, bool, bool] | None = None):
         """``precision``: "double", "single" or "half" (16-bit fixed point storage,
-        :mod:`.half`: the kernels then take :class:`.half.HalfSpinor` fields and
-        :meth:`gauge_to_device`'s links). ``tuning``: explicit parameters, None (the stored
+        :mod:`.half`: the kernels then take :meth:`gauge_to_device`'s 16-bit links and, per
+        spinor argument, a :class:`.half.HalfSpinor` or a single precision array). ``tuning``: explicit parameters, None (the stored
         result, tuned now on a miss) or ``"online"``: tuned while it runs (:meth:`instantiate`
         then needs a timed queue); explicit parameters may name some only (``{"wgs": 128}``),
         the others taking their ``test=`` values. ``domain``: (bx, by, bz, bt), Schwarz domains
@@ -189,7 +189,7 @@ class DslashTemplate:
         if self.half:  # the storage's scales, from the one place that defines them
             self._render.update(half_max=half_storage.HALF_MAX, link_scales=[
                 float(v) for v in half_storage.link_scales(reconstruct)])
-        self._kernels: dict[tuple[int, int, bool, bool], accel.Kernel] = {}
+        self._kernels: dict[tuple, accel.Kernel] = {}  #: (parameters, *variant) -> kernel
         self._guard = threading.Lock()
         self.online: tune.OnlineTuner | None = None
         if isinstance(tuning, str):

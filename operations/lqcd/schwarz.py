@@ -201,7 +201,9 @@ class SchwarzPreconditioner:
             raise ValueError("the block operator acts on vectors of another length than the "
                              "outer operator's")
         self.queue = outer.queue
-        self.ops = solvers.VectorOps(local.context, local.queue, self.A.dtype, self.A.size)
+        # the block operator's vector passes (no communicator: nothing summed across ranks),
+        # kept per queue like a solver's, so a sequence of solves builds them once
+        self.ops = solvers.vector_ops(self.A)
         self.step = SchwarzMRTemplate(local.context, local.lattice.dims, local.domain,
                                       self.A.dtype).instantiate(local.queue)
         hi = solvers.vector_ops(outer)

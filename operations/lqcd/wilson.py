@@ -84,12 +84,12 @@ def check_links(U: np.ndarray, kappa: Any, reconstruct: int, check: bool, unitar
 class WilsonOperator:
     """M = 1 - kappa D, with D the Wilson hopping term of ``U`` (DeGrand-Rossi gammas).
 
-    ``precision`` is "double", "single" or "half" (links and the operator's own fields in
-    16-bit fixed point, :mod:`.half`, arithmetic in single precision: its device fields, what
-    solvers and BLAS work on, are single precision, converted on the way in and out of each
-    application; the sloppy operator of ``solve(..., sloppy="half")``); ``reconstruct`` 18, 12
-    or 8 chooses how links are
-    stored on the device; ``t_boundary`` is -1 (antiperiodic in time, the default) or +1.
+    ``precision`` is "double", "single" or "half" (links and the fields between the dslashes of
+    one application in 16-bit fixed point, :mod:`.half`, arithmetic in single precision: its
+    device fields, what solvers and BLAS work on, are single precision, read by an
+    application's first dslash and written by its last; the sloppy operator of
+    ``solve(..., sloppy="half")``); ``reconstruct`` 18, 12 or 8 chooses how links are stored on
+    the device; ``t_boundary`` is -1 (antiperiodic in time, the default) or +1.
     Links must be unitary (and, for 12 and 8, of determinant 1) to within ``unitarity_tol``
     when ``check`` is true. ``tuning``: the dslash's parameters, None (the stored result, tuned
     at once on a miss) or ``"online"``: the dslash and the solvers' vector passes are tuned
@@ -129,7 +129,12 @@ class WilsonOperator:
         self._links = U.astype(np.complex128)
         self.gauge = self.template.gauge_to_device(self.queue, self._links)
         self._tmp: SpinorField | None = None
-        self._half: _HalfWork | None = (_HalfWork(self) if precision == "half" else None)
+        # A half operator's fields between two dslashes of one application: 16-bit (its
+        # kernels read and write single or 16-bit storage per argument, so the single
+        # precision fields it takes and returns need no conversion pass)
+        self._between: list[half_storage.HalfSpinor] | None = (
+            [half_storage.HalfSpinor.allocate(context, self.lattice.half_volume) for _ in range(2)]
+            if precision == "half" else None)
 
     #: whether this class takes precision="half"
     _half_allowed = True
@@ -166,9 +171,6 @@ class WilsonOperator:
     def dslash_parity(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, *,
                       dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
         """out = D_{parity,1-parity} inp (x + a D inp with ``x``): D_eo for parity 0, D_oe for 1."""
-        if self._half is not None:
-            self._half.dslash(out, inp, parity, dagger, x, a)
-            return
         self._dslash(out, inp, self.gauge, parity, dagger=dagger, x=x, a=a)
 
     def _full(self, out: SpinorField, inp: SpinorField, dagger: bool, xpay: bool) -> None:
@@ -177,21 +179,16 @@ class WilsonOperator:
                                x=inp.parity(p) if xpay else None, a=-self.kappa if xpay else 0.0)
 
     def _pc(self, out: accel.DeviceArray, inp: accel.DeviceArray, dagger: bool) -> None:
-        if self._half is not None:
-            self._half.pc(out, inp, (dagger,))
-            return
-        tmp = self._scratch().odd
+        tmp = self._scratch().odd if self._between is None else self._between[0]
         self.dslash_parity(tmp, inp, 1, dagger=dagger)
         self.dslash_parity(out, tmp, 0, dagger=dagger, x=inp, a=-self.kappa ** 2)
 
     def _pc_normal(self, out: accel.DeviceArray, inp: accel.DeviceArray,
                    tmp: accel.DeviceArray) -> None:
         """out = M_pc^dag M_pc inp (``tmp``: scratch of the same size)."""
-        if self._half is not None:  # one conversion in, one out
-            self._half.pc(out, inp, (False, True))
-            return
-        self._pc(tmp, inp, False)
-        self._pc(out, tmp, True)
+        mid = tmp if self._between is None else self._between[1]
+        self._pc(mid, inp, False)
+        self._pc(out, mid, True)
 
     # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
     def _dispatch(self, psi: Any, out: Any, device_op) -> Any:
@@ -333,35 +330,6 @@ class WilsonLinearOperator:
         else:
             w._full(self._field(self._tmp), self._field(inp), False, True)
             w._full(self._field(out), self._field(self._tmp), True, True)
-
-
-class _HalfWork:
-    """A half precision operator's own 16-bit fields (:mod:`.half`). The single precision
-    fields it takes and returns are read and written by the dslash kernels themselves (a half
-    template's kernels take either storage per argument), so no conversion pass runs; what
-    lies between two dslashes of one application is stored in 16 bits."""
-
-    def __init__(self, op: WilsonOperator):
-        self.op = op
-        context, sites = op.context, op.lattice.half_volume
-        self.a, self.b = (half_storage.HalfSpinor.allocate(context, sites) for _ in range(2))
-
-    def dslash(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, dagger: bool,
-               x: accel.DeviceArray | None, a: float) -> None:
-        # one dslash: single precision spinors in and out, 16-bit links, single arithmetic
-        self.op._dslash(out, inp, self.op.gauge, parity, dagger=dagger, x=x, a=a)
-
-    def pc(self, out: accel.DeviceArray, inp: accel.DeviceArray, daggers: tuple[bool, ...]) -> None:
-        """out = M_pc^(dag) ... inp, one M_pc per entry of ``daggers``; ``inp`` and ``out``
-        single precision, every field between them in 16 bits."""
-        op = self.op
-        k2 = -op.kappa ** 2
-        src = inp
-        for i, dagger in enumerate(daggers):
-            dst = out if i == len(daggers) - 1 else self.b
-            op._dslash(self.a, src, op.gauge, 1, dagger=dagger)
-            op._dslash(dst, self.a, op.gauge, 0, dagger=dagger, x=src, a=k2)
-            src = dst
 
 
 def _schwarz_options(method: str, even_odd: bool, preconditioner: Any, block: Any,

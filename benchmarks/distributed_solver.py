@@ -89,8 +89,8 @@ def main() -> None:
         """The Schwarz preconditioner on ``direct[outer]``'s vectors, made (and its block
         operator and MR step tuned) only when a run asks for it."""
         if outer not in preconditioners:
-            local = high.with_domain(block, args.inner_precision)
-            preconditioners[outer] = SchwarzPreconditioner(direct[outer], local,
+            blocks = WilsonLinearOperator(high.with_domain(block, args.inner_precision), "Mpc")
+            preconditioners[outer] = SchwarzPreconditioner(direct[outer], blocks,
                                                            args.inner_iterations)
         return preconditioners[outer]
 

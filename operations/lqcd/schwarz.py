@@ -186,17 +186,17 @@ class SchwarzPreconditioner:
     """``K(out, inp)``: out = K inp for flexible GCR (:func:`operations.solvers.gcr`).
 
     ``outer``: the outer solver's linear operator (a :class:`~.wilson.WilsonLinearOperator` of
-    kind "Mpc"); ``local``: the block operator, a :class:`~.wilson.WilsonOperator` with
-    ``domain=block`` in the inner precision, acting on this process's sites. Counts the inner
-    steps (:attr:`inner_iterations`) and the wall time spent (:attr:`seconds`, each call
-    waiting for its work: GCR waits once per step anyway).
+    kind "Mpc"); ``block``: the block system's, ``WilsonLinearOperator(local, "Mpc")`` of a
+    :class:`~.wilson.WilsonOperator` ``local`` with ``domain=`` the blocks, in the inner
+    precision, acting on this process's sites. Counts the inner steps
+    (:attr:`inner_iterations`) and the wall time spent (:attr:`seconds`, each call waiting for
+    its work: GCR waits once per step anyway).
     """
 
-    def __init__(self, outer: Any, local: Any, iterations: int):
-        from .wilson import WilsonLinearOperator
-
+    def __init__(self, outer: Any, block: Any, iterations: int):
+        local = block.wilson
         self.iterations = int(iterations)
-        self.A = WilsonLinearOperator(local, "Mpc")
+        self.A = block
         if self.A.size != outer.size:
             raise ValueError("the block operator acts on vectors of another length than the "
                              "outer operator's")

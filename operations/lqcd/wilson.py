@@ -403,8 +403,8 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         K = None
         if schwarz is not None:
             block, iterations, inner = schwarz
-            K = schwarz_module.SchwarzPreconditioner(outer, high.with_domain(block, inner),
-                                                     iterations)
+            blocks = WilsonLinearOperator(high.with_domain(block, inner), "Mpc")
+            K = schwarz_module.SchwarzPreconditioner(outer, blocks, iterations)
         if precision == "mixed":
             x, info = solvers.gcr_mixed(A, outer, rhs, tol, maxiter, nkrylov=nkrylov,
                                         preconditioner=K)

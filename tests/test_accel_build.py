@@ -226,3 +226,44 @@ def test_builds_in_helper_processes_match_builds_here_and_report_the_same_errors
     with accel.builds_in_helpers(), pytest.raises(accel.CompileError, match="wrong.mako:2"):
         context.build(wrong, {})
     assert not helpers.active()
+
+
+def _counting_builds(monkeypatch, fail_first: int = 0) -> list[int]:
+    """Count pyopencl builds (each still runs); the first ``fail_first`` fail as PoCL's
+    transient failures do: BUILD_PROGRAM_FAILURE with no diagnostic in the log."""
+    import pyopencl as cl
+
+    calls: list[int] = []
+    real = cl.Program.build
+
+    def build(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) <= fail_first:
+            raise cl.RuntimeError("clBuildProgram failed: BUILD_PROGRAM_FAILURE")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(cl.Program, "build", build)
+    return calls
+
+
+def test_opencl_build_without_a_diagnostic_is_tried_again(context, command_queue, tmp_path,
+                                                          monkeypatch):
+    if context.backend != "opencl":
+        pytest.skip("the retry is the OpenCL backend's")
+    calls = _counting_builds(monkeypatch, fail_first=1)
+    path = _write(tmp_path, "retried.mako", "KERNEL void k(GLOBAL float *y) { y[0] = 3.5f; }\n")
+    program = context.build(path, {})
+    assert len(calls) == 2
+    y = context.zeros(command_queue, 1, np.float32)
+    command_queue.enqueue_kernel(program.get_kernel("k"), [y], 1, 1)
+    assert y.get(command_queue)[0] == 3.5
+
+
+def test_opencl_compile_error_is_not_tried_again(context, tmp_path, monkeypatch):
+    if context.backend != "opencl":
+        pytest.skip("the retry is the OpenCL backend's")
+    calls = _counting_builds(monkeypatch)
+    path = _write(tmp_path, "once.mako", "KERNEL void k(GLOBAL float *y) {\n y[0] = not_declared; }\n")
+    with pytest.raises(accel.CompileError, match="once.mako:2"):
+        context.build(path, {})
+    assert len(calls) == 1

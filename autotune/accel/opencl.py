@@ -25,6 +25,17 @@ except ImportError:  # pragma: no cover - depends on the installation
     cl = None
 
 
+#: Builds that fail with no compiler diagnostic are tried again this many times: PoCL
+#: sometimes fails a build for no reason in the source ("Device ... failed to build the
+#: program", an empty log) while other processes build the same kernels into its shared cache.
+BUILD_RETRIES = 1
+
+
+def _diagnosed(log: str) -> bool:
+    """Whether a build log says what is wrong with the source (a compiler error line)."""
+    return "error" in log.lower()
+
+
 def available() -> bool:
     return cl is not None
 
@@ -256,26 +267,36 @@ class OpenCLContext(Context):
         self.cl_context = cl.Context([device])
 
     def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
-        program = cl.Program(self.cl_context, source.text)
-        with warnings.catch_warnings():
-            # pyopencl repeats a non-empty build log as a warning; we log it mapped instead.
-            warnings.simplefilter("ignore")
-            try:
-                program.build(options=list(options))
-            except cl.RuntimeError as exc:
-                log = source.map_log(str(exc))
-                raise CompileError(
-                    f"OpenCL build of {source.template} failed:\n{log}", log, source.text
-                ) from None
+        for attempt in range(1 + BUILD_RETRIES):
+            program = cl.Program(self.cl_context, source.text)
+            with warnings.catch_warnings():
+                # pyopencl repeats a non-empty build log as a warning; we log it mapped instead.
+                warnings.simplefilter("ignore")
+                try:
+                    program.build(options=list(options))
+                    break
+                except cl.RuntimeError as exc:
+                    if attempt < BUILD_RETRIES and not _diagnosed(self._build_log(program)):
+                        logger.warning("OpenCL build of %s failed without a diagnostic (%s); "
+                                       "building it again", source.template,
+                                       str(exc).splitlines()[0])
+                        continue
+                    log = source.map_log(str(exc))
+                    raise CompileError(
+                        f"OpenCL build of {source.template} failed:\n{log}", log, source.text
+                    ) from None
         seconds = time.perf_counter() - start
-        try:
-            raw = program.get_build_info(self.cl_device, cl.program_build_info.LOG) or ""
-        except cl.Error:
-            raw = ""
+        raw = self._build_log(program)
         log = source.map_log(raw.strip()) if raw.strip() else ""
         if "warning" in log:
             logger.warning("OpenCL build of %s: %s", source.template, log)
         return OpenCLProgram(self, source, seconds, log, program)
+
+    def _build_log(self, program: Any) -> str:
+        try:
+            return program.get_build_info(self.cl_device, cl.program_build_info.LOG) or ""
+        except cl.Error:
+            return ""
 
     def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
         return OpenCLArray(self, shape, dtype)

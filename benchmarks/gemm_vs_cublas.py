@@ -6,7 +6,10 @@ configuration and cuBLAS's SGEMM/DGEMM with CUDA events, in interleaved rounds; 
 column-major to both (our kernel reads A transposed; cuBLAS is told the same layout).
 
 Usage (GPU machine): python benchmarks/gemm_vs_cublas.py [--size 4096] [--dtype float32]
-                     [--strategy local] [--max-evals N] [--max-seconds S] [--db DB] [--json FILE]
+                     [--strategy local] [--max-evals N] [--max-seconds S] [--batches N]
+                     [--resume] [--db DB] [--json FILE]
+``--resume`` goes on from the trials that an interrupted run stored in ``--db`` (a complete
+landscape, ``--strategy brute_force``, can take several runs).
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ def main() -> None:
     parser.add_argument("--max-evals", type=int)
     parser.add_argument("--max-seconds", type=float)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--batches", type=int, help="timed batches per configuration (default 5)")
+    parser.add_argument("--resume", action="store_true",
+                        help="go on from the trials an interrupted search stored in --db")
     parser.add_argument("--db", help="tuning database (default: a fresh temporary one)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json")
@@ -46,7 +52,8 @@ def main() -> None:
     db = args.db or str(Path(tempfile.mkdtemp()) / "gemm.db")
     started = time.perf_counter()
     with tune.use_database(db), tune.search_settings(strategy=args.strategy, max_evals=args.max_evals,
-                                                      max_seconds=args.max_seconds, seed=args.seed):
+                                                      max_seconds=args.max_seconds, seed=args.seed,
+                                                      batches=args.batches, resume=args.resume or None):
         outcome = tune.tuner_of(GemmTemplate).retune(GemmTemplate, context, dtype, n, n, n)
     tuning_seconds = time.perf_counter() - started
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ strategies with another device's recorded trials of the same key, as the tuner d
 
 Usage: python benchmarks/strategies.py --db DB --function PATTERN [--device NAME]
        [--arguments JSON] [--seeds 50] [--budgets 0.02 0.05 0.10] [--kernel-tuner]
-       [--warm-from DEVICE] [--json FILE]
+       [--warm-from DEVICE] [--band 0.03] [--json FILE]
 """
 
 from __future__ import annotations
@@ -72,6 +72,15 @@ def ratios(found: list[float], best: float) -> dict[str, float]:
     values = sorted(f / best for f in found)
     return {"median": statistics.median(values),
             "p90": values[max(0, math.ceil(0.9 * len(values)) - 1)]}
+
+
+def to_band(histories: list[list[float]], best: float, band: float) -> dict[str, float]:
+    """Evaluations each run needed to come within ``band`` of the true best (infinite if it
+    never did within its budget): median and 90th percentile over the runs."""
+    needed = sorted(next((i + 1 for i, t in enumerate(h) if t <= (1 + band) * best), math.inf)
+                    for h in histories)
+    return {"median": statistics.median(needed), "p90": needed[max(0, math.ceil(0.9 * len(needed)) - 1)],
+            "reached": sum(1 for n in needed if math.isfinite(n)) / len(needed)}
 
 
 def _patch_kernel_tuner() -> None:
@@ -153,6 +162,9 @@ def main() -> None:
     parser.add_argument("--kernel-tuner", action="store_true", help="also Kernel Tuner's strategies")
     parser.add_argument("--kt-strategies", nargs="+", default=KERNEL_TUNER)
     parser.add_argument("--warm-from", help="part of another device's name: warm-start our strategies")
+    parser.add_argument("--band", type=float, default=0.03,
+                        help="also count the evaluations our strategies need to come within this "
+                             "fraction of the true best (default 0.03)")
     parser.add_argument("--json")
     args = parser.parse_args()
     store = tune.ResultStore.open(args.db, read_only=True)
@@ -180,9 +192,11 @@ def main() -> None:
         budget = max(1, round(fraction * n))
         rows = []
         for name in args.strategies:
-            found = [tune.replay(land, name, max_evals=budget, seed=s, seeds=seeds, prior=prior).best_score
-                     for s in range(args.seeds)]
-            rows.append({"tuner": "autotune", "strategy": name, **ratios(found, best)})
+            runs = [tune.replay(land, name, max_evals=budget, seed=s, seeds=seeds, prior=prior)
+                    for s in range(args.seeds)]
+            rows.append({"tuner": "autotune", "strategy": name,
+                         **ratios([r.best_score for r in runs], best),
+                         "to_band": to_band([r.history for r in runs], best, args.band)})
         if args.kernel_tuner:
             for name in args.kt_strategies:
                 try:
@@ -209,8 +223,16 @@ def main() -> None:
             kt = summary["kernel_tuner_best"]
             line += f"; Kernel Tuner {kt['strategy']} {kt['median']:.3f} / {kt['p90']:.3f}"
         print(line)
+    print(f"\nevaluations to come within {args.band:.0%} of the true best (median / p90 over the "
+          "seeds; share of seeds that did within the budget):")
+    for summary in result["rows"]:
+        for row in summary["rows"]:
+            if "to_band" in row:
+                band = row["to_band"]
+                print(f"  {summary['budget']:.0%} ({summary['evals']}): {row['strategy']} "
+                      f"{band['median']} / {band['p90']} ({band['reached']:.0%})")
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str))
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import sqlite3
 import time
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -18,7 +20,7 @@ from autotune.cli import main
 from autotune.tune import ResultStore
 
 from test_trust import StandIn
-from toy_templates import FakeTimedTemplate, calls
+from toy_templates import FakeTimedTemplate, InterruptedTemplate, calls
 
 STRATEGIES = list(tune.STRATEGIES)
 
@@ -275,3 +277,109 @@ def test_candidates_abandoned_after_a_first_improvement_never_touch_the_device(c
         assert uploaded == [0, 9] and all(t.status == "ok" for t in evaluator.trials)
     finally:
         evaluator.close()
+
+
+# -- resuming and measuring less --------------------------------------------------------------
+
+
+def _interrupted_search(db, stop_after):
+    InterruptedTemplate.stop_after = stop_after
+    calls["interrupted"] = 0
+    try:
+        with tune.use_database(db):
+            with pytest.raises(KeyboardInterrupt):
+                InterruptedTemplate.autotune.retune(InterruptedTemplate, StandIn(), 1)
+    finally:
+        InterruptedTemplate.stop_after = None
+
+
+def test_a_resumed_search_measures_only_what_the_interrupted_one_had_not(tmp_path):
+    db = tmp_path / "r.db"
+    _interrupted_search(db, stop_after=3)
+    stored = ResultStore.open(db).trials()
+    assert len(stored) == 3 and not ResultStore.open(db).records()  # no result: interrupted
+    calls["interrupted"] = 0
+    with tune.use_database(db), tune.search_settings(resume=True):
+        outcome = InterruptedTemplate.autotune.retune(InterruptedTemplate, StandIn(), 1)
+    assert calls["interrupted"] == 5 and outcome.parameters == {"block": 6}
+    record = ResultStore.open(db).records()[0]
+    search = json.loads(record.search)
+    assert search["resumed"] == 3 and search["measured"] == 8
+    space = InterruptedTemplate.autotune_space(None, 1)
+    assert tune.landscape(ResultStore.open(db).trials(), space).complete()
+    assert len(ResultStore.open(db).trials()) == 8  # the resumed ones are not written again
+
+    # A result stored after them: a forced re-tune that resumes measures everything again.
+    calls["interrupted"] = 0
+    with tune.use_database(db), tune.search_settings(resume=True):
+        InterruptedTemplate.autotune.retune(InterruptedTemplate, StandIn(), 1)
+    assert calls["interrupted"] == 8
+
+
+def test_without_resume_an_interrupted_search_is_measured_again(tmp_path):
+    db = tmp_path / "r.db"
+    _interrupted_search(db, stop_after=4)
+    calls["interrupted"] = 0
+    with tune.use_database(db):
+        InterruptedTemplate.autotune.retune(InterruptedTemplate, StandIn(), 1)
+    assert calls["interrupted"] == 8
+
+
+def test_resume_takes_only_this_devices_trials_of_the_same_sources(tmp_path):
+    db = tmp_path / "r.db"
+    _interrupted_search(db, stop_after=4)
+    store = ResultStore.open(db)
+    trials = store.trials()
+    # Another device's trials, and this device's of other kernel sources, are not resumed.
+    other = [replace(t, key=replace(t.key, device_name="Other GPU")) for t in trials[:2]]
+    edited = [replace(t, fingerprint="0" * 64) for t in trials[:2]]
+    with sqlite3.connect(store.sqlite_path) as raw:
+        raw.execute("DELETE FROM tuning_trials")
+    store.add_trials(other + edited + trials[2:])
+    calls["interrupted"] = 0
+    with tune.use_database(db), tune.search_settings(resume=True):
+        InterruptedTemplate.autotune.retune(InterruptedTemplate, StandIn(), 1)
+    assert calls["interrupted"] == 6  # 8 less the two of this device with these sources
+
+
+def test_batches_sets_how_many_timed_batches_each_candidate_gets(capsys, tmp_path):
+    timed: Counter = Counter()
+
+    def generate(**p):
+        def measure(iterations):
+            timed[tuple(p.values())] += 1
+            return cost(p)
+
+        return measure
+
+    with tune.search_settings(batches=2):
+        result = tune.search(generate, SPACE, strategy="random", max_evals=4, seed=0, workers=0)
+    assert result.info["batches"] == 2 and set(timed.values()) == {2 + 2}  # two warm-ups
+    timed.clear()
+    tune.search(generate, SPACE, strategy="random", max_evals=4, seed=0, workers=0)
+    assert set(timed.values()) == {2 + 5}
+    with pytest.raises(ValueError, match="batches must be an int >= 1"):
+        with tune.search_settings(batches=0):
+            pass
+    code = main(["warm", "--db", str(tmp_path / "b.db"), "--batches", "0", "scale"])
+    assert code == 2 and "batches must be an int >= 1" in capsys.readouterr().err
+
+
+def test_workers_build_candidates_in_helper_processes(context, tmp_path):
+    from autotune.accel import helpers
+
+    kernel = tmp_path / "helped.mako"
+    kernel.write_text("KERNEL void k(GLOBAL float *y) { y[0] = ${value}; }\n")
+    queue = context.create_tuning_command_queue()
+    y = context.allocate(1, np.float32)
+    helped: list[bool] = []
+
+    def generate(value):
+        helped.append(helpers.active())
+        program = context.build(kernel, {"value": f"{value}.0f"})
+        run = lambda: queue.enqueue_kernel(program.get_kernel("k"), [y], 1, 1)  # noqa: E731
+        return tune.make_measure(queue, run, lambda: y.get(queue)[0] == value)
+
+    result = tune.search(generate, {"value": [1, 2, 3]}, workers=2)
+    assert all(helped) and len(helped) == 3 and result.info["measured"] == 3
+    assert all(t.status == "ok" for t in result.trials)

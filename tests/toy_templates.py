@@ -154,3 +154,26 @@ class SlowTemplate(Protocol):
             return lambda iterations: (block + index) * 1e-6
 
         return tune.autotune(generate)
+
+
+class InterruptedTemplate(Protocol):
+    """A search that a ``KeyboardInterrupt`` stops after ``stop_after`` candidates (None: runs
+    to the end); its generate calls are counted under ``"interrupted"``."""
+
+    stop_after: int | None = None
+
+    @classmethod
+    def autotune_space(cls, context, size):
+        return tune.Space({"block": list(range(1, 9))})
+
+    @classmethod
+    @tune.autotuner(test={"block": 1})
+    def autotune(cls, context, size):
+        def generate(block):
+            calls["interrupted"] += 1
+            if cls.stop_after is not None and calls["interrupted"] > cls.stop_after:
+                raise KeyboardInterrupt
+            cost = abs(block - 6) + 1.0
+            return lambda iterations: cost * 1e-6
+
+        return tune.autotune(generate)

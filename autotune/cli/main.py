@@ -66,6 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--max-seconds", type=float, metavar="S",
                       help="spend at most S seconds searching per key, compiling included")
     warm.add_argument("--seed", type=int, help="seed of the strategies' random choices")
+    warm.add_argument("--batches", type=int, metavar="N",
+                      help="timed batches per configuration (default 5; their median is its "
+                           "time): fewer for a quick survey of a large space")
+    warm.add_argument("--resume", action="store_true",
+                      help="go on from the trials a search interrupted earlier stored (this "
+                           "device, same sources, after the key's stored result), measuring "
+                           "only what it had not")
 
     _sub(sub, "devices", "list the devices found and the identity used in tuning keys",
          "python -m autotune devices")

@@ -159,7 +159,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
-    is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed)
+    is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed, batches, resume)
     apply to every search. ``share`` ``(index, count)``: this worker takes every ``count``-th
     key from the ``index``-th (in the order the templates list them), the others going to
     workers on devices of the same class.
@@ -265,7 +265,8 @@ def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemp
 def run_warm(args: Any, url: str) -> int:
     match_mode()  # a bad AUTOTUNE_MATCH is one clear error, not a failure per key
     settings = {"strategy": args.strategy, "max_evals": args.max_evals,
-                "max_seconds": args.max_seconds, "seed": args.seed}
+                "max_seconds": args.max_seconds, "seed": args.seed, "batches": args.batches,
+                "resume": args.resume or None}
     with search_settings(**settings):  # checks them once, before anything is tuned
         pass
     started = time.perf_counter()

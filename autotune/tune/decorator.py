@@ -465,6 +465,11 @@ class TunedFunction:
         device = call.context.device
         writer = _TrialWriter(store, key, fingerprint.digest)
         seeds, prior = warm_start(store, key, fingerprint.space)
+        resumed = (interrupted_trials(store, key, fingerprint.digest)
+                   if _search.search_settings_now().resume else [])
+        if resumed:
+            logger.info("%s on %s: going on from an interrupted search (%d configurations "
+                        "measured)", key.function, key.device_name, len(resumed))
         run = _search.TuningRun(
             on_trial=writer.add,
             thread_scope=getattr(call.context, "thread_scope", None),
@@ -473,6 +478,7 @@ class TunedFunction:
             space=fingerprint.space,
             seeds=seeds,
             prior=prior,
+            resumed=resumed,
         )
         if explicit:
             logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
@@ -584,6 +590,33 @@ def warm_start(store: ResultStore, key: TuningKey,
             prior = [(params, t / best) for params, t in found]
             break
     return seeds[:WARM_START_SEEDS], prior
+
+
+def interrupted_trials(store: ResultStore, key: TuningKey, fingerprint: str) -> list[_search.Trial]:
+    """The successful trials of a search of ``key`` that stopped before storing its result:
+    this very device, the same sources and space (``fingerprint``), and newer than the key's
+    stored result, if any. A search that finds them goes on where that one stopped (a
+    ``--force`` re-tune measures afresh: its predecessor's trials predate the stored result)."""
+    try:
+        record = store.get(key)
+        trials = store.trials(key)
+    except StoreError as exc:
+        logger.info("not resuming %s: %s", key.function, exc)
+        return []
+    if record is not None and record.malformed:
+        return []  # when it was stored is unknown: measure afresh
+    since = record.created_at if record is not None else None
+    found: list[_search.Trial] = []
+    for trial in trials:
+        if trial.key != key or trial.fingerprint != fingerprint or trial.status != "ok" \
+                or trial_problem(trial) or trial.median_seconds is None:
+            continue
+        if since is not None and not trial.created_at > since:
+            continue
+        found.append(_search.Trial(
+            decode_parameters(trial.parameters), _search.TrialStatus.OK, "", trial.min_seconds,
+            trial.median_seconds, trial.max_seconds, trial.gbps, trial.gflops))
+    return found
 
 
 _announced = threading.Event()

@@ -22,8 +22,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..accel import CompileError, LaunchError, tuning_turn
-from .measurement import WrongResult, rates, time_candidate
+from ..accel import CompileError, LaunchError, builds_in_helpers, tuning_turn
+from .measurement import MIN_BATCHES, WrongResult, rates, time_candidate
 from .records import TrialStatus
 from .space import Space
 
@@ -234,8 +234,11 @@ class _Turns:
 
 def _generate(generate: Callable[..., Any], params: Config,
               scope: Callable[[], contextlib.AbstractContextManager] | None,
-              turns: _Turns | None, index: int) -> Any:
-    with scope() if scope is not None else contextlib.nullcontext():
+              turns: _Turns | None, index: int, helped: bool = False) -> Any:
+    # Threads compiling ahead render (and compile with NVRTC) in helper processes: rendering
+    # holds the interpreter lock, so in threads alone the builds would run one at a time.
+    with scope() if scope is not None else contextlib.nullcontext(), \
+            builds_in_helpers() if helped else contextlib.nullcontext():
         ordered = tuning_turn(lambda: turns.wait_for(index)) if turns is not None \
             else contextlib.nullcontext()
         try:
@@ -248,18 +251,20 @@ def _generate(generate: Callable[..., Any], params: Config,
 class DeviceEvaluator(Evaluator):
     """Measures on the device: ``generate(**config)`` builds a candidate, which is timed.
 
-    With ``workers`` threads, the candidates of a batch are generated (compiled) ahead of the
-    one being timed; every command they put on a tuning queue still waits for its turn, so
-    shared buffers are set up, checked and timed in order.
+    With ``workers`` threads, the candidates of a batch are generated (compiled, in helper
+    processes) ahead of the one being timed; every command they put on a tuning queue still
+    waits for its turn, so shared buffers are set up, checked and timed in order. ``batches``
+    is the number of timed batches per candidate (their median is its score).
     """
 
     def __init__(self, space: Space, budget: Budget, generate: Callable[..., Any], *,
                  workers: int = 0, thread_scope: Any = None,
                  on_trial: Callable[[Trial | None], None] | None = None,
-                 reference: Config | None = None):
+                 reference: Config | None = None, batches: int = MIN_BATCHES):
         super().__init__(space, budget)
         self.generate = generate
         self.workers = workers
+        self.batches = batches
         self.thread_scope = thread_scope
         self.on_trial = on_trial
         self.reference = None if reference is None else self.key(reference)
@@ -274,6 +279,17 @@ class DeviceEvaluator(Evaluator):
         if self._pool is not None:
             self._turns.close()
             self._pool.shutdown(wait=True)
+
+    def resume(self, trial: Trial) -> bool:
+        """Take a successful trial of an interrupted search of this key as measured: it is
+        not measured again, and counts as an evaluation. False if it does not apply."""
+        key = self.key(trial.parameters)
+        if trial.status is not TrialStatus.OK or trial.median_seconds is None or \
+                key in self.scores or key == self.reference:
+            return False
+        self.trials.append(trial)
+        self._record(key, trial.median_seconds)
+        return True
 
     def _trial(self, trial: Trial) -> None:
         self.trials.append(trial)
@@ -303,7 +319,7 @@ class DeviceEvaluator(Evaluator):
                         # A copy of this context: the worker sees the run and any source recording.
                         future = self._pool.submit(contextvars.copy_context().run, _generate,
                                                    self.generate, self.config(key),
-                                                   self.thread_scope, self._turns, index)
+                                                   self.thread_scope, self._turns, index, True)
                     pending.append((index, key, future))
                 if not pending or self.spent():
                     return  # with the budget spent, what was generated ahead is abandoned
@@ -343,7 +359,7 @@ class DeviceEvaluator(Evaluator):
             return
         try:
             best = self.best()
-            timing = time_candidate(outcome, best[1] if best is not None else None)
+            timing = time_candidate(outcome, best[1] if best is not None else None, self.batches)
         except Exception as exc:  # MeasurementError too: that candidate's time is not usable
             self._failed(key, params, exc)
             return

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-#: At least this many timed batches per candidate; the median ranks candidates.
+#: Timed batches per candidate unless a search says otherwise; their median ranks candidates.
 MIN_BATCHES = 5
 GPU_BATCH_SECONDS = 1e-3
 CPU_BATCH_SECONDS = 1e-2
@@ -110,10 +110,12 @@ class Timing:
 CUTOFF = 4.0
 
 
-def time_candidate(measure: Measure, best: float | None = None) -> Timing:
-    """Prepare (setup, check), warm up, size batches to the target duration, time at least
-    :data:`MIN_BATCHES` batches; then restore. A candidate whose warm-up already takes more than
-    :data:`CUTOFF` times ``best`` (the best median so far) keeps its warm-up time."""
+def time_candidate(measure: Measure, best: float | None = None, batches: int = MIN_BATCHES) -> Timing:
+    """Prepare (setup, check), warm up, size batches to the target duration, time ``batches``
+    batches (default :data:`MIN_BATCHES`); then restore. A candidate whose warm-up already takes
+    more than :data:`CUTOFF` times ``best`` (the best median so far) keeps its warm-up time."""
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ValueError(f"batches must be an int >= 1, got {batches!r}")
     try:
         if isinstance(measure, Measurement):
             measure.prepare()
@@ -126,7 +128,7 @@ def time_candidate(measure: Measure, best: float | None = None) -> Timing:
         if best is not None and estimate > CUTOFF * best:
             return Timing(estimate, estimate, estimate)
         iterations = max(1, min(10_000, round(target / estimate)))
-        samples = [measure(iterations) for _ in range(MIN_BATCHES)]
+        samples = [measure(iterations) for _ in range(batches)]
         for s in samples:
             if not (s > 0 and math.isfinite(s)):
                 raise MeasurementError(f"measure returned {s} seconds")

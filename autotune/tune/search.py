@@ -35,7 +35,7 @@ from .evaluation import (
     classify,
     default_workers,
 )
-from .measurement import Measure
+from .measurement import MIN_BATCHES, Measure
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
 from .strategies import STRATEGIES
@@ -69,6 +69,12 @@ class SearchSettings:
     max_evals: int | None = None
     max_seconds: float | None = None
     seed: int | None = None
+    #: timed batches per candidate (default :data:`~.measurement.MIN_BATCHES`); fewer for a
+    #: quick survey of a large space
+    batches: int | None = None
+    #: go on from the stored trials of an interrupted search of the key (see
+    #: :func:`~.decorator.interrupted_trials`) instead of measuring them again
+    resume: bool | None = None
 
 
 _settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", default=SearchSettings())
@@ -84,11 +90,19 @@ def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     if chosen.strategy is not None and chosen.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {chosen.strategy!r}; choose from {', '.join(STRATEGIES)}")
     Budget(chosen.max_evals, chosen.max_seconds)  # checks the values
+    if chosen.batches is not None and (isinstance(chosen.batches, bool) or
+                                       not isinstance(chosen.batches, int) or chosen.batches < 1):
+        raise ValueError(f"batches must be an int >= 1, got {chosen.batches!r}")
     token = _settings.set(chosen)
     try:
         yield chosen
     finally:
         _settings.reset(token)
+
+
+def search_settings_now() -> SearchSettings:
+    """The settings :func:`search_settings` chose for this context."""
+    return _settings.get()
 
 
 @dataclass
@@ -108,6 +122,9 @@ class TuningRun:
     #: other devices' (configuration, time relative to their best) for model-based strategies.
     seeds: list[dict[str, Any]] = field(default_factory=list)
     prior: list[tuple[dict[str, Any], float]] = field(default_factory=list)
+    #: Successful trials of an interrupted search of this key (this device, these sources):
+    #: taken as measured, so that the search goes on where it stopped.
+    resumed: list[Trial] = field(default_factory=list)
     trials: list[Trial] = field(default_factory=list)
     searched: list[Space] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  #: the last search's SearchResult.info
@@ -242,9 +259,15 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
                 run.on_trial(trial)
         _notify("trial", trial=trial, done=len(evaluator.scores), total=planned)
 
+    batches = chosen.batches if chosen.batches is not None else MIN_BATCHES
     evaluator = DeviceEvaluator(space, budget, generate, workers=workers,
                                 thread_scope=run.thread_scope, on_trial=on_trial,
-                                reference=reference)
+                                reference=reference, batches=batches)
+    resumed = 0
+    for trial in run.resumed:
+        if space.why_not(trial.parameters) is None and evaluator.resume(trial):
+            run.trials.append(trial)  # already stored: not passed to on_trial
+            resumed += 1
     seeds = [c for c in run.seeds if space.why_not(c) is None]
     context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), seeds,
                               list(run.prior), dict(options or {}))
@@ -264,7 +287,8 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     best = evaluator.best()
     info = {"strategy": strategy, "seed": seed, "max_evals": max_evals, "max_seconds": max_seconds,
             "configurations": len(configs), "measured": evaluator.evals,
-            "warm_start": len(seeds), "prior": len(run.prior)}
+            "warm_start": len(seeds), "prior": len(run.prior), "resumed": resumed,
+            "batches": batches}
     run.info = info
     if best is None:
         tried = sum(1 for key in evaluator.scores if key != evaluator.reference)

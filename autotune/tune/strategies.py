@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
 from .evaluation import Key, StrategyContext
 
 Strategy = Callable[[StrategyContext], None]
@@ -280,30 +282,43 @@ def bayes(ctx: StrategyContext) -> None:
         key = ctx.key(config)
         if key in ctx.valid and key not in seeds and math.isfinite(relative) and relative > 0:
             add(key, math.log(relative))
-    batch = _batch(ctx)
-    repeats = 0
-    while not _exhausted(ctx):
-        trials = [study.ask(distributions) for _ in range(batch)]
-        keys = [decode(t.params) for t in trials]
-        if all(k in ctx.evaluator.scores or k not in ctx.valid for k in keys):
-            repeats += 1
+    # Most points of the product of the parameter lists can be invalid (restrictions), and the
+    # model may propose what is measured already: each proposal is moved to the nearest valid
+    # configuration not measured yet (in value-index steps), and the model told its time. Asking
+    # until a proposal happens to be new and valid would cost many asks per measurement.
+    grid = np.array([[ctx.values[i].index(v) for i, v in enumerate(ctx.key(c))] for c in ctx.configs])
+    keys = [ctx.key(c) for c in ctx.configs]
+    open_ = np.array([k not in ctx.evaluator.scores for k in keys])
+    row = {k: i for i, k in enumerate(keys)}
+
+    def nearest(params: dict[str, int]) -> Key | None:
+        if not open_.any():
+            return None
+        at = row.get(decode(params))
+        if at is not None and open_[at]:
+            chosen = at
         else:
-            repeats = 0
-        if repeats > 10:  # the model keeps proposing what is known: measure something new
-            fresh = _random_unmeasured(ctx)
-            if fresh is None:
-                return
-            keys[0] = fresh
-            study.tell(trials[0], state=optuna.trial.TrialState.FAIL)
-            trials[0] = None
-            repeats = 0
-        valid = [k for k in keys if k in ctx.valid]
-        scores = dict(zip(valid, ctx.evaluate([ctx.config(k) for k in valid])))
-        for trial, key in zip(trials, keys):
-            value = told(scores.get(key))
-            if trial is None:
-                add(key, value)
-            elif value is None:
+            point = np.array([params[n] for n in ctx.names])
+            distance = np.abs(grid - point).sum(axis=1)
+            distance[~open_] = np.iinfo(distance.dtype).max
+            chosen = int(np.argmin(distance))
+        open_[chosen] = False
+        return keys[chosen]
+
+    batch = _batch(ctx)
+    while open_.any():
+        trials, chosen = [], []
+        for _ in range(batch):
+            trial = study.ask(distributions)
+            key = nearest(trial.params)
+            if key is None:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                break
+            trials.append(trial)
+            chosen.append(key)
+        for trial, seconds in zip(trials, ctx.evaluate([ctx.config(k) for k in chosen])):
+            value = told(seconds)
+            if value is None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
             else:
                 study.tell(trial, value)

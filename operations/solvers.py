@@ -588,6 +588,11 @@ class _GcrBasis:
                  preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None] | None):
         self.A, self.ops, self.preconditioner = A, ops, preconditioner
         ops.prepare(blas=("caxpy", "caxpy_norm", "cdot_norm"))
+        # Every block width the Gram-Schmidt passes will use, built now: built when first
+        # reached, they would compile in the middle of the solve.
+        for m in range(1, min(nkrylov - 1, MAX_VECTORS) + 1):
+            ops.multi("cdots", m)
+            ops.multi("caxpys", m)
         self.zs = [ops.new() for _ in range(nkrylov)]
         self.azs = [ops.new() for _ in range(nkrylov)]
         self.norms = [0.0] * nkrylov  # |A z_i|^2

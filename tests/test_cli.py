@@ -235,6 +235,7 @@ def test_warm_all_devices_with_jobs(capsys, db):
     rows = ResultStore(f"sqlite:///{db}").records()
     assert {r.key.device_name for r in rows} == {d.identity.name for d in devices}
     assert len(rows) == 3 * len(devices)
+    assert f"keys on {len(devices)} devices:" in out  # identical GPUs count as two
 
 
 def test_warm_rejects_a_bad_match_mode_once(capsys, db, monkeypatch):

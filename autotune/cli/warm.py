@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
 import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +33,8 @@ class WarmOutcome:
     score: float | None = None
     test_score: float | None = None  #: time of the template's ``test=`` parameters, if tried
     message: str = ""
+    #: which device did it (host and selector): identical GPUs share a name
+    where: str = ""
 
     @property
     def speedup(self) -> float | None:
@@ -207,7 +211,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     outcome.test_score))
         finally:
             progress.close()
-    return outcomes
+    where = f"{socket.gethostname()}/{spec.selector}"
+    return [dataclasses.replace(o, where=where) for o in outcomes]
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
@@ -287,7 +292,7 @@ def run_warm(args: Any, url: str) -> int:
         counts = Counter(o.status for o in outcomes)
         parts = ", ".join(f"{counts[s]} {s}" for s in ("tuned", "tuned, not stored", "stored", "failed")
                           if counts[s] or s in ("tuned", "stored", "failed"))
-        devices = len({o.device for o in outcomes})
+        devices = len({o.where or o.device for o in outcomes})
         keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
               f"in {_duration(time.perf_counter() - started)}; database {display(url)}")

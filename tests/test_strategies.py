@@ -383,3 +383,21 @@ def test_workers_build_candidates_in_helper_processes(context, tmp_path):
     result = tune.search(generate, {"value": [1, 2, 3]}, workers=2)
     assert all(helped) and len(helped) == 3 and result.info["measured"] == 3
     assert all(t.status == "ok" for t in result.trials)
+
+
+def test_warm_resume_goes_on_from_an_interrupted_search(capsys, tmp_path):
+    db = tmp_path / "r.db"
+    argv = ["warm", "--db", str(db), "--template", "toy_templates:InterruptedTemplate",
+            "InterruptedTemplate"]
+    InterruptedTemplate.stop_after, calls["interrupted"] = 5, 0
+    try:
+        assert main(argv) == 130  # as a user's Ctrl-C stops warm
+    finally:
+        InterruptedTemplate.stop_after = None
+    assert "--resume" in capsys.readouterr().err
+    calls["interrupted"] = 0
+    code = main([*argv, "--resume"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and "1 tuned" in out and "block=6" in out
+    assert calls["interrupted"] == 3
+    assert json.loads(ResultStore.open(db).records()[0].search)["resumed"] == 5

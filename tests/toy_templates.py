@@ -177,3 +177,6 @@ class InterruptedTemplate(Protocol):
             return lambda iterations: cost * 1e-6
 
         return tune.autotune(generate)
+
+
+InterruptedTemplate.warm_configurations = [{"size": 1}]

@@ -180,8 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"autotune {args.command}: interrupted; finished keys are stored, rerun to resume",
-              file=sys.stderr)
+        hint = (" (with --resume, the interrupted key's search also goes on from its measured "
+                "configurations)") if args.command == "warm" else ""
+        print(f"autotune {args.command}: interrupted; finished keys are stored, rerun to resume"
+              + hint, file=sys.stderr)
         return 130
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 import socket
@@ -10,7 +11,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,8 +163,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
-    is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed, batches, resume)
-    apply to every search. ``share`` ``(index, count)``: this worker takes every ``count``-th
+    is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed,
+    batches, resume) apply to every search. ``share`` ``(index, count)``: this worker takes every ``count``-th
     key from the ``index``-th (in the order the templates list them), the others going to
     workers on devices of the same class.
     """

@@ -608,8 +608,8 @@ def interrupted_trials(store: ResultStore, key: TuningKey, fingerprint: str) -> 
     since = record.created_at if record is not None else None
     found: list[_search.Trial] = []
     for trial in trials:
-        if trial.key != key or trial.fingerprint != fingerprint or trial.status != "ok" \
-                or trial_problem(trial) or trial.median_seconds is None:
+        if trial.fingerprint != fingerprint or trial.status != "ok" or trial_problem(trial) \
+                or trial.median_seconds is None:  # store.trials(key): this key's only
             continue
         if since is not None and not trial.created_at > since:
             continue

@@ -110,12 +110,18 @@ class Timing:
 CUTOFF = 4.0
 
 
+def check_batches(batches: Any) -> int:
+    """``batches`` if it is a usable number of timed batches (an int >= 1), else ValueError."""
+    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
+        raise ValueError(f"batches must be an int >= 1, got {batches!r}")
+    return batches
+
+
 def time_candidate(measure: Measure, best: float | None = None, batches: int = MIN_BATCHES) -> Timing:
     """Prepare (setup, check), warm up, size batches to the target duration, time ``batches``
     batches (default :data:`MIN_BATCHES`); then restore. A candidate whose warm-up already takes
     more than :data:`CUTOFF` times ``best`` (the best median so far) keeps its warm-up time."""
-    if isinstance(batches, bool) or not isinstance(batches, int) or batches < 1:
-        raise ValueError(f"batches must be an int >= 1, got {batches!r}")
+    check_batches(batches)
     try:
         if isinstance(measure, Measurement):
             measure.prepare()

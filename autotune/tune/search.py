@@ -35,7 +35,7 @@ from .evaluation import (
     classify,
     default_workers,
 )
-from .measurement import MIN_BATCHES, Measure
+from .measurement import MIN_BATCHES, Measure, check_batches
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
 from .strategies import STRATEGIES
@@ -90,9 +90,8 @@ def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     if chosen.strategy is not None and chosen.strategy not in STRATEGIES:
         raise ValueError(f"unknown strategy {chosen.strategy!r}; choose from {', '.join(STRATEGIES)}")
     Budget(chosen.max_evals, chosen.max_seconds)  # checks the values
-    if chosen.batches is not None and (isinstance(chosen.batches, bool) or
-                                       not isinstance(chosen.batches, int) or chosen.batches < 1):
-        raise ValueError(f"batches must be an int >= 1, got {chosen.batches!r}")
+    if chosen.batches is not None:
+        check_batches(chosen.batches)
     token = _settings.set(chosen)
     try:
         yield chosen

@@ -243,8 +243,11 @@ def bayes(ctx: StrategyContext) -> None:
     distributions = {name: optuna.distributions.IntDistribution(0, len(values) - 1)
                      for name, values in zip(ctx.names, ctx.values)}
 
+    def positions(key: Key) -> list[int]:
+        return [ctx.values[i].index(v) for i, v in enumerate(key)]
+
     def indices(key: Key) -> dict[str, int]:
-        return {n: ctx.values[i].index(key[i]) for i, n in enumerate(ctx.names)}
+        return dict(zip(ctx.names, positions(key)))
 
     def decode(params: dict[str, int]) -> Key:
         return tuple(ctx.values[i][params[n]] for i, n in enumerate(ctx.names))
@@ -286,8 +289,8 @@ def bayes(ctx: StrategyContext) -> None:
     # model may propose what is measured already: each proposal is moved to the nearest valid
     # configuration not measured yet (in value-index steps), and the model told its time. Asking
     # until a proposal happens to be new and valid would cost many asks per measurement.
-    grid = np.array([[ctx.values[i].index(v) for i, v in enumerate(ctx.key(c))] for c in ctx.configs])
     keys = [ctx.key(c) for c in ctx.configs]
+    grid = np.array([positions(k) for k in keys])
     open_ = np.array([k not in ctx.evaluator.scores for k in keys])
     row = {k: i for i, k in enumerate(keys)}
 

@@ -212,6 +212,10 @@ def test_builds_in_helper_processes_match_builds_here_and_report_the_same_errors
     assert {f.name for f in used} >= {"helped.mako"}  # what the helper rendered is recorded
     assert [h.process.pid for h in helpers._started] and \
         all(h.process.pid != os.getpid() for h in helpers._started)
+    if hasattr(os, "getpriority"):  # background work: below this process's CPU priority
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert all(os.getpriority(os.PRIO_PROCESS, h.process.pid)
+                   == min(mine + helpers.HELPER_NICENESS, 19) for h in helpers._started)
     here = accel.render(path, context.backend, {"value": "2.5f"}, header_kws={"backend": context.backend})
     assert program.source.text == here.text
     y = context.zeros(command_queue, 1, np.float32)
@@ -226,6 +230,25 @@ def test_builds_in_helper_processes_match_builds_here_and_report_the_same_errors
     with accel.builds_in_helpers(), pytest.raises(accel.CompileError, match="wrong.mako:2"):
         context.build(wrong, {})
     assert not helpers.active()
+
+
+def test_build_helpers_started_ahead_ready_themselves_and_then_build(context, command_queue,
+                                                                     tmp_path):
+    from autotune.accel import helpers
+
+    context.start_build_helpers()  # returns at once; the helpers ready themselves meanwhile
+    assert len(helpers._started) == helpers.MAX_HELPERS
+    pids = {h.process.pid for h in helpers._started}
+    context.start_build_helpers()  # a second call starts no more
+    assert {h.process.pid for h in helpers._started} == pids
+    path = _write(tmp_path, "ahead.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${v}; }\n")
+    with accel.builds_in_helpers():
+        program = context.build(path, {"v": "4.5f"})
+    y = context.zeros(command_queue, 1, np.float32)
+    command_queue.enqueue_kernel(program.get_kernel("k"), [y], 1, 1)
+    assert y.get(command_queue)[0] == 4.5
+    assert {h.process.pid for h in helpers._started} == pids  # built by one of them
+    assert all(h.process.poll() is None for h in helpers._started)
 
 
 def _counting_builds(monkeypatch, fail_first: int = 0) -> list[int]:

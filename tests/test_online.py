@@ -253,6 +253,44 @@ def test_candidates_are_launched_only_once_prepared(context, tmp_path):
     assert tuner.wait_prepared(5) and prepared == set()
 
 
+@pytest.mark.force_autotune
+def test_a_candidate_prepared_while_others_wait_is_timed_at_its_next_launch(context, tmp_path):
+    """While nothing can be timed the tuner repeats its untimed fallback without looking at
+    every candidate; a candidate that becomes ready must still be taken at the next launch."""
+    gates = {reps: threading.Event() for reps in (3, 30)}
+    done = {reps: threading.Event() for reps in (3, 30)}
+
+    def prepare(params: dict) -> None:
+        if params["reps"] in gates:
+            gates[params["reps"]].wait(30)
+            done[params["reps"]].set()
+
+    tuner = _tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 30], "wgs": [32]},
+                   samples=2, prepare=prepare, workers=2)
+    work = Work(context)
+    picks = []
+    for _ in range(3 * tune.online.IDLE_RECHECK):  # test= timed twice, then only fallbacks
+        picks.append(work.step(tuner)["reps"])
+        work.queue.finish()
+    assert set(picks) == {300} and tuner.scanning
+    # the prepared test= candidate was timed once, not its two samples, while the others wait:
+    # every candidate's samples are then taken in the same stretch of the run
+    assert [c.launched for c in tuner._candidates] == [{None: 1}, {}, {}]
+    for reps in (3, 30):
+        gates[reps].set()
+        assert done[reps].wait(30)
+        deadline = time.monotonic() + 30  # the tuner marks it ready just after prepare returns
+        while not any(c.ready for c in tuner._candidates if c.params["reps"] == reps):
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert work.step(tuner)["reps"] == reps
+        work.queue.finish()
+    while tuner.scanning:
+        work.step(tuner)
+        work.queue.finish()
+    assert tuner.best is not None
+
+
 @pytest.mark.autotune_database
 def test_a_template_tuner_shares_offline_keys_both_ways(context):
     from operations.scale import ScaleTemplate

@@ -109,10 +109,12 @@ def test_the_preconditioner_is_gcrs_on_the_even_odd_system(system):
 
 
 @pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
-@pytest.mark.parametrize("block", [(4, 4, 4, 4), (2, 4, 2, 8), DIMS])
+@pytest.mark.parametrize("block", [(4, 4, 4, 4), (2, 4, 2, 8), DIMS, (1, 4, 4, 8)])
 def test_one_mr_step_per_block_against_numpy(context, command_queue, dtype, block):
     """SchwarzMRTemplate: each block's own step length <A r, r>_b / |A r|^2_b (written here
-    from the site coordinates, block by block), z += alpha_b r and r -= alpha_b A r."""
+    from the site coordinates, block by block), z += alpha_b r and r -= alpha_b A r. (Blocks
+    of even x extent are summed row by row over their sites of one parity, odd ones over all
+    their sites, skipping the other parity.)"""
     from operations.lqcd import Lattice
     from operations.lqcd.schwarz import SchwarzMRTemplate
 

@@ -580,6 +580,12 @@ class Context(ABC):
                 program = self._programs.setdefault(key, program)
         return source, program
 
+    def start_build_helpers(self) -> None:
+        """Start the processes that :func:`builds_in_helpers` builds go to, now and without
+        waiting: they ready themselves (and, on CUDA, NVRTC) in the background, before the
+        builds of a computation that is about to run (online tuning's candidates)."""
+        helpers.start(self._helper_target(()))
+
     def _helper_target(self, options: tuple[str, ...]) -> Any:
         """What a helper needs to compile for this device, or None where only this process can
         (OpenCL programs belong to their context)."""

@@ -31,6 +31,9 @@ from typing import Any, BinaryIO
 
 #: Most helper processes at once (each holds one build at a time).
 MAX_HELPERS = max(1, min(8, (os.cpu_count() or 2) - 1))
+#: Helpers run at this lower CPU priority: their builds are background work, and the thread
+#: that launches the computation must keep its core while several of them compile.
+HELPER_NICENESS = 10
 _HEADER = struct.Struct("<Q")
 
 _mode = threading.local()
@@ -109,6 +112,31 @@ def _take() -> _Helper:
     return _idle.get()
 
 
+def start(nvrtc_target: tuple[tuple[int, int], tuple[str, ...]] | None = None) -> None:
+    """Start the helper processes now, without waiting for them. Each readies itself in the
+    background (Python, this package and, given ``nvrtc_target``, NVRTC: its first compile
+    loads the library), so that the first builds neither wait for that nor run it beside the
+    work they build for. Helpers already started are kept; at most :data:`MAX_HELPERS`."""
+    with _lock:
+        new = [_Helper() for _ in range(MAX_HELPERS - len(_started))]
+        _started.extend(new)
+    for helper in new:
+        threading.Thread(target=_warm, args=(helper, nvrtc_target), daemon=True,
+                         name="autotune-helper-start").start()
+
+
+def _warm(helper: _Helper, nvrtc_target: Any) -> None:
+    try:
+        helper.call(("warm", nvrtc_target))
+    except (OSError, EOFError, pickle.PickleError):
+        with _lock:
+            if helper in _started:
+                _started.remove(helper)
+        helper.close()
+        return
+    _idle.put(helper)
+
+
 def run(request: tuple) -> Any:
     """Send ``request`` to a helper and return its reply; None if no helper could answer."""
     try:
@@ -162,13 +190,25 @@ def _render(template: str, backend: str, render_kws: dict[str, Any], extra_dirs:
     return source, out, time.perf_counter() - start
 
 
-_REQUESTS = {"render": _render}
+def _warm_up(nvrtc_target: tuple[tuple[int, int], tuple[str, ...]] | None) -> bool:
+    """Ready this helper: with ``nvrtc_target``, compile an empty kernel (loads NVRTC)."""
+    if nvrtc_target is not None:
+        from .nvrtc import NvrtcError, compile_source
+
+        with contextlib.suppress(NvrtcError):
+            compile_source('extern "C" __global__ void warm() {}', "warm.cu", *nvrtc_target)
+    return True
+
+
+_REQUESTS = {"render": _render, "warm": _warm_up}
 
 
 def serve() -> None:
     """Answer requests from standard input until it closes (the helper process's loop)."""
     requests, replies = sys.stdin.buffer, sys.stdout.buffer
     sys.stdout = sys.stderr  # stray prints must not reach the reply pipe
+    with contextlib.suppress(OSError, AttributeError):  # not on every platform: then as is
+        os.nice(HELPER_NICENESS)
     while True:
         try:
             kind, *args = _read(requests)

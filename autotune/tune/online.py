@@ -66,6 +66,8 @@ DEFAULT_PERIOD = 600.0
 #: A part launched less often than this share of a scan's launches neither holds up the scan
 #: nor counts in the score (a solver's one-off kernel beside the ones its iterations launch).
 RARE_PART = 0.05
+#: a part with nothing to time skips the full look for this many launches while nothing changes
+IDLE_RECHECK = 32
 
 
 class OnlineTuningError(ValueError):
@@ -218,6 +220,9 @@ class OnlineTuner:
         self._parts: dict[Hashable, int] = {}  #: part -> its round-robin position
         self._part_launches: dict[Hashable, int] = {}  #: part -> launches this scan, any kind
         self._fallbacks: dict[Hashable, _Locked] = {}
+        #: part -> [epoch, launches left]: the part found nothing to time at that epoch
+        self._idle: dict[Hashable, list[int]] = {}
+        self._epoch = 0  #: bumped whenever what a scan launch can pick may have changed
         self._prepare = prepare
         self._workers = workers
         self._comm = comm
@@ -331,12 +336,17 @@ class OnlineTuner:
         self._parts = {}
         self._part_launches = {}
         self._fallbacks = {}
+        self._idle = {}
+        self._epoch += 1
         self._scan_started = time.monotonic()
         self.scans += 1
         logger.info("online tuning %s on %s: scanning %d configurations, %d launches each",
                     self.name, self.key.device_name, len(self._candidates), self.samples)
         if self._prepare is not None:
             if self._pool is None:
+                start = getattr(self.context, "start_build_helpers", None)
+                if start is not None:  # ready before the first candidate needs them
+                    start()
                 self._pool = concurrent.futures.ThreadPoolExecutor(
                     self._workers, thread_name_prefix=f"online-{self.name}")
             for c in self._candidates:
@@ -365,12 +375,16 @@ class OnlineTuner:
             else:
                 self._prepared.add(encode_parameters(dict(candidate.params)))
             candidate.ready = True
+            self._epoch += 1
 
     def _next_candidate(self, part: Hashable) -> _Candidate | None:
-        """Round-robin over the prepared candidates still short of samples in ``part`` (a drift
-        in the device's speed then affects every candidate alike)."""
+        """Round-robin over the prepared candidates still short of samples in ``part``, none
+        more than one launch ahead of a candidate still being prepared: the samples of every
+        candidate are then taken in the same stretch of the run, and a drift in the device's
+        speed (clocks rising as a process starts) affects them alike. (Each prepared candidate
+        is timed once at once, for the fallback's choice.)"""
         candidates = self._candidates
-        fewest = min((c.launched.get(part, 0) for c in candidates if not c.failed and c.ready),
+        fewest = min((c.launched.get(part, 0) for c in candidates if not c.failed),
                      default=self.samples)
         if fewest >= self.samples:
             return None
@@ -381,7 +395,7 @@ class OnlineTuner:
             if not c.failed and c.ready and c.launched.get(part, 0) == fewest:
                 self._parts[part] = (index + 1) % len(candidates)
                 return c
-        return None  # not reached
+        return None  # those short of samples are still being prepared
 
     def _frequent_parts(self) -> dict[Hashable, float]:
         """The parts that are not rare, with their shares of the scan's launches."""
@@ -418,6 +432,18 @@ class OnlineTuner:
 
     def _begin_launch(self, queue: accel.CommandQueue, part: Hashable) -> Any:
         self._lock.acquire()
+        idle = self._idle.get(part)
+        if idle is not None and idle[0] == self._epoch and idle[1] > 0:
+            # nothing to time in this part at the last look and nothing changed since (no
+            # candidate prepared, no timing read, no failure): the same untimed fallback, without
+            # going over every candidate; every IDLE_RECHECK launches a full look reads the
+            # timings in flight
+            fallback = self._fallbacks.get(part)
+            if fallback is not None:
+                idle[1] -= 1
+                self._part_launches[part] += 1
+                self._lock.release()
+                return fallback
         try:
             self._collect(wait=False)
             if not self._candidates:  # another thread locked meanwhile
@@ -433,6 +459,7 @@ class OnlineTuner:
                     self._lock.release()
                     return self.measure(queue, part)
                 fallback = self._fallback(part)
+                self._idle[part] = [self._epoch, IDLE_RECHECK]
                 self._lock.release()
                 return fallback
             timer = self._free_timer(queue)
@@ -457,6 +484,7 @@ class OnlineTuner:
                                self.name, dict(candidate.params), candidate.failed)
                 self._release(timer)
                 self._fallbacks.clear()
+                self._epoch += 1
             else:
                 self._pending.append((candidate, launch.part, timer))
             # the scan can only be complete once some candidate completes a part
@@ -496,6 +524,7 @@ class OnlineTuner:
                 continue
             candidate.samples.setdefault(part, []).append(timer.seconds())
             self._fallbacks.pop(part, None)
+            self._epoch += 1
             self._release(timer)
             if one:
                 break

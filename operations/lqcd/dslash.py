@@ -234,22 +234,29 @@ class DslashTemplate:
         variant: tuple = (parity, bool(dagger), bool(xpay))
         if self.half:
             variant += (storage,)
-        key = (tuple(sorted(params.items())), *variant)
-        kernel = self._kernels.get(key)
-        if kernel is None:
-            program = self.context.build(TEMPLATE, {**self.render_arguments(params),
-                                                    "variants": [variant]})
+        kernel = self._kernels.get((tuple(sorted(params.items())), *variant))
+        return kernel if kernel is not None else self._build(params, [variant])[0]
+
+    def _build(self, params: dict[str, Any], variants: list[tuple]) -> list[accel.Kernel]:
+        """Build ``variants`` with ``params`` as one program; keep and return their kernels."""
+        program = self.context.build(TEMPLATE, {**self.render_arguments(params),
+                                                "variants": variants})
+        kernels = []
+        for variant in variants:
+            parity, dagger, xpay = variant[:3]
             name = (f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
-                    f"{'_' + storage if self.half else ''}")
+                    f"{'_' + variant[3] if self.half else ''}")
             built = program.get_kernel(name)
             with self._guard:
-                kernel = self._kernels.setdefault(key, built)
-        return kernel
+                kernels.append(self._kernels.setdefault(
+                    (tuple(sorted(params.items())), *variant), built))
+        return kernels
 
     def prepare(self, params: dict[str, Any]) -> None:
-        """Build the kernels an even-odd solve launches, for one online candidate."""
-        for variant in (HALF_SOLVER_VARIANTS if self.half else SOLVER_VARIANTS):
-            self.kernel(*variant[:3], params=params, storage=variant[3] if self.half else "hhh")
+        """Build the kernels an even-odd solve launches, for one online candidate, as one
+        program: one module to load while the solve runs instead of four."""
+        variants = HALF_SOLVER_VARIANTS if self.half else SOLVER_VARIANTS
+        self._build(params, [v if self.half else v[:3] for v in variants])
 
     def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
         """Compress SU(3) links and copy them to the device in this template's layout."""
@@ -285,11 +292,14 @@ class DslashTemplate:
     @classmethod
     def autotune_online_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
                               precision: str, reconstruct: int) -> tune.Space:
-        """What an online tuner scans: the work-group size only (the other parameters at their
-        ``test=`` values), so that a solve spends few launches off the best."""
+        """What an online tuner scans: the work-group size and, on CUDA GPUs, the minimum
+        blocks per multiprocessor of ``__launch_bounds__`` (none, 2 or 4: offline searches on
+        Hopper pick 1, 2 or 4, never none, and 1 and 2 are close); ``fast_math`` and
+        ``half_bits`` at their ``test=`` values, so that a solve's scan stays short."""
         space = cls.autotune_space(context, dims, precision, reconstruct)
         return tune.Space({**space.parameters, "fast_math": [False], "half_bits": [False],
-                           "min_blocks": [0]},
+                           "min_blocks": [m for m in space.parameters["min_blocks"]
+                                          if m in (0, 2, 4)]},
                           space.restrictions)
 
     @classmethod

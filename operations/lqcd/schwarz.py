@@ -102,7 +102,7 @@ class SchwarzMRTemplate:
         sizes = [32, 64, 128, 256, 512] if gpu else [16, 64, 256]
         volume = int(np.prod(block))
         return tune.Space({"wgs": sizes,
-                           "splits": [1, 2, 4, 8, 16, 32, 64, 128] if gpu else [1, 4, 16]},
+                           "splits": [2 ** i for i in range(11)] if gpu else [1, 4, 16]},
                           [tune.at_most("wgs", context.device.max_work_group_size),
                            tune.restriction("wgs x splits at most the block's sites",
                                             lambda p: p["wgs"] * p["splits"] <= volume)])

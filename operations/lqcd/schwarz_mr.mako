@@ -68,6 +68,17 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_dots(
     const unsigned int bxi = b % ${nx}u, byi = (b / ${nx}u) % ${ny}u;
     const unsigned int bzi = (b / ${nx * ny}u) % ${nz}u, bti = b / ${nx * ny * nz}u;
     double re = 0, im = 0, nn = 0;
+% if bx % 2 == 0:
+    /* this group's share of the block's sites of this parity: half of each x-row of the block
+       (its rows start at even x), so consecutive work-items read consecutive sites */
+    for (unsigned int l = share * ${wgs}u + lid; l < ${VB // 2}u; l += ${wgs * splits}u)
+    {
+        const unsigned int xh = l % ${bx // 2}u;
+        const unsigned int y = byi * ${by}u + (l / ${bx // 2}u) % ${by}u;
+        const unsigned int z = bzi * ${bz}u + (l / ${bx // 2 * by}u) % ${bz}u;
+        const unsigned int t = bti * ${bt}u + l / ${bx // 2 * by * bz}u;
+        const unsigned int x = bxi * ${bx}u + 2u * xh + ((${parity}u + y + z + t) & 1u);
+% else:
     /* this group's share of the block's sites, those of this parity counted */
     for (unsigned int l = share * ${wgs}u + lid; l < ${VB}u; l += ${wgs * splits}u)
     {
@@ -77,6 +88,7 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_dots(
         const unsigned int t = bti * ${bt}u + l / ${bx * by * bz}u;
         if (((x + y + z + t) & 1u) != ${parity}u)
             continue;
+% endif
         const unsigned int cb = (((t * ${Z}u + z) * ${Y}u + y) * ${X}u + x) >> 1;
         for (int k = 0; k < 12; k++)
         {

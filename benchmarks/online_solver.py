@@ -20,7 +20,8 @@ Each run first does one 1-iteration solve (untimed: it builds the kernels the fi
 launches, tuned ones or ``test=``), then times the solves. Reported per run: the timed seconds,
 and for the online runs each tuner's scans, choice and device time spent beyond the chosen
 parameters' (the off-optimal time) as a share of the timed run. The rounds interleave the
-three (the GPU's speed drifts by a few percent between processes); the summary gives medians.
+three (the GPU's speed drifts by a few percent between processes); the summary gives medians,
+and for the online runs also each round's ratio to its own offline run and their median.
 """
 
 from __future__ import annotations
@@ -161,6 +162,10 @@ def main() -> None:
         first = statistics.median(sum(r[mode]["solve_seconds"][:args.solves // 10]) for r in rounds)
         print(f"  {mode:8s} {seconds:8.3f} s  {seconds / base:.4f} of offline  off-optimal share "
               f"{100 * off:.3f}%  first tenth of the solves {first:.3f} s")
+        if mode != "offline":  # each round against its own offline run: the drift between rounds cancels
+            ratios = [r[mode]["seconds"] / r["offline"]["seconds"] for r in rounds]
+            print(f"           per round {', '.join(f'{x:.3f}' for x in ratios)}: median "
+                  f"{statistics.median(ratios):.4f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rounds, indent=1))
     shutil.rmtree(work, ignore_errors=True)

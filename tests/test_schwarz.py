@@ -108,23 +108,29 @@ def test_the_preconditioner_is_gcrs_on_the_even_odd_system(system):
         op.solve(b, "gcr", even_odd=False, preconditioner="schwarz", block=(4, 4, 4, 4))
 
 
-@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128, "half"])
 @pytest.mark.parametrize("block", [(4, 4, 4, 4), (2, 4, 2, 8), DIMS, (1, 4, 4, 8)])
 def test_one_mr_step_per_block_against_numpy(context, command_queue, dtype, block):
     """SchwarzMRTemplate: each block's own step length <A r, r>_b / |A r|^2_b (written here
     from the site coordinates, block by block), z += alpha_b r and r -= alpha_b A r. (Blocks
     of even x extent are summed row by row over their sites of one parity, odd ones over all
     their sites, skipping the other parity.)"""
-    from operations.lqcd import Lattice
+    from operations.lqcd import Lattice, half
     from operations.lqcd.schwarz import SchwarzMRTemplate
 
     if dtype == np.complex128 and not context.device.double_precision:
         pytest.skip(f"{context.device.name} has no double precision")
+    stored = dtype == "half"  # 16-bit vectors, single precision arithmetic
+    dtype = np.complex64 if stored else dtype
     lattice = Lattice(DIMS)
     rng = np.random.default_rng(3)
     shape = (12, lattice.half_volume)
-    r, z, ar = ((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
-                for _ in range(3))
+    # sites of very different magnitudes: half storage keeps each relative to its own norm
+    scale = np.exp(rng.uniform(-8, 8, shape[1]))[None, :]
+    r, z, ar = (((rng.standard_normal(shape) + 1j * rng.standard_normal(shape)) * scale)
+                .astype(dtype) for _ in range(3))
+    if stored:  # what half storage holds is the step's input
+        r, z, ar = (half.spinor_from_half(*half.spinor_to_half(v)) for v in (r, z, ar))
     # the even sites' coordinates, in the device order (checkerboard index)
     x_, y_, z_, t_ = DIMS
     coords = [(x, y, zz, t) for t in range(t_) for zz in range(z_) for y in range(y_)
@@ -141,12 +147,22 @@ def test_one_mr_step_per_block_against_numpy(context, command_queue, dtype, bloc
         want_r[:, sites] -= alpha * a
     tol = 1e-5 if dtype == np.complex64 else 1e-12
     for splits in (1, 4):  # one block's sums over one or several work-groups
-        step = SchwarzMRTemplate(context, DIMS, block, dtype, 0,
-                                 {"wgs": 16, "splits": splits}).instantiate(command_queue)
-        dev = [context.to_device(command_queue, a) for a in (r, z, ar)]
-        step(*dev)
-        assert _rel(dev[0].get(command_queue), want_r) < tol, splits
-        assert _rel(dev[1].get(command_queue), want_z) < tol, splits
+        step = SchwarzMRTemplate(context, DIMS, block, dtype, 0, {"wgs": 16, "splits": splits},
+                                 half=stored).instantiate(command_queue)
+        if stored:
+            dev = [half.to_device(context, command_queue, a) for a in (r, z, ar)]
+            step(*dev)
+            got_r, got_z = (half.from_device(command_queue, v) for v in dev[:2])
+            # each site within its own 16-bit resolution (and the step's single precision)
+            for got, want in ((got_r, want_r), (got_z, want_z)):
+                site_max = np.max(np.abs(np.stack([want.real, want.imag])), axis=(0, 1))
+                assert np.all(np.abs(got - want) <= 1.5 * site_max / half.HALF_MAX + 1e-6 *
+                              site_max), splits
+        else:
+            dev = [context.to_device(command_queue, a) for a in (r, z, ar)]
+            step(*dev)
+            assert _rel(dev[0].get(command_queue), want_r) < tol, splits
+            assert _rel(dev[1].get(command_queue), want_z) < tol, splits
 
 
 def _rel(a, b):

@@ -23,6 +23,7 @@ import numpy as np
 from autotune import accel, tune
 from operations import solvers
 
+from . import half as half_storage
 from .dslash import check_domain
 from .lattice import Lattice
 
@@ -65,7 +66,7 @@ class SchwarzMRTemplate:
 
     def __init__(self, context: accel.Context, dims: tuple[int, int, int, int],
                  block: tuple[int, int, int, int], dtype: Any, parity: int = 0,
-                 tuning: dict[str, Any] | None = None):
+                 tuning: dict[str, Any] | None = None, half: bool = False):
         self.lattice = Lattice(tuple(int(n) for n in dims))
         self.block = check_domain(block, self.lattice.dims)
         if self.block is None:
@@ -76,25 +77,30 @@ class SchwarzMRTemplate:
                             f"{self.dtype}")
         if parity not in (0, 1):
             raise ValueError(f"parity must be 0 or 1, got {parity!r}")
+        self.half = bool(half)
+        if self.half and self.dtype != np.dtype(np.complex64):
+            raise TypeError("a half precision MR step computes in single precision: "
+                            f"dtype=complex64, not {self.dtype}")
         self.context, self.parity = context, parity
         self.blocks = int(np.prod([n // b for n, b in zip(self.lattice.dims, self.block)]))
         if tuning is None:
-            tuning = self.autotune(context, self.lattice.dims, self.block, self.dtype)
+            tuning = self.autotune(context, self.lattice.dims, self.block, self.dtype, self.half)
         self.tuning = tune.checked_tuning(SchwarzMRTemplate, context, tuning,
                                           dims=self.lattice.dims, block=self.block,
-                                          dtype=self.dtype)
+                                          dtype=self.dtype, half=self.half)
         self.wgs, self.splits = self.tuning["wgs"], self.tuning["splits"]
         self.program = context.build(MR_TEMPLATE, {
             "cplx": accel.c_type(self.dtype), "real": accel.c_type(accel.real_dtype(self.dtype)),
             "dims": self.lattice.dims, "block": self.block, "parity": parity, "wgs": self.wgs,
-            "splits": self.splits})
+            "splits": self.splits, "half": self.half, "half_max": half_storage.HALF_MAX})
 
     def instantiate(self, queue: accel.CommandQueue) -> SchwarzMR:
         return SchwarzMR(self, queue)
 
     @classmethod
     def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
-                       block: tuple[int, int, int, int], dtype: Any) -> tune.Space:
+                       block: tuple[int, int, int, int], dtype: Any,
+                       half: bool = False) -> tune.Space:
         """Work-group sizes, powers of two the device allows, and how many work-groups share
         one block's sums (``splits``: a few large blocks, such as one GPU's part, would leave
         most of a GPU idle with one work-group each); a block's sites must fill its groups."""
@@ -110,7 +116,7 @@ class SchwarzMRTemplate:
     @classmethod
     @tune.autotuner(test={"wgs": 128, "splits": 1})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int],
-                 block: tuple[int, int, int, int], dtype: Any) -> dict[str, Any]:
+                 block: tuple[int, int, int, int], dtype: Any, half: bool = False) -> dict[str, Any]:
         lattice = Lattice(tuple(dims))
         dtype = np.dtype(dtype)
         queue = context.create_tuning_command_queue()
@@ -118,27 +124,64 @@ class SchwarzMRTemplate:
         shape = (12, lattice.half_volume)
         host = {name: (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
                 for name in ("r", "z", "ar")}
+        if half:  # the step starts from what half storage holds
+            host = {k: half_storage.spinor_from_half(*half_storage.spinor_to_half(v))
+                    for k, v in host.items()}
         want_r, want_z = _reference_step(lattice, tuple(block), 0, host["r"], host["z"], host["ar"])
-        pristine = {k: context.to_device(queue, v) for k, v in host.items()}
-        r, z = context.allocate(shape, dtype), context.allocate(shape, dtype)
-        tol = 1e-5 if dtype == np.complex64 else 1e-12
+        vectors = _MRVectors(context, queue, shape, dtype, half)
+        pristine = {k: vectors.to_device(v) for k, v in host.items()}
+        r, z = vectors.allocate(), vectors.allocate()
+        # half: each stored part within half a unit of its site's 16 bits (relative to the
+        # largest |part| of the field, at most its site's)
+        tol = 2.0 / half_storage.HALF_MAX if half else 1e-5 if dtype == np.complex64 else 1e-12
 
         def generate(**params: Any) -> tune.Measurement:
-            step = cls(context, lattice.dims, block, dtype, 0, params).instantiate(queue)
+            step = cls(context, lattice.dims, block, dtype, 0, params, half).instantiate(queue)
 
             def setup() -> None:
-                r.copy_from(queue, pristine["r"])
-                z.copy_from(queue, pristine["z"])
+                vectors.copy(r, pristine["r"])
+                vectors.copy(z, pristine["z"])
 
             def check() -> bool:
-                scale = np.max(np.abs(want_z)) + np.max(np.abs(want_r))
-                return bool(np.max(np.abs(r.get(queue) - want_r)) <= tol * scale
-                            and np.max(np.abs(z.get(queue) - want_z)) <= tol * scale)
+                got_r, got_z = vectors.get(r), vectors.get(z)
+                return bool(np.max(np.abs(got_r - want_r)) <= tol * np.max(np.abs(want_r))
+                            and np.max(np.abs(got_z - want_z)) <= tol * np.max(np.abs(want_z)))
 
+            width = 52 if half else 12 * dtype.itemsize  # bytes a site of one vector
             return tune.make_measure(queue, lambda: step(r, z, pristine["ar"]), check, setup=setup,
-                                     bytes=shape[0] * shape[1] * dtype.itemsize * 7)
+                                     bytes=shape[1] * width * 7)
 
         return tune.autotune(generate)
+
+
+class _MRVectors:
+    """The MR step's vectors on the host and the device, in single/double or half storage."""
+
+    def __init__(self, context: accel.Context, queue: accel.CommandQueue, shape: tuple[int, int],
+                 dtype: np.dtype, half: bool):
+        self.context, self.queue, self.shape, self.dtype, self.half = context, queue, shape, dtype, half
+
+    def to_device(self, host: np.ndarray) -> Any:
+        if self.half:
+            return half_storage.to_device(self.context, self.queue, host)
+        return self.context.to_device(self.queue, host.astype(self.dtype))
+
+    def allocate(self) -> Any:
+        if self.half:
+            return half_storage.HalfSpinor.allocate(self.context, self.shape[1])
+        return self.context.allocate(self.shape, self.dtype)
+
+    def copy(self, out: Any, inp: Any) -> None:
+        if self.half:
+            out.values.copy_from(self.queue, inp.values)
+            out.norms.copy_from(self.queue, inp.norms)
+        else:
+            out.copy_from(self.queue, inp)
+
+    def get(self, vector: Any) -> np.ndarray:
+        if self.half:
+            return half_storage.from_device(self.queue, vector)
+        return vector.get(self.queue)
 
 
 class SchwarzMR:
@@ -158,11 +201,21 @@ class SchwarzMR:
         self._update = queue.launcher(t.program.get_kernel("block_update"),
                                       -(-sites // t.wgs) * t.wgs, t.wgs)
 
-    def __call__(self, r: accel.DeviceArray, z: accel.DeviceArray, ar: accel.DeviceArray) -> None:
-        """z += alpha_b r, r -= alpha_b ar with alpha_b = <ar, r>_b / |ar|^2_b per block."""
-        self._dots([ar, r, self.partials])
+    def __call__(self, r: Any, z: Any, ar: Any) -> None:
+        """z += alpha_b r, r -= alpha_b ar with alpha_b = <ar, r>_b / |ar|^2_b per block (device
+        arrays, or :class:`.half.HalfSpinor` fields for a half precision step)."""
+        r, z, ar = (self._args(v) for v in (r, z, ar))
+        self._dots([*ar, *r, self.partials])
         self._finish([self.partials, self.d])
-        self._update([r, z, ar, self.d])
+        self._update([*r, *z, *ar, self.d])
+
+    def _args(self, vector: Any) -> list[Any]:
+        if not self.template.half:
+            return [vector]
+        code, args = half_storage.kernel_args(vector, self.template.lattice.half_volume)
+        if code != "h":
+            raise TypeError("a half precision MR step takes HalfSpinor vectors")
+        return args
 
 
 def _reference_step(lattice: Lattice, block: tuple[int, ...], parity: int, r: np.ndarray,
@@ -204,13 +257,24 @@ class SchwarzPreconditioner:
         # the block operator's vector passes (no communicator: nothing summed across ranks),
         # kept per queue like a solver's, so a sequence of solves builds them once
         self.ops = solvers.vector_ops(self.A)
+        #: half precision inner solves keep their vectors in half precision storage too (16-bit
+        #: values and a norm per site, :mod:`.half`): the MR step and the block dslash move half
+        #: the bytes, as the QUDA seed's preconditioner does
+        self.half = getattr(local, "precision", None) == "half"
         self.step = SchwarzMRTemplate(local.context, local.lattice.dims, local.domain,
-                                      self.A.dtype).instantiate(local.queue)
-        hi = solvers.vector_ops(outer)
-        same = np.dtype(outer.dtype) == np.dtype(self.A.dtype)
-        self._down = None if same else self.ops.converter(outer.dtype)
-        self._up = None if same else hi.converter(self.A.dtype)
-        self.r, self.z, self.ar = self.ops.new(), self.ops.new(), self.ops.new()
+                                      self.A.dtype, half=self.half).instantiate(local.queue)
+        if self.half:
+            convert = half_storage.HalfConvertTemplate(local.context, outer.dtype).instantiate(
+                self.queue)
+            self._down, self._up = convert.to_half, convert.from_half
+            self.r, self.z, self.ar = (half_storage.HalfSpinor.allocate(
+                local.context, local.lattice.half_volume) for _ in range(3))
+        else:
+            hi = solvers.vector_ops(outer)
+            same = np.dtype(outer.dtype) == np.dtype(self.A.dtype)
+            self._down = None if same else self.ops.converter(outer.dtype)
+            self._up = None if same else hi.converter(self.A.dtype)
+            self.r, self.z, self.ar = self.ops.new(), self.ops.new(), self.ops.new()
         self.inner_iterations = 0
         self.seconds = 0.0
 
@@ -221,7 +285,10 @@ class SchwarzPreconditioner:
             self.r.copy_from(q, inp)
         else:
             self._down(self.r, inp)
-        self.z.zero(q)
+        if self.half:
+            self.z.norms.zero(q)  # a site of norm 0 holds zeros, whatever its values
+        else:
+            self.z.zero(q)
         for _ in range(self.iterations):
             self.A.apply(self.ar, self.r)
             self.step(self.r, self.z, self.ar)  # per block: z += alpha_b r, r -= alpha_b A r

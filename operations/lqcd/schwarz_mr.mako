@@ -12,6 +12,10 @@
 ##   parity            the parity of the vectors' sites
 ##   wgs               work-group size (a power of two)
 ##   splits            work-groups sharing one block's sums
+##   half              (optional, default False) the vectors in half precision storage
+##                     (operations/lqcd/half.py: 16-bit values in groups of four per site and a
+##                     float norm per site, each argument followed by its norms); cplx "cfloat"
+##   half_max          (with half) the largest stored magnitude
 <%
     X, Y, Z, T = dims
     bx, by, bz, bt = block
@@ -19,8 +23,61 @@
     VH = X * Y * Z * T // 2
     VB = bx * by * bz * bt
     C = cplx
+    half = context.get("half", False)
 %>
 #define VH ${VH}u
+% if half:
+<%include file="half.mako"/>
+% endif
+
+<%def name="vector(name, const=True)"><% q = "const " if const else "" %>\
+% if context.get("half", False):
+GLOBAL ${q}chalf * RESTRICT ${name}, GLOBAL ${q}float * RESTRICT ${name}_norm\
+% else:
+GLOBAL ${q}${cplx} * RESTRICT ${name}\
+% endif
+</%def>
+
+## the site cb's 12 components of vector `name` into the array `dest`
+<%def name="load(name, dest)">\
+% if context.get("half", False):
+    {
+        const float s_ = ${name}_norm[cb] * ${repr(1.0 / half_max)}f;
+        for (int g = 0; g < 3; g++)
+        {
+            const int4 w_ = ((GLOBAL const int4 *) ${name})[g * VH + cb];
+            ${dest}[4 * g] = word_to_cfloat(w_.x, s_);
+            ${dest}[4 * g + 1] = word_to_cfloat(w_.y, s_);
+            ${dest}[4 * g + 2] = word_to_cfloat(w_.z, s_);
+            ${dest}[4 * g + 3] = word_to_cfloat(w_.w, s_);
+        }
+    }
+% else:
+    for (int k = 0; k < 12; k++)
+        ${dest}[k] = ${name}[k * VH + cb];
+% endif
+</%def>
+
+## the array `src` as the site cb's 12 components of vector `name` (half: its norm the largest
+## |part|, so that every stored part fits 16 bits)
+<%def name="store(name, src)">\
+% if context.get("half", False):
+    {
+        float m_ = 0;
+        for (int k = 0; k < 12; k++)
+            m_ = fmax(m_, fmax(fabs(${src}[k].x), fabs(${src}[k].y)));
+        ${name}_norm[cb] = m_;
+        const float inv_ = m_ > 0 ? ${repr(float(half_max))}f / m_ : 0.0f;
+        for (int g = 0; g < 3; g++)
+            ((GLOBAL int4 *) ${name})[g * VH + cb] = int4_new(
+                cfloat_to_word(${src}[4 * g], inv_), cfloat_to_word(${src}[4 * g + 1], inv_),
+                cfloat_to_word(${src}[4 * g + 2], inv_), cfloat_to_word(${src}[4 * g + 3], inv_));
+    }
+% else:
+    for (int k = 0; k < 12; k++)
+        ${name}[k * VH + cb] = ${src}[k];
+% endif
+</%def>
 
 /* the block of even-odd site cb (of this parity) */
 DEVICE_FN unsigned int block_of(unsigned int cb)
@@ -41,12 +98,12 @@ DEVICE_FN unsigned int block_of(unsigned int cb)
     scratch[1][lid] = im;
     scratch[2][lid] = nn;
     BARRIER();
-% for half in [2 ** i for i in range(wgs.bit_length() - 2, -1, -1)]:
-    if (lid < ${half}u)
+% for stride in [2 ** i for i in range(wgs.bit_length() - 2, -1, -1)]:
+    if (lid < ${stride}u)
     {
-        scratch[0][lid] += scratch[0][lid + ${half}u];
-        scratch[1][lid] += scratch[1][lid + ${half}u];
-        scratch[2][lid] += scratch[2][lid + ${half}u];
+        scratch[0][lid] += scratch[0][lid + ${stride}u];
+        scratch[1][lid] += scratch[1][lid + ${stride}u];
+        scratch[2][lid] += scratch[2][lid + ${stride}u];
     }
     BARRIER();
 % endfor
@@ -59,7 +116,7 @@ DEVICE_FN unsigned int block_of(unsigned int cb)
 </%def>
 
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_dots(
-    GLOBAL const ${C} * RESTRICT ar, GLOBAL const ${C} * RESTRICT r,
+    ${vector("ar")}, ${vector("r")},
     GLOBAL double * RESTRICT partials)
 {
     const unsigned int b = get_group_id(0) / ${splits}u;
@@ -90,9 +147,12 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_dots(
             continue;
 % endif
         const unsigned int cb = (((t * ${Z}u + z) * ${Y}u + y) * ${X}u + x) >> 1;
+        ${C} a_[12], v_[12];
+${load("ar", "a_")}
+${load("r", "v_")}
         for (int k = 0; k < 12; k++)
         {
-            const ${C} a = ar[k * VH + cb], v = r[k * VH + cb];
+            const ${C} a = a_[k], v = v_[k];
             re += (double) a.x * v.x + (double) a.y * v.y;
             im += (double) a.x * v.y - (double) a.y * v.x;
             nn += (double) a.x * a.x + (double) a.y * a.y;
@@ -117,7 +177,7 @@ ${reduce_and_store("(d + 3 * b)")}
 }
 
 KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_update(
-    GLOBAL ${C} * RESTRICT r, GLOBAL ${C} * RESTRICT z, GLOBAL const ${C} * RESTRICT ar,
+    ${vector("r", False)}, ${vector("z", False)}, ${vector("ar")},
     GLOBAL const double * RESTRICT d)
 {
     const unsigned int cb = get_global_id(0);
@@ -127,10 +187,24 @@ KERNEL REQD_WORK_GROUP_SIZE(${wgs}, 1, 1) void block_update(
     const double nn = d[3 * b + 2];
     const ${C} alpha = nn > 0 ? ${C}_new((${real}) (d[3 * b] / nn), (${real}) (d[3 * b + 1] / nn))
                               : ${C}_new(0, 0);
+% if half:
+    ${C} r_[12], z_[12], a_[12];
+${load("r", "r_")}
+${load("z", "z_")}
+${load("ar", "a_")}
+    for (int k = 0; k < 12; k++)
+    {
+        z_[k] = ${C}_add(z_[k], ${C}_mul(alpha, r_[k]));
+        r_[k] = ${C}_sub(r_[k], ${C}_mul(alpha, a_[k]));
+    }
+${store("z", "z_")}
+${store("r", "r_")}
+% else:
     for (int k = 0; k < 12; k++)
     {
         const ${C} v = r[k * VH + cb];
         z[k * VH + cb] = ${C}_add(z[k * VH + cb], ${C}_mul(alpha, v));
         r[k * VH + cb] = ${C}_sub(v, ${C}_mul(alpha, ar[k * VH + cb]));
     }
+% endif
 }

@@ -48,6 +48,25 @@ def test_every_fused_op_compiles_for_sm90(module):
                 pytest.fail(f"{op.name} {np.dtype(dtype)}: {source.map_log(exc.log)}")
 
 
+@pytest.mark.parametrize("half", [False, True], ids=["single", "half"])
+def test_the_schwarz_mr_step_compiles_for_sm90(half):
+    """Every form of schwarz_mr.mako: vectors in single, double or half storage, blocks walked
+    by parity rows (even x extent) or over all their sites (odd)."""
+    from operations.lqcd.half import HALF_MAX
+    from operations.lqcd.schwarz import MR_TEMPLATE
+
+    dtypes = [np.complex64] if half else [np.complex64, np.complex128]
+    for dtype, block in itertools.product(dtypes, [(4, 4, 4, 4), (1, 8, 8, 8), (8, 8, 8, 16)]):
+        source = accel.render(MR_TEMPLATE, "cuda", {
+            "cplx": accel.c_type(dtype), "real": accel.c_type(accel.real_dtype(dtype)),
+            "dims": (8, 8, 8, 16), "block": block, "parity": 0, "wgs": 128, "splits": 4,
+            "half": half, "half_max": HALF_MAX}, header_kws={"backend": "cuda"})
+        try:
+            nvrtc.compile_source(source.text, "schwarz_mr.cu", (9, 0))
+        except nvrtc.NvrtcError as exc:
+            pytest.fail(f"{np.dtype(dtype)} block {block}: {source.map_log(exc.log)}")
+
+
 def test_compile_errors_map_to_the_template_line(tmp_path):
     path = tmp_path / "bad.mako"
     path.write_text("KERNEL void k(GLOBAL float *y)\n{\n    y[0] = nope;\n}\n")

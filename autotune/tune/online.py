@@ -433,7 +433,7 @@ class OnlineTuner:
     def _begin_launch(self, queue: accel.CommandQueue, part: Hashable) -> Any:
         self._lock.acquire()
         idle = self._idle.get(part)
-        if idle is not None and idle[0] == self._epoch and idle[1] > 0:
+        if idle is not None and idle[0] == self._epoch and idle[1] > 0 and self._candidates:
             # nothing to time in this part at the last look and nothing changed since (no
             # candidate prepared, no timing read, no failure): the same untimed fallback, without
             # going over every candidate; every IDLE_RECHECK launches a full look reads the

@@ -59,7 +59,9 @@ class SchwarzMRTemplate:
     """One minimal-residual step per Schwarz block on even-site vectors (``schwarz_mr.mako``):
     ``step(r, z, ar)`` enqueues ``d_b = (<A r, r>_b, |A r|^2_b)`` for every block (a
     work-group each) and ``z += alpha_b r``, ``r -= alpha_b A r`` with ``alpha_b`` read from
-    ``d`` on the device. The work-group size is tuned; every candidate is checked against numpy."""
+    ``d`` on the device. The work-group size is tuned; every candidate is checked against numpy.
+    With ``half=True`` the vectors are :class:`.half.HalfSpinor` fields (16-bit values and a
+    norm per site; ``dtype`` complex64, the arithmetic single precision)."""
 
     autotune_version = 1
     autotune_sources = (MR_TEMPLATE,)

@@ -68,18 +68,23 @@ def load(store: tune.ResultStore, function: str, device: str | None,
     return key, keys[key]
 
 
-def ratios(found: list[float], best: float) -> dict[str, float]:
-    values = sorted(f / best for f in found)
+def _median_p90(values: list[float]) -> dict[str, float]:
+    """Median and 90th percentile (the nearest rank) of ``values``."""
+    values = sorted(values)
     return {"median": statistics.median(values),
             "p90": values[max(0, math.ceil(0.9 * len(values)) - 1)]}
+
+
+def ratios(found: list[float], best: float) -> dict[str, float]:
+    return _median_p90([f / best for f in found])
 
 
 def to_band(histories: list[list[float]], best: float, band: float) -> dict[str, float]:
     """Evaluations each run needed to come within ``band`` of the true best (infinite if it
     never did within its budget): median and 90th percentile over the runs."""
-    needed = sorted(next((i + 1 for i, t in enumerate(h) if t <= (1 + band) * best), math.inf)
-                    for h in histories)
-    return {"median": statistics.median(needed), "p90": needed[max(0, math.ceil(0.9 * len(needed)) - 1)],
+    needed = [next((i + 1 for i, t in enumerate(h) if t <= (1 + band) * best), math.inf)
+              for h in histories]
+    return {**_median_p90(needed),
             "reached": sum(1 for n in needed if math.isfinite(n)) / len(needed)}
 
 

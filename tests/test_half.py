@@ -39,6 +39,19 @@ def test_a_spinor_keeps_15_bits_relative_to_its_sites_largest_component(parts, s
     assert np.all(err <= 0.5 * step[None, :] + 1e-7 * largest[None, :] + 1e-300)
 
 
+def test_a_half_spinor_copies_and_zeroes_on_the_device(context, command_queue):
+    rng = np.random.default_rng(2)
+    field = rng.standard_normal((12, 40)) + 1j * rng.standard_normal((12, 40))
+    source = half.to_device(context, command_queue, field)
+    target = half.HalfSpinor.allocate(context, 40)
+    target.copy_from(command_queue, source)
+    np.testing.assert_array_equal(half.from_device(command_queue, target),
+                                  half.spinor_from_half(*half.spinor_to_half(field)))
+    target.zero(command_queue)
+    assert not np.any(half.from_device(command_queue, target))
+    assert np.any(half.from_device(command_queue, source))  # the copy was a copy
+
+
 def test_links_are_stored_as_16_bit_fixed_point_and_out_of_range_ones_refused():
     dims = (2, 2, 2, 2)
     lat = Lattice(dims)

@@ -241,6 +241,7 @@ class DslashTemplate:
         """Build ``variants`` with ``params`` as one program; keep and return their kernels."""
         program = self.context.build(TEMPLATE, {**self.render_arguments(params),
                                                 "variants": variants})
+        tuned = tuple(sorted(params.items()))
         kernels = []
         for variant in variants:
             parity, dagger, xpay = variant[:3]
@@ -248,8 +249,7 @@ class DslashTemplate:
                     f"{'_' + variant[3] if self.half else ''}")
             built = program.get_kernel(name)
             with self._guard:
-                kernels.append(self._kernels.setdefault(
-                    (tuple(sorted(params.items())), *variant), built))
+                kernels.append(self._kernels.setdefault((tuned, *variant), built))
         return kernels
 
     def prepare(self, params: dict[str, Any]) -> None:

@@ -53,6 +53,16 @@ class HalfSpinor:
     def sites(self) -> int:
         return self.norms.size
 
+    def copy_from(self, queue: accel.CommandQueue, other: HalfSpinor) -> None:
+        """Enqueue a copy of ``other`` (as a device array's ``copy_from``)."""
+        self.values.copy_from(queue, other.values)
+        self.norms.copy_from(queue, other.norms)
+
+    def zero(self, queue: accel.CommandQueue) -> None:
+        """Enqueue zeroing (as a device array's ``zero``): the norms alone, since a site of
+        norm 0 holds zeros whatever its values."""
+        self.norms.zero(queue)
+
 
 def spinor_to_half(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A (12, n) complex field as (values int16 (3, n, 4, 2), norms float32 (n,))."""

@@ -141,8 +141,8 @@ class SchwarzMRTemplate:
             step = cls(context, lattice.dims, block, dtype, 0, params, half).instantiate(queue)
 
             def setup() -> None:
-                vectors.copy(r, pristine["r"])
-                vectors.copy(z, pristine["z"])
+                r.copy_from(queue, pristine["r"])
+                z.copy_from(queue, pristine["z"])
 
             def check() -> bool:
                 got_r, got_z = vectors.get(r), vectors.get(z)
@@ -172,13 +172,6 @@ class _MRVectors:
         if self.half:
             return half_storage.HalfSpinor.allocate(self.context, self.shape[1])
         return self.context.allocate(self.shape, self.dtype)
-
-    def copy(self, out: Any, inp: Any) -> None:
-        if self.half:
-            out.values.copy_from(self.queue, inp.values)
-            out.norms.copy_from(self.queue, inp.norms)
-        else:
-            out.copy_from(self.queue, inp)
 
     def get(self, vector: Any) -> np.ndarray:
         if self.half:
@@ -287,10 +280,7 @@ class SchwarzPreconditioner:
             self.r.copy_from(q, inp)
         else:
             self._down(self.r, inp)
-        if self.half:
-            self.z.norms.zero(q)  # a site of norm 0 holds zeros, whatever its values
-        else:
-            self.z.zero(q)
+        self.z.zero(q)
         for _ in range(self.iterations):
             self.A.apply(self.ar, self.r)
             self.step(self.r, self.z, self.ar)  # per block: z += alpha_b r, r -= alpha_b A r

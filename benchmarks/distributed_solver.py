@@ -1,9 +1,10 @@
 """Solvers on several GPUs: time to solution of the distributed Wilson operator.
 
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_solver.py
-    --dims X Y Z T --grid PX PY PZ PT [--kappa 0.2] [--tol 1e-10] [--reconstruct 12]
+    --dims X Y Z T --grid PX PY PZ PT [--kappa 0.2 ...] [--tol 1e-10] [--reconstruct 12]
     [--transport auto|peer|host] [--methods cg bicgstab gcr-schwarz] [--block BX BY BZ BT]
-    [--inner-iterations 10] [--inner-precision half] [--nkrylov 16] [--delta 0.1] [--json FILE]
+    [--inner-iterations 10 ...] [--inner-precision half] [--nkrylov 16] [--delta 0.1 ...]
+    [--repeat 1] [--json FILE]
 
 One rank per GPU (``rank_context``). The right-hand side is one global Gaussian field (the
 same for every grid, so 1 and N GPUs solve the same system); each rank takes its block. The
@@ -18,7 +19,10 @@ equations, as ``solve`` asks), "bicgstab" mixed BiCGstab on M_pc (``solvers.bicg
 the residual has fallen by ``--delta`` (``solvers.gcr_mixed``). Each is timed from the first
 kernel to the last, every rank synchronised before and after, host conversions excluded, after one
 warm-up solve of a few iterations (builds and tuning out of the way). Strong scaling: run the
-same ``--dims`` with ``-n 1 --grid 1 1 1 1`` and with N ranks.
+same ``--dims`` with ``-n 1 --grid 1 1 1 1`` and with N ranks. ``--repeat N`` times each solve N times and reports the median (every
+time is in the JSON). Several ``--kappa`` values run
+every method at each (the links are the same); several ``--inner-iterations`` and ``--delta``
+(and ``--nkrylov``) values run the GCR methods once per combination, all in one process.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import json
 import time
 import warnings
 from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import numpy as np
 from mpi4py import MPI
@@ -50,34 +55,66 @@ def main() -> None:
     parser.add_argument("--grid", type=int, nargs=4, required=True)
     # Haar links: kappa 0.2 needs a hundred iterations or so (66 at 8^4 for 0.18, 261 for 0.22),
     # enough that the solve, not its setup, is timed
-    parser.add_argument("--kappa", type=float, default=0.2)
+    parser.add_argument("--kappa", type=float, nargs="+", default=[0.2])
     parser.add_argument("--tol", type=float, default=1e-10)
     parser.add_argument("--reconstruct", type=int, default=12)
     parser.add_argument("--transport", default="auto", choices=["auto", "peer", "host"])
     parser.add_argument("--methods", nargs="+", default=["cg"], choices=METHODS)
     parser.add_argument("--block", type=int, nargs=4,
                         help="Schwarz blocks (default: each rank's part)")
-    parser.add_argument("--inner-iterations", type=int, default=10)
+    parser.add_argument("--inner-iterations", type=int, nargs="+", default=[10])
     parser.add_argument("--inner-precision", default="half")
-    parser.add_argument("--nkrylov", type=int, default=16)
-    parser.add_argument("--delta", type=float, default=0.1)
+    parser.add_argument("--nkrylov", type=int, nargs="+", default=[16])
+    parser.add_argument("--delta", type=float, nargs="+", default=[0.1])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="time each solve this many times; the median is reported")
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     context = rank_context(comm)
     dims = tuple(args.dims)
-    u = haar_field(dims, seed=3)  # the timing does not depend on the links' values
-    high = DistributedWilsonOperator(comm, context, u, args.kappa, tuple(args.grid), "double",
-                                     args.reconstruct, check=False, transport=args.transport)
-    low = high.with_precision("single")
-    del u
+    u = haar_field(dims, seed=3)
     x, y, z, t = dims
     rng = np.random.default_rng(11)
     b = (rng.standard_normal((t, z, y, x, 4, 3), dtype=np.float32)
          + 1j * rng.standard_normal((t, z, y, x, 4, 3), dtype=np.float32))
-    field = high.to_device(b)
-    del b
-    block = tuple(args.block) if args.block else high.partition.local
+    result: dict[str, Any] = {
+        "device": context.device.describe(), "ranks": comm.size, "dims": list(dims),
+        "grid": list(args.grid), "kappa": args.kappa, "tol": args.tol,
+        "reconstruct": args.reconstruct, "inner_iterations": args.inner_iterations,
+        "inner_precision": args.inner_precision, "nkrylov": args.nkrylov, "delta": args.delta,
+        "date": time.strftime("%Y-%m-%d"), "runs": []}
+    for kappa in args.kappa:
+        high = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), "double",
+                                         args.reconstruct, check=False, transport=args.transport)
+        result.update(local=list(high.partition.local), transport=high.transport.name)
+        block = tuple(args.block) if args.block else high.partition.local
+        result["block"] = list(block)
+        for row in _runs(args, comm, high, high.to_device(b), block):
+            row["kappa"] = kappa
+            result["runs"].append(row)
+            if comm.rank == 0:  # each as it finishes: a run cut short keeps what it measured
+                inner = (f" ({row['inner_iterations']} inner, {row['inner_steps']} per step, "
+                         f"nkrylov {row['nkrylov']}, delta {row['delta']}, "
+                         f"{row['reliable_updates']} updates)"
+                         if row["inner_iterations"] else "")
+                print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, "
+                      f"{high.transport.name} transport, kappa {kappa}: {row['method']} "
+                      f"{row['iterations']} iterations{inner} in {row['seconds']:.3f} s "
+                      f"(median of {len(row['seconds_all'])}: "
+                      f"{min(row['seconds_all']):.3f}-{max(row['seconds_all']):.3f}) "
+                      f"(true residual {row['true_residual']:.1e})", flush=True)
+    if comm.rank == 0:
+        print(json.dumps(result))
+        if args.json:
+            Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, field: Any,
+          block: tuple[int, ...]) -> Iterator[dict[str, Any]]:
+    """Each requested solve at ``high``'s kappa, timed after a warm-up: one row per method, and
+    per (inner iterations, delta) for the GCR methods."""
+    low = high.with_precision("single")
     # the even-odd system M_pc x_e = b_e + kappa D_eo b_o: CG on its normal equations, BiCGstab
     # and GCR on it directly
     rhs = high.context.allocate(12 * high.lattice.half_volume, high.dtype)
@@ -86,60 +123,55 @@ def main() -> None:
     high.apply_pc_dagger(rhs, out=rhs_n)
     normal = WilsonLinearOperator(high, "MpcdagMpc"), WilsonLinearOperator(low, "MpcdagMpc")
     direct = WilsonLinearOperator(high, "Mpc"), WilsonLinearOperator(low, "Mpc")
-    preconditioners: dict[int, SchwarzPreconditioner] = {}
-
-    def schwarz(outer: int) -> SchwarzPreconditioner:
-        """The Schwarz preconditioner on ``direct[outer]``'s vectors, made (and its block
-        operator and MR step tuned) only when a run asks for it."""
-        if outer not in preconditioners:
-            blocks = WilsonLinearOperator(high.with_domain(block, args.inner_precision), "Mpc")
-            preconditioners[outer] = SchwarzPreconditioner(direct[outer], blocks,
-                                                           args.inner_iterations)
-        return preconditioners[outer]
-
-    solves = {
-        "cg": lambda maxiter: solvers.cg_mixed(*normal, rhs_n, args.tol * 0.1, maxiter=maxiter),
-        "bicgstab": lambda maxiter: solvers.bicgstab_mixed(*direct, rhs, args.tol, maxiter=maxiter),
-        "gcr-schwarz": lambda maxiter: solvers.gcr(direct[0], rhs, args.tol, maxiter,
-                                                   args.nkrylov, preconditioner=schwarz(0)),
-        "gcr-schwarz-mixed": lambda maxiter: solvers.gcr_mixed(
-            *direct, rhs, args.tol, maxiter, args.nkrylov, preconditioner=schwarz(1),
-            delta=args.delta),
-    }
-    result = {"device": context.device.describe(), "ranks": comm.size, "dims": list(dims),
-              "grid": list(args.grid), "local": list(high.partition.local),
-              "kappa": args.kappa, "tol": args.tol, "reconstruct": args.reconstruct,
-              "transport": high.transport.name, "block": list(block),
-              "inner_iterations": args.inner_iterations, "inner_precision": args.inner_precision,
-              "nkrylov": args.nkrylov, "delta": args.delta, "date": time.strftime("%Y-%m-%d"), "methods": {}}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # the short warm-up does not converge
-        for method in args.methods:
-            solves[method](5)  # warm-up: builds, tuning
-            K = (schwarz(1 if method.endswith("mixed") else 0) if method.startswith("gcr")
-                 else None)
+    blocks = None
+    for method in args.methods:
+        gcr = method.startswith("gcr")
+        settings = ([(n, d, k) for n in args.inner_iterations for k in args.nkrylov for d in
+                     (args.delta if method.endswith("mixed") else args.delta[:1])]
+                    if gcr else [(0, 0.0, 0)])
+        for inner_steps, delta, nkrylov in settings:
+            K = None
+            if gcr:
+                # the Schwarz preconditioner on the outer solver's vectors (its block operator
+                # made and its MR step tuned once)
+                blocks = blocks or WilsonLinearOperator(
+                    high.with_domain(block, args.inner_precision), "Mpc")
+                K = SchwarzPreconditioner(direct[1 if method.endswith("mixed") else 0], blocks,
+                                          inner_steps)
+            solve = _solver(method, args, normal, direct, rhs, rhs_n, K, delta, nkrylov)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the short warm-up stops early
+                solve(5)  # warm-up: builds, tuning
             inner_before, pre_before = (K.inner_iterations, K.seconds) if K else (0, 0.0)
             solved = []
-            seconds = ranks_time(comm, high.queue, lambda: solved.append(solves[method](20000)[1]))
+            times = [ranks_time(comm, high.queue, lambda: solved.append(solve(20000)[1]))
+                     for _ in range(args.repeat)]
+            seconds = float(np.median(times))
             info = solved[0]
-            result["methods"][method] = {
-                "converged": bool(info.converged), "iterations": info.iterations,
-                "true_residual": info.true_residual, "seconds": seconds,
-                "seconds_per_iteration": seconds / max(info.iterations, 1),
-                "inner_iterations": K.inner_iterations - inner_before if K else 0,
-                "preconditioner_seconds": K.seconds - pre_before if K else 0.0,
-                "reliable_updates": info.reliable_updates}
-            if comm.rank == 0:  # each as it finishes: a run cut short keeps what it measured
-                r = result["methods"][method]
-                inner = f" ({r['inner_iterations']} inner)" if r["inner_iterations"] else ""
-                print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, "
-                      f"{high.transport.name} transport: {method} {r['iterations']} "
-                      f"iterations{inner} in {r['seconds']:.3f} s (true residual "
-                      f"{r['true_residual']:.1e})", flush=True)
-    if comm.rank == 0:
-        print(json.dumps(result))
-        if args.json:
-            Path(args.json).write_text(json.dumps(result, indent=1))
+            yield {"method": method, "converged": bool(info.converged),
+                   "iterations": info.iterations, "true_residual": info.true_residual,
+                   "seconds": seconds, "seconds_all": times,
+                   "seconds_per_iteration": seconds / max(info.iterations, 1),
+                   "inner_steps": inner_steps, "delta": delta, "nkrylov": nkrylov,
+                   "inner_iterations": (K.inner_iterations - inner_before) // args.repeat if K else 0,
+                   "preconditioner_seconds": (K.seconds - pre_before) / args.repeat if K else 0.0,
+                   "reliable_updates": info.reliable_updates}
+
+
+def _solver(method: str, args: argparse.Namespace, normal: tuple[Any, Any],
+            direct: tuple[Any, Any], rhs: Any, rhs_n: Any, K: SchwarzPreconditioner | None,
+            delta: float, nkrylov: int) -> Callable[[int], tuple[Any, Any]]:
+    """``solve(maxiter)`` for ``method`` (CG on the normal equations to a tenth of ``--tol``,
+    as ``WilsonOperator.solve`` asks)."""
+    if method == "cg":
+        return lambda maxiter: solvers.cg_mixed(*normal, rhs_n, args.tol * 0.1, maxiter=maxiter)
+    if method == "bicgstab":
+        return lambda maxiter: solvers.bicgstab_mixed(*direct, rhs, args.tol, maxiter=maxiter)
+    if method == "gcr-schwarz":
+        return lambda maxiter: solvers.gcr(direct[0], rhs, args.tol, maxiter, nkrylov,
+                                           preconditioner=K)
+    return lambda maxiter: solvers.gcr_mixed(*direct, rhs, args.tol, maxiter, nkrylov,
+                                             preconditioner=K, delta=delta)
 
 
 if __name__ == "__main__":

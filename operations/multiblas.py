@@ -1,17 +1,20 @@
 """Multi-vector passes for Gram-Schmidt (GCR's orthogonalisation), one pass over memory each.
 
-========== ============================================ ==============================
-operation  effect                                       returns
-========== ============================================ ==============================
-cdots{k}   -                                            <x_i, y> for i < k
-caxpys{k}  y -= sum_i b_i x_i;  w -= sum_i b_i v_i      -
-========== ============================================ ==============================
+=================== ================================== ==============================
+operation           effect                             returns
+=================== ================================== ==============================
+cdots{k}            -                                  <x_i, y> for i < k
+csubs_dot_norm{k}   y -= sum_i b_i x_i                 <y, r>, |y|^2 (after the update)
+caxpy_sums{k}       y += sum_i a_i x_i                 -
+=================== ================================== ==============================
 
 for k = 1 ... :data:`MAX_VECTORS` (complex data). ``cdots{k}`` takes (y, x_0, ..., x_{k-1}) and
-reads y once for all k dot products; ``caxpys{k}`` takes (y, w, x_0, ..., x_{k-1}, v_0, ...,
-v_{k-1}) and scalars b_0 ... b_{k-1}. Made of the same fused pass as :mod:`.blas` (so the same
-launch parameters apply); they are not tuned on their own: :func:`parameters_from` derives
-theirs from a tuned single-vector pass, limiting the work-group's scratch for k reductions.
+reads y once for all k dot products; ``csubs_dot_norm{k}`` takes (y, r, x_0, ..., x_{k-1}) and
+scalars b_0 ... b_{k-1}: the orthogonalised direction and what the step length needs, in the
+same pass; ``caxpy_sums{k}`` takes (y, x_0, ..., x_{k-1}) and scalars a_0 ... a_{k-1} (GCR's
+deferred solution update). Made of the same fused pass as :mod:`.blas` (so the same launch
+parameters apply); they are not tuned on their own: :func:`parameters_from` derives theirs from
+a tuned single-vector pass, limiting the work-group's scratch for k reductions.
 """
 
 from __future__ import annotations
@@ -33,13 +36,20 @@ def _ref_cdots(v, s):
     return {}, tuple(np.vdot(v[f"x{i}"], v["y"]) for i in range(k))
 
 
-def _ref_caxpys(v, s):
-    k = (len(v) - 2) // 2
-    y, w = v["y"].copy(), v["w"].copy()
+def _ref_csubs_dot_norm(v, s):
+    k = len(v) - 2
+    y = v["y"].copy()
     for i in range(k):
         y -= s[f"b{i}"] * v[f"x{i}"]
-        w -= s[f"b{i}"] * v[f"v{i}"]
-    return {"y": y, "w": w}, ()
+    return {"y": y}, (np.vdot(y, v["r"]), np.vdot(y, y).real)
+
+
+def _ref_caxpy_sums(v, s):
+    k = len(v) - 1
+    y = v["y"].copy()
+    for i in range(k):
+        y += s[f"a{i}"] * v[f"x{i}"]
+    return {"y": y}, ()
 
 
 def _sum(terms: list[str]) -> str:
@@ -53,18 +63,23 @@ def _ops() -> dict[str, FusedOp]:
     ops = {}
     for k in range(1, MAX_VECTORS + 1):
         xs = tuple(f"x{i}" for i in range(k))
-        vs = tuple(f"v{i}" for i in range(k))
         ops[f"cdots{k}"] = FusedOp(
             f"cdots{k}", ("y",) + xs,
             outputs=tuple(Output("field", (f"CDOT_RE(x{i}, y)", f"CDOT_IM(x{i}, y)"))
                           for i in range(k)),
             complex_only=True, reference=_ref_cdots)
-        ops[f"caxpys{k}"] = FusedOp(
-            f"caxpys{k}", ("y", "w") + xs + vs, ("y", "w"),
+        ops[f"csubs_dot_norm{k}"] = FusedOp(
+            f"csubs_dot_norm{k}", ("y", "r") + xs, ("y",),
             scalars=tuple((f"b{i}", "field") for i in range(k)),
-            body=(f"y = SUB(y, {_sum([f'MUL(b{i}, x{i})' for i in range(k)])}); "
-                  f"w = SUB(w, {_sum([f'MUL(b{i}, v{i})' for i in range(k)])});"),
-            complex_only=True, reference=_ref_caxpys)
+            body=f"y = SUB(y, {_sum([f'MUL(b{i}, x{i})' for i in range(k)])});",
+            outputs=(Output("field", ("CDOT_RE(y, r)", "CDOT_IM(y, r)")),
+                     Output("real", ("NORM2(y)",))),
+            complex_only=True, reference=_ref_csubs_dot_norm)
+        ops[f"caxpy_sums{k}"] = FusedOp(
+            f"caxpy_sums{k}", ("y",) + xs, ("y",),
+            scalars=tuple((f"a{i}", "field") for i in range(k)),
+            body=f"y = ADD(y, {_sum([f'MUL(a{i}, x{i})' for i in range(k)])});",
+            complex_only=True, reference=_ref_caxpy_sums)
     return ops
 
 
@@ -78,13 +93,14 @@ class MultiBlasTemplate(FusedTemplate):
     autotune_version = 1
 
 
-def parameters_from(tuned: dict[str, Any] | None, k: int) -> dict[str, Any]:
-    """Launch parameters for a k-vector pass from a tuned single-vector pass's (``None``: the
-    fused passes' ``test=`` values): one chunk per work-item (k + 1 vectors in flight already),
-    and a work-group small enough that 2 k double accumulators fit :data:`SCRATCH_BYTES`."""
+def parameters_from(tuned: dict[str, Any] | None, sums: int) -> dict[str, Any]:
+    """Launch parameters for a multi-vector pass that reduces ``sums`` complex values (k for
+    ``cdots{k}``) from a tuned single-vector pass's (``None``: the fused passes' ``test=``
+    values): one chunk per work-item (several vectors in flight already), and a work-group small
+    enough that 2 ``sums`` double accumulators fit :data:`SCRATCH_BYTES`."""
     base = dict(tuned or TEST_PARAMETERS)
     wgs = base["wgs"]
-    while wgs > 32 and wgs * 2 * k * 8 > SCRATCH_BYTES:
+    while wgs > 32 and wgs * 2 * sums * 8 > SCRATCH_BYTES:
         wgs //= 2
     shuffle = base["shuffle"] and wgs >= 64
     return {**base, "wgs": wgs, "ipt": 1, "shuffle": shuffle}

@@ -84,7 +84,7 @@ class VectorOps:
         if inst is None:
             tuning = self.tuning
             if tuning is None:
-                tuning = self._agreed(lambda: family.autotune(self.context, self.dtype, op))
+                tuning = self.agreed(lambda: family.autotune(self.context, self.dtype, op))
             inst = self._passes[key] = family(self.context, self.dtype, op, tuning).instantiate(
                 self.queue, self.size)
         return inst
@@ -96,25 +96,28 @@ class VectorOps:
         key = ("ConvertTemplate", np.dtype(src).str)
         inst = self._passes.get(key)
         if inst is None:
-            tuning = self._agreed(lambda: ConvertTemplate.autotune(self.context, src, self.dtype))
+            tuning = self.agreed(lambda: ConvertTemplate.autotune(self.context, src, self.dtype))
             inst = self._passes[key] = ConvertTemplate(self.context, src, self.dtype,
                                                        tuning).instantiate(self.queue)
         return inst
 
     def multi(self, op: str, k: int) -> Any:
-        """The k-vector pass ``op`` ("cdots" or "caxpys", :mod:`~operations.multiblas`), made
-        once, with launch parameters derived from this queue's tuned ``caxpy`` pass."""
-        key = ("MultiBlasTemplate", f"{op}{k}")
+        """The k-vector pass ``op`` ("cdots", "csubs_dot_norm" or "caxpy_sums",
+        :mod:`~operations.multiblas`), made once, with launch parameters derived from this
+        queue's tuned ``caxpy`` pass."""
+        name = f"{op}{k}"
+        key = ("MultiBlasTemplate", name)
         inst = self._passes.get(key)
         if inst is None:
             single = self.fused(BlasTemplate, "caxpy")
             tuned = getattr(getattr(single, "template", None), "tuning", None)  # None online
+            sums = -(-len(MultiBlasTemplate.ops[name].reductions(True)) // 2)  # complex sums
             inst = self._passes[key] = MultiBlasTemplate(
-                self.context, self.dtype, f"{op}{k}", parameters_from(tuned, k)).instantiate(
+                self.context, self.dtype, name, parameters_from(tuned, sums)).instantiate(
                     self.queue, self.size)
         return inst
 
-    def _agreed(self, autotune: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    def agreed(self, autotune: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
         """With ``comm``: rank 0 tunes (or reads the store) and tells the others, so that every
         rank launches the same parameters (QUDA's rule); without: None (the template tunes)."""
         if self.comm is None:
@@ -582,53 +585,83 @@ def _check_gcr(nkrylov: Any, preconditioner: Any) -> None:
 
 
 class _GcrBasis:
-    """GCR's directions z_i and A z_i (with |A z_i|^2) since the last restart, and one step."""
+    """GCR's directions since the last restart, and one step, the way QUDA's GCR keeps them:
+    the preconditioned directions p_i = K r_i as made, their images A p_i made orthogonal to
+    each other (with |A p_i|^2), and the Gram-Schmidt coefficients beta_ij. The solution is not
+    updated at each step: :meth:`restart` adds x += sum_i gamma_i p_i in one pass, gamma solving
+    the triangular system of the coefficients, when the basis is full, before a reliable update
+    and at the end. Per step this saves orthogonalising p and updating x (k + 5 vector passes
+    for k earlier directions) for k + 2 passes per restart."""
 
     def __init__(self, A: LinearOperator, ops: VectorOps, nkrylov: int,
                  preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None] | None):
         self.A, self.ops, self.preconditioner = A, ops, preconditioner
-        ops.prepare(blas=("caxpy", "caxpy_norm", "cdot_norm"))
-        # Every block width the Gram-Schmidt passes will use, built now: built when first
-        # reached, they would compile in the middle of the solve.
+        ops.prepare(blas=("caxpy_norm", "cdot_norm"))
+        # Every width the passes will use, built now: built when first reached, they would
+        # compile in the middle of the solve.
         for m in range(1, min(nkrylov - 1, MAX_VECTORS) + 1):
             ops.multi("cdots", m)
-            ops.multi("caxpys", m)
-        self.zs = [ops.new() for _ in range(nkrylov)]
-        self.azs = [ops.new() for _ in range(nkrylov)]
-        self.norms = [0.0] * nkrylov  # |A z_i|^2
+            ops.multi("csubs_dot_norm", m)
+        for m in range(1, min(nkrylov, MAX_VECTORS) + 1):
+            ops.multi("caxpy_sums", m)
+        self.ps = [ops.new() for _ in range(nkrylov)]
+        self.aps = [ops.new() for _ in range(nkrylov)]
+        self.norms = [0.0] * nkrylov  # |A p_i|^2, of the orthogonalised A p_i
+        self.beta = np.zeros((nkrylov, nkrylov), dtype=np.complex128)  # beta[i, j], i < j
+        self.alpha = np.zeros(nkrylov, dtype=np.complex128)  # the step lengths
         self.k = 0  # directions in the basis
 
     def step(self, x: accel.DeviceArray, r: accel.DeviceArray, iteration: int) -> float:
-        """z = K r, A z made orthogonal to the basis, x += alpha z, r -= alpha A z minimising
-        |r|; returns |r|^2. The basis restarts once full."""
+        """p = K r, A p made orthogonal to the basis, r -= alpha A p minimising |r| (x follows
+        at the next :meth:`restart`); returns |r|^2. A full basis restarts first."""
+        if self.k == len(self.ps):
+            self.restart(x)
         ops, k = self.ops, self.k
-        if k == len(self.zs):
-            k = 0
-        z, az = self.zs[k], self.azs[k]
+        p, ap = self.ps[k], self.aps[k]
         if self.preconditioner is None:
-            z.copy_from(self.A.queue, r)
+            p.copy_from(self.A.queue, r)
         else:
-            self.preconditioner(z, r)
-        self.A.apply(az, z)
+            self.preconditioner(p, r)
+        self.A.apply(ap, p)
+        if k == 0:
+            ap_r, norm = ops.blas("cdot_norm", ap, r)
         for first in range(0, k, MAX_VECTORS):
             block = range(first, min(k, first + MAX_VECTORS))
             m = len(block)
-            dots = ops.global_sum(ops.multi("cdots", m)(az, *(self.azs[i] for i in block)))
+            dots = ops.global_sum(ops.multi("cdots", m)(ap, *(self.aps[i] for i in block)))
             dots = dots if isinstance(dots, tuple) else (dots,)
-            betas = {f"b{j}": complex(dots[j]) / self.norms[i] for j, i in enumerate(block)}
-            ops.multi("caxpys", m)(az, z, *(self.azs[i] for i in block),
-                                   *(self.zs[i] for i in block), **betas)
-        az_r, self.norms[k] = ops.blas("cdot_norm", az, r)
-        if not self.norms[k] > 0:
+            for j, i in enumerate(block):
+                self.beta[i, k] = complex(dots[j]) / self.norms[i]
+            # A p -= sum beta_ik A p_i, with <A p, r> and |A p|^2 of the result in the same pass
+            ap_r, norm = ops.global_sum(ops.multi("csubs_dot_norm", m)(
+                ap, r, *(self.aps[i] for i in block),
+                **{f"b{j}": self.beta[i, k] for j, i in enumerate(block)}))
+        self.norms[k] = norm
+        if not norm > 0:
             raise SolverBreakdown(f"GCR: A z = 0 at iteration {iteration} (the preconditioner "
                                   "returned a vector the operator annihilates, or zero)")
-        alpha = az_r / self.norms[k]
-        rr = ops.blas("caxpy_norm", az, r, a=-alpha)
-        ops.blas("caxpy", z, x, a=alpha)
+        self.alpha[k] = alpha = ap_r / norm
+        rr = ops.blas("caxpy_norm", ap, r, a=-alpha)
         self.k = k + 1
         if not math.isfinite(rr):
             raise SolverBreakdown(f"GCR: the residual became {rr} at iteration {iteration + 1}")
         return rr
+
+    def restart(self, x: accel.DeviceArray) -> None:
+        """x += the update the directions since the last restart make, and an empty basis.
+
+        The orthogonalised directions are p~_j = p_j - sum_{i<j} beta_ij p~_i, so P = P~ B with
+        B unit upper triangular, and x += P~ alpha = P gamma with B gamma = alpha."""
+        k = self.k
+        gamma = self.alpha[:k].copy()
+        for j in range(k - 1, -1, -1):  # back substitution
+            gamma[j] -= self.beta[j, j + 1:k] @ gamma[j + 1:k]
+        for first in range(0, k, MAX_VECTORS):
+            block = range(first, min(k, first + MAX_VECTORS))
+            self.ops.multi("caxpy_sums", len(block))(
+                x, *(self.ps[i] for i in block),
+                **{f"a{j}": complex(gamma[i]) for j, i in enumerate(block)})
+        self.k = 0
 
 
 def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
@@ -636,13 +669,15 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
         | None = None, x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """Flexible GCR for a general ``A``, restarted every ``nkrylov`` steps.
 
-    Step k takes z = K r (``preconditioner(out, inp)`` enqueues ``out = K inp``; the identity
+    Step k takes p = K r (``preconditioner(out, inp)`` enqueues ``out = K inp``; the identity
     without one, and K may change from step to step: a few iterations of an inner solver),
-    makes A z orthogonal to the earlier A z (block Gram-Schmidt: for each block of up to
-    :data:`~operations.multiblas.MAX_VECTORS` earlier directions, every <A z_i, A z> in one pass
-    over memory and A z and z updated in another, :mod:`~operations.multiblas`; one block, that
-    is classical Gram-Schmidt, up to 17 steps between restarts), and minimises |r| along it:
-    x += alpha z, r -= alpha A z. ``iterations`` counts steps.
+    makes A p orthogonal to the earlier A p (block Gram-Schmidt: for each block of up to
+    :data:`~operations.multiblas.MAX_VECTORS` earlier directions, every <A p_i, A p> in one pass
+    over memory, and A p updated with its <A p, r> and |A p|^2 in another,
+    :mod:`~operations.multiblas`; one block, that is classical Gram-Schmidt, up to 17 steps
+    between restarts), and minimises |r| along it: r -= alpha A p. The solution is updated from
+    the basis at each restart and at the end (x += sum gamma_i p_i, QUDA's way: the directions
+    themselves are never orthogonalised). ``iterations`` counts steps.
     """
     tol, maxiter = check_stopping(tol, maxiter)
     _check_gcr(nkrylov, preconditioner)
@@ -667,7 +702,8 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
         iterations += 1
         history.append(math.sqrt(rr / bb))
         converged = history[-1] < tol
-    return _finish("GCR", A, ops, b, x, bb, basis.azs[0], converged, iterations, applications,
+    basis.restart(x)
+    return _finish("GCR", A, ops, b, x, bb, basis.aps[0], converged, iterations, applications,
                    history, start, maxiter)
 
 
@@ -697,12 +733,12 @@ def gcr_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
         rr = basis.step(xs, rs, iterations)
         applications += 1
         iterations += 1
-        if rr < delta ** 2 * r_max or rr / bb < tol ** 2:
+        if rr < delta ** 2 * r_max or rr / bb < tol ** 2 or iterations == maxiter:
+            basis.restart(xs)  # x_low from the basis; the next steps start a new one
             rr = m.reliable_update(A)  # x += x_low, r = b - A x in high precision
             applications += 1
             updates += 1
             r_max = rr
-            basis.k = 0
             history.append(math.sqrt(rr / bb))
             if history[-1] < tol:
                 converged = True

@@ -34,7 +34,13 @@ def main() -> None:
     parser.add_argument("--solves", nargs="*", default=["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"])
     parser.add_argument("--tune-policy", action="store_true",
                         help="policy tuned (collectively) into AUTOTUNE_DB, as outside tests")
+    parser.add_argument("--store-per-rank", metavar="DIR",
+                        help="tune on a miss as outside tests, each rank into DIR/rank<r>.db, "
+                             "and solve with GCR-Schwarz: which ranks tuned what")
     args = parser.parse_args()
+    if args.store_per_rank:
+        tuned_per_rank(args)
+        return
     if args.tune_policy:
         args.policy = "tuned"
         test_mode.cached = True  # tune on a miss and store, into the test's database
@@ -94,6 +100,40 @@ def main() -> None:
         got, want = many.dslash(psi), one.dslash(psi)  # locked now
         result["policy"] = {"best": tuner.best, "scans": tuner.scans, "launches": launches,
                             "stored": tuner.stored, "after": float(np.max(np.abs(got - want))) / scale}
+    everyone = comm.gather(result)
+    if comm.rank == 0:
+        print(json.dumps(everyone))
+    sys.stdout.flush()
+
+
+def tuned_per_rank(args: argparse.Namespace) -> None:
+    """A mixed GCR-Schwarz solve (half precision inner solves) and a mixed BiCGstab one, every
+    template tuned on a miss, each rank with its own database: rank 0 prints, per rank, the
+    functions its database holds afterwards and the solves' results."""
+    from pathlib import Path
+
+    from autotune.tune.store import ResultStore, use_database
+
+    test_mode.cached = True
+    comm = MPI.COMM_WORLD
+    context = rank_context(comm)
+    dims = tuple(args.dims)
+    rng = np.random.default_rng(9)
+    x, y, z, t = dims
+    psi = rng.standard_normal((t, z, y, x, 4, 3)) + 1j * rng.standard_normal((t, z, y, x, 4, 3))
+    db = Path(args.store_per_rank) / f"rank{comm.rank}.db"
+    with use_database(db):
+        many = DistributedWilsonOperator(comm, context, haar_field(dims, seed=5), 0.11,
+                                         tuple(args.grid), "double", args.reconstruct,
+                                         args.t_boundary)
+        _, gcr = many.solve(psi, "gcr", 1e-10, True, "mixed", preconditioner="schwarz",
+                            block=many.partition.local, inner_iterations=4, inner_precision="half")
+        _, bicg = many.solve(psi, "bicgstab", 1e-10, True, "mixed")
+    comm.Barrier()
+    functions = sorted({r.key.function for r in ResultStore.open(db).records()}) if db.exists() else []
+    result = {"rank": comm.rank, "functions": functions,
+              "gcr": [gcr.iterations, gcr.inner_iterations, gcr.true_residual],
+              "bicgstab": [bicg.iterations, bicg.true_residual]}
     everyone = comm.gather(result)
     if comm.rank == 0:
         print(json.dumps(everyone))

@@ -176,6 +176,29 @@ def test_the_policy_is_tuned_by_every_rank_together_and_stored_once(context, tmp
     assert [r["policy"]["best"] for r in again] == [policies[0]["best"]] * 2
 
 
+def test_one_rank_tunes_every_kernel_of_a_distributed_solve_for_all(context, tmp_path):
+    """QUDA's rule for everything a distributed GCR-Schwarz and BiCGstab solve tunes (the
+    dslash, the pack kernel, the block dslash, the Schwarz MR step, the half precision
+    conversions, the BLAS passes): rank 0 tunes on a miss and tells the others, which tune
+    nothing. Each rank is given its own empty database: afterwards rank 1's is empty."""
+    command = [_mpiexec(), "-n", "2", sys.executable, "-m", "mpi4py", str(SCRIPT),
+               "--dims", "4", "4", "4", "8", "--grid", "1", "1", "1", "2", "--reconstruct", "12",
+               "--store-per-rank", str(tmp_path)]
+    env = dict(os.environ, AUTOTUNE_DEVICE=_selector(context),
+               PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-4000:]
+    first, second = json.loads(out.stdout.strip().splitlines()[-1])
+    assert second["functions"] == []
+    prefix = "operations.lqcd."
+    assert {prefix + "dslash.DslashTemplate.autotune", prefix + "halo.HaloTemplate.autotune",
+            prefix + "schwarz.SchwarzMRTemplate.autotune",
+            prefix + "half.HalfConvertTemplate.autotune",
+            "operations.blas.BlasTemplate.autotune"} <= set(first["functions"])
+    for solve in ("gcr", "bicgstab"):  # one solve, the same on both ranks
+        assert first[solve] == second[solve] and first[solve][-1] < 1e-10
+
+
 @pytest.mark.force_autotune
 def test_the_pack_kernel_is_tuned_and_gathers_the_faces(context):
     """Every candidate of the pack kernel's search is checked; the chosen one, run on a field

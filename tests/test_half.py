@@ -214,3 +214,23 @@ def test_every_half_dslash_candidate_is_checked(context):
     trials = ResultStore.open().trials(function="operations.lqcd.dslash.DslashTemplate.autotune")
     assert trials and all(t.status == "ok" for t in trials), [(t.parameters, t.message)
                                                               for t in trials]
+
+
+def test_stored_parts_are_what_half_storage_holds_in_the_reference_layout(context, command_queue):
+    """``stored_parts`` (what tuning checks read back) equals the decoded field in
+    ``spinor_parts``' layout, part by part within each site's 16-bit resolution; a changed
+    site shows."""
+    rng = np.random.default_rng(2)
+    n = 300
+    field = (rng.standard_normal((12, n)) + 1j * rng.standard_normal((12, n))) \
+        * np.exp(rng.uniform(-6, 6, n))[None, :]
+    dev = half.to_device(context, command_queue, field)
+    got, want = half.stored_parts(command_queue, dev), half.spinor_parts(field)
+    assert got.shape == want.shape == (3, n, 4, 2) and got.dtype == np.float32
+    site_max = np.max(np.abs(want), axis=(0, 2, 3))
+    assert np.all(np.abs(got - want) <= 0.51 * site_max[None, :, None, None] / half.HALF_MAX
+                  + 1e-6 * site_max[None, :, None, None])
+    np.testing.assert_allclose(half.spinor_parts(half.from_device(command_queue, dev)), got,
+                               rtol=1e-6, atol=0)
+    field[5, 17] += 0.1 * site_max[17]
+    assert np.max(np.abs(got - half.spinor_parts(field))) > 0.09 * site_max[17]

@@ -20,25 +20,33 @@ def test_k_dot_products_and_updates_in_one_pass_each(context, command_queue, dty
         pytest.skip(f"{context.device.name} has no double precision")
     rng = np.random.default_rng(k)
     n = 1000 + 3  # not a multiple of any vector width
-    y, w, *rest = _vectors(rng, 2 + 2 * k, n, dtype)
-    xs, vs = rest[:k], rest[k:]
+    y, r, *xs = _vectors(rng, 2 + k, n, dtype)
     vec = 16 // np.dtype(dtype).itemsize  # 16-byte loads
-    params = parameters_from({"wgs": 256, "ipt": 4, "groups_per_cu": 2, "vec": vec,
-                              "shuffle": False}, k)
-    dev = [context.to_device(command_queue, a) for a in (y, w, *xs, *vs)]
-    dots = MultiBlasTemplate(context, dtype, f"cdots{k}", params).instantiate(command_queue, n)(
-        dev[0], *dev[2:2 + k])
+    tuned = {"wgs": 256, "ipt": 4, "groups_per_cu": 2, "vec": vec, "shuffle": False}
+
+    def make(op, sums):
+        return MultiBlasTemplate(context, dtype, f"{op}{k}", parameters_from(tuned, sums)
+                                 ).instantiate(command_queue, n)
+
+    dev = [context.to_device(command_queue, a) for a in (y, r, *xs)]
+    dots = make("cdots", k)(dev[0], *dev[2:])
     dots = dots if isinstance(dots, tuple) else (dots,)
     tol = 1e-4 if dtype == np.complex64 else 1e-12
-    want = [np.vdot(x.astype(np.complex128), y.astype(np.complex128)) for x in xs]
+    y64, r64, xs64 = y.astype(np.complex128), r.astype(np.complex128), [x.astype(np.complex128) for x in xs]
+    want = [np.vdot(x, y64) for x in xs64]
     assert np.allclose(dots, want, rtol=tol, atol=tol * n), (dots, want)
+    # y -= sum b_i x_i, and <y, r>, |y|^2 of the updated y, in one pass
     b = {f"b{i}": complex(rng.standard_normal(), rng.standard_normal()) for i in range(k)}
-    update = MultiBlasTemplate(context, dtype, f"caxpys{k}", params).instantiate(command_queue, n)
-    assert update(*dev, **b) is None  # enqueued, returns at once
-    want_y = y.astype(np.complex128) - sum(b[f"b{i}"] * xs[i] for i in range(k))
-    want_w = w.astype(np.complex128) - sum(b[f"b{i}"] * vs[i] for i in range(k))
+    y_r, yy = make("csubs_dot_norm", 2)(*dev, **b)
+    want_y = y64 - sum(b[f"b{i}"] * xs64[i] for i in range(k))
     assert np.allclose(dev[0].get(command_queue), want_y, rtol=tol, atol=tol)
-    assert np.allclose(dev[1].get(command_queue), want_w, rtol=tol, atol=tol)
+    assert np.isclose(y_r, np.vdot(want_y, r64), rtol=tol, atol=tol * n)
+    assert np.isclose(yy, np.vdot(want_y, want_y).real, rtol=tol)
+    # y += sum a_i x_i
+    a = {f"a{i}": complex(rng.standard_normal(), rng.standard_normal()) for i in range(k)}
+    assert make("caxpy_sums", 0)(dev[0], *dev[2:], **a) is None  # enqueued, returns at once
+    want_y = want_y + sum(a[f"a{i}"] * xs64[i] for i in range(k))
+    assert np.allclose(dev[0].get(command_queue), want_y, rtol=tol, atol=tol)
 
 
 def test_launch_parameters_keep_the_reduction_scratch_small():

@@ -4,6 +4,8 @@ arguments refused by name. (Many ranks: tests/test_distributed.py.)"""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -62,6 +64,23 @@ def test_schwarz_gcr_in_mixed_precision_reaches_double_precision(system, sloppy)
                        preconditioner="schwarz", block=(4, 4, 4, 4), inner_iterations=6)
     assert info.converged and info.reliable_updates >= 2, info
     assert _true_residual(u, x, b) < 1e-10
+
+
+def test_a_smaller_delta_makes_fewer_reliable_updates_and_a_short_basis_still_converges(system):
+    """``delta`` reaches the mixed solvers: GCR with 4 steps between restarts (the settings
+    that beat BiCGstab on two GPUs, docs/performance.md) updates in double less often with
+    delta 0.01 than 0.1, at the same true residual; a delta outside (0, 1) is refused."""
+    op, u, b = system
+    kwargs = dict(precision="mixed", preconditioner="schwarz", block=(4, 4, 4, 4),
+                  inner_iterations=4, nkrylov=4)
+    runs = {d: op.solve(b, "gcr", 1e-10, delta=d, **kwargs) for d in (0.1, 0.01)}
+    for x, info in runs.values():
+        assert info.converged and _true_residual(u, x, b) < 1e-10, info
+    assert runs[0.01][1].reliable_updates < runs[0.1][1].reliable_updates
+    bicg = {d: op.solve(b, "bicgstab", 1e-10, precision="mixed", delta=d)[1] for d in (0.1, 0.01)}
+    assert bicg[0.01].converged and bicg[0.01].reliable_updates < bicg[0.1].reliable_updates
+    with pytest.raises(ValueError, match="delta must be between 0 and 1"):
+        op.solve(b, "gcr", 1e-10, delta=1.5, **kwargs)
 
 
 def test_one_block_with_exact_inner_solves_takes_a_few_outer_steps(system):
@@ -167,3 +186,20 @@ def test_one_mr_step_per_block_against_numpy(context, command_queue, dtype, bloc
 
 def _rel(a, b):
     return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+@pytest.mark.force_autotune
+@pytest.mark.parametrize("half", [False, True])
+def test_every_mr_step_candidate_is_checked_against_numpy(context, half):
+    """The MR step is tuned like the other templates: every candidate's r and z against the
+    numpy step (per real or imaginary part, within half precision's resolution when stored in
+    16 bits), none refused on a correct kernel."""
+    from autotune.tune.store import ResultStore
+    from operations.lqcd.schwarz import SchwarzMRTemplate
+
+    best = SchwarzMRTemplate.autotune(context, DIMS, (4, 4, 4, 4), np.complex64, half)
+    trials = ResultStore.open().trials(
+        function="operations.lqcd.schwarz.SchwarzMRTemplate.autotune")
+    assert len(trials) >= 2 and all(t.status == "ok" for t in trials), [
+        (t.parameters, t.message) for t in trials]
+    assert best in [json.loads(t.parameters) for t in trials]

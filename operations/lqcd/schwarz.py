@@ -22,6 +22,7 @@ import numpy as np
 
 from autotune import accel, tune
 from operations import solvers
+from operations.precision import ConvertTemplate
 
 from . import half as half_storage
 from .dslash import check_domain
@@ -131,8 +132,15 @@ class SchwarzMRTemplate:
                     for k, v in host.items()}
         want_r, want_z = _reference_step(lattice, tuple(block), 0, host["r"], host["z"], host["ar"])
         vectors = _MRVectors(context, queue, shape, dtype, half)
+        # the reference in the layout the device's vectors come back in, and its largest part
+        # (per real or imaginary part: a GPU's part of the lattice is checked in a fraction of
+        # a second per candidate)
+        wanted = []
         pristine = {k: vectors.to_device(v) for k, v in host.items()}
         r, z = vectors.allocate(), vectors.allocate()
+        for got, want in ((r, want_r), (z, want_z)):
+            want = vectors.reference_parts(want)
+            wanted.append((got, want, float(np.max(np.abs(want)))))
         # half: each stored part within half a unit of its site's 16 bits (relative to the
         # largest |part| of the field, at most its site's)
         tol = 2.0 / half_storage.HALF_MAX if half else 1e-5 if dtype == np.complex64 else 1e-12
@@ -145,9 +153,12 @@ class SchwarzMRTemplate:
                 z.copy_from(queue, pristine["z"])
 
             def check() -> bool:
-                got_r, got_z = vectors.get(r), vectors.get(z)
-                return bool(np.max(np.abs(got_r - want_r)) <= tol * np.max(np.abs(want_r))
-                            and np.max(np.abs(got_z - want_z)) <= tol * np.max(np.abs(want_z)))
+                for got, want, scale in wanted:
+                    error = vectors.parts(got)  # a new array: worked on in place
+                    error -= want
+                    if not np.max(np.abs(error, out=error)) <= tol * scale:
+                        return False
+                return True
 
             width = 52 if half else 12 * dtype.itemsize  # bytes a site of one vector
             return tune.make_measure(queue, lambda: step(r, z, pristine["ar"]), check, setup=setup,
@@ -173,10 +184,17 @@ class _MRVectors:
             return half_storage.HalfSpinor.allocate(self.context, self.shape[1])
         return self.context.allocate(self.shape, self.dtype)
 
-    def get(self, vector: Any) -> np.ndarray:
+    def parts(self, vector: Any) -> np.ndarray:
+        """The real and imaginary parts a device vector holds (compared with
+        :meth:`reference_parts`)."""
         if self.half:
-            return half_storage.from_device(self.queue, vector)
-        return vector.get(self.queue)
+            return half_storage.stored_parts(self.queue, vector)
+        return vector.get(self.queue).view(accel.real_dtype(self.dtype))
+
+    def reference_parts(self, host: np.ndarray) -> np.ndarray:
+        if self.half:
+            return half_storage.spinor_parts(host)
+        return host.astype(self.dtype).view(accel.real_dtype(self.dtype))
 
 
 class SchwarzMR:
@@ -256,18 +274,30 @@ class SchwarzPreconditioner:
         #: values and a norm per site, :mod:`.half`): the MR step and the block dslash move half
         #: the bytes, as the QUDA seed's preconditioner does
         self.half = getattr(local, "precision", None) == "half"
-        self.step = SchwarzMRTemplate(local.context, local.lattice.dims, local.domain,
-                                      self.A.dtype, half=self.half).instantiate(local.queue)
+        # the outer operator's passes carry its communicator: on many ranks, rank 0 tunes the
+        # preconditioner's kernels (or reads the store) and every rank launches the same
+        # parameters, as for the dslash (QUDA's rule); on one process each template tunes itself
+        hi = solvers.vector_ops(outer)
+        context, dims, domain = local.context, local.lattice.dims, local.domain
+        self.step = SchwarzMRTemplate(
+            context, dims, domain, self.A.dtype, half=self.half,
+            tuning=hi.agreed(lambda: SchwarzMRTemplate.autotune(context, dims, domain,
+                                                                 self.A.dtype, self.half)),
+        ).instantiate(local.queue)
         if self.half:
-            convert = half_storage.HalfConvertTemplate(local.context, outer.dtype).instantiate(
-                self.queue)
+            convert = half_storage.HalfConvertTemplate(
+                context, outer.dtype,
+                hi.agreed(lambda: half_storage.HalfConvertTemplate.autotune(context, outer.dtype)),
+            ).instantiate(self.queue)
             self._down, self._up = convert.to_half, convert.from_half
             self.r, self.z, self.ar = (half_storage.HalfSpinor.allocate(
-                local.context, local.lattice.half_volume) for _ in range(3))
+                context, local.lattice.half_volume) for _ in range(3))
         else:
-            hi = solvers.vector_ops(outer)
             same = np.dtype(outer.dtype) == np.dtype(self.A.dtype)
-            self._down = None if same else self.ops.converter(outer.dtype)
+            self._down = None if same else ConvertTemplate(
+                context, outer.dtype, self.A.dtype,
+                hi.agreed(lambda: ConvertTemplate.autotune(context, outer.dtype, self.A.dtype)),
+            ).instantiate(self.queue)
             self._up = None if same else hi.converter(self.A.dtype)
             self.r, self.z, self.ar = self.ops.new(), self.ops.new(), self.ops.new()
         self.inner_iterations = 0

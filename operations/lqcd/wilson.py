@@ -272,14 +272,16 @@ class WilsonOperator:
               precision: str | None = None, maxiter: int = 10000, *,
               sloppy: str = "single", preconditioner: str | None = None,
               block: tuple[int, int, int, int] | None = None, inner_iterations: int = 10,
-              inner_precision: str = "half", nkrylov: int = 16) -> tuple[np.ndarray, Any]:
+              inner_precision: str = "half", nkrylov: int = 16,
+              delta: float = 0.1) -> tuple[np.ndarray, Any]:
         """Solve M x = b (host arrays in and out); returns ``(x, info)``.
 
         ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (flexible, restarted
         every ``nkrylov`` steps; both directly). ``even_odd`` solves the even-site Schur
         complement and reconstructs the odd sites. ``precision``: "double", "single" or
         "mixed" (CG, BiCGstab or GCR in the ``sloppy`` precision, "single" or "half", with
-        reliable updates in double); default the operator's own. ``preconditioner="schwarz"`` (GCR,
+        reliable updates in double whenever the iterated residual has fallen by ``delta``
+        since the last); default the operator's own. ``preconditioner="schwarz"`` (GCR,
         even-odd): additive Schwarz with Dirichlet ``block`` (bx, by, bz, bt), each step
         ``inner_iterations`` MR steps on the block system in ``inner_precision`` ("half",
         "single" or "double"; :mod:`.schwarz`). ``info.true_residual`` is |b - M x| / |b| for
@@ -289,7 +291,8 @@ class WilsonOperator:
         """
         schwarz = _schwarz_options(method, even_odd, preconditioner, block, inner_iterations,
                                    inner_precision)
-        return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy, schwarz, nkrylov)
+        return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy, schwarz, nkrylov,
+                      delta)
 
 
 class WilsonLinearOperator:
@@ -350,7 +353,7 @@ def _schwarz_options(method: str, even_odd: bool, preconditioner: Any, block: An
 
 def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd: bool,
            precision: str | None, maxiter: int, sloppy: str = "single", schwarz: tuple | None = None,
-           nkrylov: int = 16) -> tuple[np.ndarray, Any]:
+           nkrylov: int = 16, delta: float = 0.1) -> tuple[np.ndarray, Any]:
     from .. import solvers
 
     if method not in ("cg", "bicgstab", "gcr"):
@@ -407,15 +410,17 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
             K = schwarz_module.SchwarzPreconditioner(outer, blocks, iterations)
         if precision == "mixed":
             x, info = solvers.gcr_mixed(A, outer, rhs, tol, maxiter, nkrylov=nkrylov,
-                                        preconditioner=K)
+                                        preconditioner=K, delta=delta)
         else:
             x, info = solvers.gcr(A, rhs, tol, maxiter, nkrylov=nkrylov, preconditioner=K)
         if K is not None:
             info.inner_iterations, info.preconditioner_seconds = K.inner_iterations, K.seconds
     elif precision == "mixed" and method == "cg":
-        x, info = solvers.cg_mixed(A, WilsonLinearOperator(low, kind), rhs, inner_tol, maxiter)
+        x, info = solvers.cg_mixed(A, WilsonLinearOperator(low, kind), rhs, inner_tol, maxiter,
+                                   delta=delta)
     elif precision == "mixed":
-        x, info = solvers.bicgstab_mixed(A, WilsonLinearOperator(low, kind), rhs, tol, maxiter)
+        x, info = solvers.bicgstab_mixed(A, WilsonLinearOperator(low, kind), rhs, tol, maxiter,
+                                         delta=delta)
     elif method == "cg":
         x, info = solvers.cg(A, rhs, inner_tol, maxiter)
     else:

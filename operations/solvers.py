@@ -419,11 +419,16 @@ class _Mixed:
     xs: accel.DeviceArray
     rs: accel.DeviceArray
 
+    def fold(self, queue: accel.CommandQueue) -> None:
+        """x += x_low in high precision, x_low = 0: the low precision progress since the last
+        reliable update kept (also where a solve stops at ``maxiter`` between updates)."""
+        self.up.add(self.x, self.xs)
+        self.xs.zero(queue)
+
     def reliable_update(self, A: LinearOperator) -> float:
         """x += x_low in high precision, x_low = 0, r = b - A x there and r_low = r; returns
         |r|^2 (one application of A)."""
-        self.up.add(self.x, self.xs)
-        self.xs.zero(A.queue)
+        self.fold(A.queue)
         A.apply(self.r, self.x)
         rr = self.hi.blas("xmy_norm", self.b, self.r)
         self.down(self.rs, self.r)
@@ -504,6 +509,8 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         rr = rr_new
         if not math.isfinite(rr):
             raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
+    if not converged:
+        m.fold(queue)
     return _finish("mixed CG", A, hi, b, x, bb, tmp, converged, iterations, applications,
                    history, start, maxiter, reliable_updates=updates)
 
@@ -571,6 +578,8 @@ def bicgstab_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArra
         beta = (rho_new / rho) * (alpha / omega)
         lo.blas("bicgstab_p", p, rs, v, b=beta, w=omega)
         rho = rho_new
+    if not converged:
+        m.fold(queue)
     return _finish("mixed BiCGstab", A, hi, b, x, bb, tmp, converged, iterations, applications,
                    history, start, maxiter, reliable_updates=updates)
 
@@ -733,7 +742,7 @@ def gcr_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
         rr = basis.step(xs, rs, iterations)
         applications += 1
         iterations += 1
-        if rr < delta ** 2 * r_max or rr / bb < tol ** 2 or iterations == maxiter:
+        if rr < delta ** 2 * r_max or rr / bb < tol ** 2:
             basis.restart(xs)  # x_low from the basis; the next steps start a new one
             rr = m.reliable_update(A)  # x += x_low, r = b - A x in high precision
             applications += 1
@@ -745,5 +754,8 @@ def gcr_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
                 break
         else:
             history.append(math.sqrt(rr / bb))
+    if not converged:
+        basis.restart(xs)
+        m.fold(A.queue)
     return _finish("mixed GCR", A, hi, b, x, bb, tmp, converged, iterations, applications,
                    history, start, maxiter, reliable_updates=updates)

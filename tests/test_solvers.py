@@ -79,6 +79,20 @@ def test_too_small_maxiter_reports_non_convergence(context, weak8):
     assert info.true_residual > 1e-6
 
 
+@pytest.mark.parametrize("method", ["cg", "bicgstab", "gcr"])
+def test_a_mixed_solve_stopped_by_maxiter_returns_all_its_progress(context, weak8, method):
+    """Stopped between reliable updates (delta 1e-6: none in 4 steps), a mixed solve returns x
+    with the low precision steps folded in: its true residual, recomputed from the formula,
+    is the smaller one the steps reached, not that of x = 0 (1.0)."""
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    b = _b((8, 8, 8, 8), 5)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        x, info = op.solve(b, method, 1e-10, True, "mixed", maxiter=4, delta=1e-6)
+    assert not info.converged and info.iterations == 4 and info.reliable_updates == 0
+    true = _true_residual(weak8, x, b)
+    assert true < 0.5 and true == pytest.approx(info.true_residual, rel=1e-6)
+
+
 class Zero:
     """A singular (zero) operator."""
 

@@ -132,12 +132,12 @@ class SchwarzMRTemplate:
                     for k, v in host.items()}
         want_r, want_z = _reference_step(lattice, tuple(block), 0, host["r"], host["z"], host["ar"])
         vectors = _MRVectors(context, queue, shape, dtype, half)
-        # the reference in the layout the device's vectors come back in, and its largest part
-        # (per real or imaginary part: a GPU's part of the lattice is checked in a fraction of
-        # a second per candidate)
-        wanted = []
         pristine = {k: vectors.to_device(v) for k, v in host.items()}
         r, z = vectors.allocate(), vectors.allocate()
+        # each output, its reference in the layout the device's vectors come back in, and the
+        # reference's largest real or imaginary part (a GPU's part of the lattice is checked
+        # in a fraction of a second per candidate)
+        wanted = []
         for got, want in ((r, want_r), (z, want_z)):
             want = vectors.reference_parts(want)
             wanted.append((got, want, float(np.max(np.abs(want)))))

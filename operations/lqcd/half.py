@@ -75,10 +75,14 @@ def spinor_to_half(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inv = np.divide(HALF_MAX, norms.astype(np.float64), out=np.zeros(norms.shape),
                     where=norms > 0)
     values = np.clip(np.rint(parts * inv[None, :, None]), -HALF_MAX, HALF_MAX).astype(np.int16)
-    n = field.shape[1]
-    # (12, n, 2) -> (3, 4, n, 2) -> (3, n, 4, 2): a site's group of four together
-    blocked = values.reshape(12 // GROUP, GROUP, n, 2).transpose(0, 2, 1, 3)
-    return np.ascontiguousarray(blocked), norms
+    return _storage_order(values), norms
+
+
+def _storage_order(parts: np.ndarray) -> np.ndarray:
+    """(12, n, 2) real and imaginary parts -> (3, 4, n, 2) -> (3, n, 4, 2), contiguous: a
+    site's group of four components together, as half storage keeps them."""
+    n = parts.shape[1]
+    return np.ascontiguousarray(parts.reshape(12 // GROUP, GROUP, n, 2).transpose(0, 2, 1, 3))
 
 
 def spinor_from_half(values: np.ndarray, norms: np.ndarray) -> np.ndarray:
@@ -96,9 +100,7 @@ def spinor_parts(field: np.ndarray) -> np.ndarray:
     """A (12, n) complex field's real and imaginary parts as float32, in half storage's order
     (3, n, 4, 2) and unscaled: what :func:`stored_parts` of its half storage approximates."""
     field = np.asarray(field)
-    n = field.shape[1]
-    parts = np.stack([field.real, field.imag], axis=-1).astype(np.float32)  # (12, n, 2)
-    return np.ascontiguousarray(parts.reshape(12 // GROUP, GROUP, n, 2).transpose(0, 2, 1, 3))
+    return _storage_order(np.stack([field.real, field.imag], axis=-1).astype(np.float32))
 
 
 def stored_parts(queue: accel.CommandQueue, spinor: HalfSpinor) -> np.ndarray:

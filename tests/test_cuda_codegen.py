@@ -74,3 +74,24 @@ def test_compile_errors_map_to_the_template_line(tmp_path):
     with pytest.raises(nvrtc.NvrtcError) as info:
         nvrtc.compile_source(source.text, "bad.cu", (9, 0))
     assert "bad.mako:3" in source.map_log(info.value.log)
+
+
+@pytest.mark.parametrize("precision", ["half", "single", "double"])
+def test_every_dslash_compiles_for_sm90(precision):
+    """Every reconstruction with its CUDA-only paths (launch bounds, 16-byte link and spinor
+    loads, the fast reciprocal square root of the 8-parameter form, 16-bit reads by bit
+    arithmetic), with the variants a solve launches."""
+    from operations.lqcd.dslash import (HALF_SOLVER_VARIANTS, SOLVER_VARIANTS, TEMPLATE,
+                                        kernel_arguments)
+
+    for reconstruct in (18, 12, 8):
+        params = {"wgs": 128, "min_blocks": 2, "fast_math": precision != "double",
+                  "half_bits": precision == "half"}
+        variants = list(HALF_SOLVER_VARIANTS) if precision == "half" else list(SOLVER_VARIANTS)
+        source = accel.render(TEMPLATE, "cuda", {
+            **kernel_arguments((8, 8, 8, 16), precision, reconstruct), **params,
+            "variants": variants}, header_kws={"backend": "cuda"})
+        try:
+            nvrtc.compile_source(source.text, "dslash.cu", (9, 0))
+        except nvrtc.NvrtcError as exc:
+            pytest.fail(f"{precision} {reconstruct}: {source.map_log(exc.log)}")

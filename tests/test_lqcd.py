@@ -196,6 +196,37 @@ def _near_degenerate(rng, n):
     return np.concatenate([np.stack(out), small])
 
 
+def _awkward_field(seed):
+    """Identity links, permutation matrices with phases and links within 1e-7 of the identity
+    (entries at or near zero, moduli at or near one) beside Haar-random ones: every branch of
+    the 8-parameter form's choices."""
+    u = haar_field(DIMS, seed=seed)
+    awkward = np.resize(_near_degenerate(np.random.default_rng(seed), 60), u.shape)
+    awkward[0, 0] = np.eye(3)
+    mask = np.random.default_rng(seed + 1).random(u.shape[:-2]) < 0.7
+    return np.where(mask[..., None, None], awkward, u)
+
+
+@pytest.mark.parametrize("precision,options,tol", [("double", {}, 1e-12), ("single", {}, 1e-5),
+                                                   ("single", {"fast_math": True}, 1e-5),
+                                                   ("half", {"fast_math": True}, 5e-3)])
+def test_the_8_parameter_dslash_is_exact_on_degenerate_links(context, precision, options, tol):
+    """The kernels rebuild identity, permutation and near-identity links as exactly as Haar
+    ones (no division by a vanishing modulus): D and D^dagger against the numpy reference."""
+    if precision == "double" and not context.device.double_precision:
+        pytest.skip("no double precision")
+    u = _awkward_field(31)
+    from operations.lqcd import pack as pack_links
+
+    choices = np.rint(pack_links(u, 8)[..., 4] / 3 + 1.5).astype(int)
+    assert set(np.unique(choices)) == {0, 1, 2, 3}  # every exchange and row choice is met
+    op = WilsonOperator(context, u, KAPPA, precision, 8, -1, tuning={"wgs": 16, **options})
+    psi = _spinor(13)
+    assert _rel(op.dslash(psi), reference.hop(u, psi, -1)) < tol
+    want = psi - KAPPA * reference.hop(u, psi, -1, dagger=True)
+    assert _rel(op.apply_dagger(psi), want) < tol
+
+
 @pytest.mark.parametrize("dtype,tol12,tol8", [(np.complex128, 1e-14, 1e-12), (np.complex64, 1e-6, 1e-5)])
 def test_compression_round_trips(dtype, tol12, tol8):
     rng = np.random.default_rng(5)
@@ -357,3 +388,26 @@ def test_big_lattices_are_tuned_on_tiled_fields(monkeypatch):
         assert _rel(expected, want) < 1e-14
     finally:
         dslash._tuning_problem.cache_clear()
+
+
+def test_link_groups_lay_out_every_parameter_once():
+    """dslash.link_groups' layout: per group a block of V/2 sites, a site's group contiguous;
+    groups of one are the plain component-major layout."""
+    from operations.lqcd.dslash import group_links, link_groups
+
+    rng = np.random.default_rng(14)
+    for precision in ("half", "single", "double"):
+        for reconstruct, n in ((18, 9), (12, 6), (8, 8)):
+            widths = link_groups(precision, reconstruct)
+            assert sum(widths) == n and all(w in (1, 2, 4, 8) for w in widths)
+            links = rng.standard_normal((4, 2, n, 24))
+            grouped = group_links(links, widths)
+            first = 0
+            for w in widths:
+                block = grouped[:, :, first * 24:(first + w) * 24].reshape(4, 2, 24, w)
+                np.testing.assert_array_equal(block, np.swapaxes(links[:, :, first:first + w], 2, 3))
+                first += w
+            plain = group_links(links, (1,) * n)
+            np.testing.assert_array_equal(plain, links.reshape(4, 2, n * 24))
+    with pytest.raises(ValueError, match="do not cover"):
+        group_links(np.zeros((4, 2, 6, 8)), (4, 4))

@@ -11,14 +11,16 @@
 ##   link_scales       (with half) per link parameter, what its stored value is multiplied by
 ##   dims              (X, Y, Z, T), all even
 ##   reconstruct       18, 12 or 8: how links are stored
-##   choice_step       (with reconstruct 8) gauge.CHOICE_STEP: the offset per choice index on
+##   choice_step       (with reconstruct 8) gauge.CHOICE_STEP: the spacing of the choices on
 ##                     the 8-parameter form's phase parameters
+##   choice_counts     (with reconstruct 8) how many choices components 4 and 7 carry
+##                     (gauge.CHOICES)
 ##   t_boundary        +1 or -1: factor on hops across the time boundary
 ##   blocks            per direction the 2x2 upper-right block A of gamma_mu, entries "0", "1", "-1", "i", "-i"
 ##   wgs               work-group size
-##   fast_math         (optional, default False) the 8-parameter reconstruction's square roots
-##                     and division from the hardware's fast approximations (single precision
-##                     arithmetic only)
+##   fast_math         (optional, default False) the 8-parameter reconstruction's reciprocal
+##                     square roots from the hardware's fast approximation (single precision
+##                     arithmetic only; double precision uses rsqrt)
 ##   half_bits         (optional, with half) 16-bit integers to floats by bit arithmetic (half.mako)
 ##   domain            (optional) (bx, by, bz, bt): Schwarz domains (Dirichlet blocks, each
 ##                     extent dividing the lattice's): hops that leave a domain are dropped
@@ -39,8 +41,12 @@
 ##                     link_offsets {(mu, link parity): offset} into the ghost buffers,
 ##                     face_sites (sites of one parity on a face, per direction). See
 ##                     operations/lqcd/partition.py for the face order.
-## Layout: spinors (12, V/2) complex per parity, component = 3 * spin + colour; links
-## (4, 2, n, V/2): direction, parity, component (complex for 18/12, real for 8), site.
+##   link_groups       (optional, default one per parameter) dslash.link_groups: how many of a
+##                     link's parameters each load reads
+## Layout: spinors (12, V/2) complex per parity, component = 3 * spin + colour; links per
+## direction and parity (n parameters: complex for 18/12, real for 8) in groups of
+## link_groups: per group a block of V/2 sites, a site's group contiguous (groups of one:
+## (4, 2, n, V/2), component-major).
 <%
     X, Y, Z, T = dims
     VH = X * Y * Z * T // 2
@@ -73,13 +79,13 @@
         bounds = f"__launch_bounds__({wgs}, {min_blocks})"
     else:
         bounds = f"REQD_WORK_GROUP_SIZE({wgs}, 1, 1)"
-    # SQRT is applied to arguments >= 0 only
-    if fast_math and backend == "cuda":
-        SQRT, RSQRT, RECIP = "fast_sqrt", "rsqrtf", "__frcp_rn"
+    # reciprocal square roots of the 8-parameter form (arguments between 1/16 and 16)
+    if real == "double":
+        RSQRT = "rsqrt"  # within 1 ulp (CUDA; 2 in OpenCL): cheaper than 1 / sqrt, as exact
     elif fast_math:
-        SQRT, RSQRT, RECIP = "native_sqrt", "native_rsqrt", "native_recip"
+        RSQRT = "rsqrtf" if backend == "cuda" else "native_rsqrt"
     else:
-        SQRT, RSQRT, RECIP = "sqrt", "1 / sqrt", "1 / "
+        RSQRT = "1 / sqrt"
     if half and dist is not None:
         raise ValueError("half precision storage is not distributed yet")
     domain = context.get("domain", None)
@@ -90,23 +96,25 @@
     half_max = context.get("half_max", None)
     link_scales = context.get("link_scales", None)
     choice_step = context.get("choice_step", None)
+    choice_counts = context.get("choice_counts", None)
+    choice_centres = [(n - 1) / 2 for n in choice_counts] if choice_counts else None
 
     def link8_scale(k):
         return f"{link_scales[k]!r}f"
 
-    def spinor_in(array, index, sixteen):
+    def spinor_in(array, index, sixteen, factor=1.0):
         """Statements loading the 12 components of ``array`` at ``index`` into psi
-        (``sixteen``: the argument is in 16-bit storage)."""
+        (``sixteen``: the argument is in 16-bit storage; ``factor`` multiplies its scale)."""
         if sixteen:  # a site's four-component groups, one 16-byte load each (half.py's layout)
-            return (f"{{ const float s_ = {array}_norm[{index}] * {1 / half_max!r}f;\n"
+            return (f"{{ const float s_ = {array}_norm[{index}] * {factor / half_max!r}f;\n"
                     f"          for (int g = 0; g < 3; g++) {{\n"
                     f"            const int4 w_ = ((GLOBAL const int4 *) {array})[g * VH + {index}];\n"
                     f"            psi[4 * g] = word_to_cfloat(w_.x, s_); psi[4 * g + 1] = word_to_cfloat(w_.y, s_);\n"
                     f"            psi[4 * g + 2] = word_to_cfloat(w_.z, s_); psi[4 * g + 3] = word_to_cfloat(w_.w, s_); }} }}")
         return f"for (int k = 0; k < 12; k++) psi[k] = {array}[k * VH + {index}];"
 
-    def link_entry(expr):  # 18 and 12 parameters: every entry has one scale
-        return f"chalf_to_cfloat({expr}, {link_scales[0]!r}f)" if half else expr
+    def link_entry(expr, fold):  # 18 and 12 parameters: every entry has one scale
+        return f"chalf_to_cfloat({expr}, {1.0 if fold else link_scales[0]!r}f)" if half else expr
 
     def spinor_params(name, const, sixteen):
         q = "const " if const else ""
@@ -123,6 +131,47 @@
         storage = variant[3] if len(variant) > 3 else "hhh"
         return tuple(c == "h" for c in storage)
 
+    link_groups = context.get("link_groups", None) or (1,) * ncomp
+
+    def link_loads(dest, mu, parity, site, fold):
+        """Statements loading a link's stored parameters into ``dest`` (complex entries for
+        18 and 12, the reals of the 8-parameter form), a group of link_groups per load:
+        dslash.link_groups' layout. ``fold``: 16-bit entries left unscaled (their scale is
+        folded into the neighbour spinor's)."""
+        lines, first = [], 0
+        base = (mu * 2 + parity) * ncomp
+        for w in link_groups:
+            block = f"gauge + {(base + first)}u * VH"
+            if w == 1:
+                k = first
+                value = f"gauge[({base + k}u) * VH + {site}]"
+                if reconstruct == 8:
+                    value += f" * {link8_scale(k)}" if half else ""
+                else:
+                    value = link_entry(value, fold)
+                lines.append(f"        {dest}[{k}] = {value};")
+            elif half and reconstruct == 8:  # w shorts: w / 2 words, two parameters each
+                words = w // 2
+                lines.append(f"        {{ const int{words} v_ = ((GLOBAL const int{words} *) ({block}))[{site}];")
+                for i, lane in enumerate("xyzw"[:words]):
+                    k = first + 2 * i
+                    lines.append(f"          {{ const cfloat c_ = word_to_cfloat(v_.{lane}, 1.0f); "
+                                 f"{dest}[{k}] = c_.x * {link8_scale(k)}; {dest}[{k + 1}] = c_.y * {link8_scale(k + 1)}; }}")
+                lines.append("        }")
+            elif half:  # w chalf: one word each
+                lines.append(f"        {{ const int{w} v_ = ((GLOBAL const int{w} *) ({block}))[{site}];")
+                for i, lane in enumerate("xyzw"[:w]):
+                    scale = 1.0 if fold else link_scales[first + i]
+                    lines.append(f"          {dest}[{first + i}] = word_to_cfloat(v_.{lane}, {scale!r}f);")
+                lines.append("        }")
+            else:  # w reals of the 8-parameter form
+                lines.append(f"        {{ const {real}{w} v_ = ((GLOBAL const {real}{w} *) ({block}))[{site}];")
+                lines.append("          " + " ".join(f"{dest}[{first + i}] = v_.{lane};"
+                                                     for i, lane in enumerate("xyzw"[:w])))
+                lines.append("        }")
+            first += w
+        return "\n".join(lines)
+
     def face_index(mu):
         """The face index of the site's other three coordinates (partition.py's order)."""
         names = [v for nu, v in enumerate("xyzt") if nu != mu]
@@ -134,22 +183,22 @@
 <%include file="half.mako"/>
 % endif
 
-<%def name="load_link(dest, mu, parity, site)">\
-    /* ${dest} = U_${mu} at parity ${parity}, checkerboard site ${site} (reconstruct ${reconstruct}) */
+<%def name="load_link(dest, mu, parity, site, fold=False)">\
+    /* ${dest} = U_${mu} at parity ${parity}, checkerboard site ${site} (reconstruct ${reconstruct}${", in units of its 16-bit scale" if fold else ""}) */
 % if reconstruct == 8:
     {
         ${real} p[8];
-    % for k in range(8):
-        p[${k}] = gauge[(${(mu * 2 + parity) * 8 + k}u) * VH + ${site}]${f" * {link8_scale(k)}" if half else ""};
-    % endfor
+${link_loads("p", mu, parity, site, False)}
         reconstruct8(p, ${dest});
     }
 % else:
-    % for k in range(ncomp):
-    ${dest}[${k}] = ${link_entry(f"gauge[({(mu * 2 + parity) * ncomp + k}u) * VH + {site}]")};
-    % endfor
+${link_loads(dest, mu, parity, site, fold)}
     % if reconstruct == 12:
     third_row(${dest});
+    % if fold:
+    for (int k = 6; k < 9; k++)  /* row 2 came out in the square of the entries' unit */
+        ${dest}[k] = ${C}_scale(${dest}[k], ${repr(link_scales[0])}f);
+    % endif
     % endif
 % endif
 </%def>
@@ -184,66 +233,48 @@ DEVICE_FN void third_row(${C} *u)
 }
 
 % if reconstruct == 8:
-/* conj(a x e_c) / |a x e_c| for the unit axis e_c; |a x e_c|^2 = 1 - |a_c|^2 */
-DEVICE_FN void axis_cross(const ${C} *a, int c, ${C} *e)
-{
-    const ${C} zero = ${C}_new(0, 0);
-    if (c == 0)      { e[0] = zero; e[1] = ${C}_conj(a[2]); e[2] = ${C}_scale(${C}_conj(a[1]), -1); }
-    else if (c == 1) { e[0] = ${C}_scale(${C}_conj(a[2]), -1); e[1] = zero; e[2] = ${C}_conj(a[0]); }
-    else             { e[0] = ${C}_conj(a[1]); e[1] = ${C}_scale(${C}_conj(a[0]), -1); e[2] = zero; }
-    const ${real} inv = ${RSQRT}(1 - ${C}_abs2(a[c]));
-    e[0] = ${C}_scale(e[0], inv); e[1] = ${C}_scale(e[1], inv); e[2] = ${C}_scale(e[2], inv);
-}
-
-DEVICE_FN void cross_conj(const ${C} *a, const ${C} *b, ${C} *out)
-{
-    out[0] = ${C}_conj(${C}_sub(${C}_mul(a[1], b[2]), ${C}_mul(a[2], b[1])));
-    out[1] = ${C}_conj(${C}_sub(${C}_mul(a[2], b[0]), ${C}_mul(a[0], b[2])));
-    out[2] = ${C}_conj(${C}_sub(${C}_mul(a[0], b[1]), ${C}_mul(a[1], b[0])));
-}
-% if fast_math and backend == "cuda":
-
-DEVICE_FN float fast_sqrt(float x) { return x > 0 ? x * rsqrtf(x) : 0.0f; }
-% endif
-
-/* exp(i theta) from t = tan(theta / 4): the square of (1 - t^2 + 2 i t) / (1 + t^2) */
-DEVICE_FN ${C} phase_from_tangent(${real} t)
-{
-    const ${real} t2 = t * t;
-    const ${real} d = ${RECIP}(1 + t2);
-    const ${real} re = (1 - t2) * d, im = 2 * t * d;
-    return ${C}_new(re * re - im * im, 2 * re * im);
-}
-
-/* The 8-parameter form of operations.lqcd.gauge.pack, rebuilt in registers: row 0 from its two
-   small entries and the large one's phase; row 1 in the basis (e1, e2) of row 0's complement;
-   row 2 = conj(row0 x row1) = conj(a) e2 - conj(b) e1 for row 1 = a e1 + b e2. */
+/* The 8-parameter form of operations.lqcd.gauge.pack, rebuilt in registers as gauge._unpack8
+   does: V_00 (a1), one more entry of row 0 and of column 0 as stored, the other's modulus
+   from its row's or column's norm and its phase from a quarter-angle tangent t
+   (exp(i theta) = z^2 / w, z = 1 - t^2 + 2 i t, w = (1 + t^2)^2); then rows 1 and 2 from
+   conj(V) = adj(V)^T and orthogonality, divided by n = 1 - |a1|^2 >= 1/2; last, the columns
+   exchange the packing chose. Two reciprocal square roots, no division, no branch. */
 DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 {
-    const int k = (int) rint(p[4] * (${real}) ${repr(1 / choice_step)});
-    const ${C} s0 = ${C}_new(p[0], p[1]);
-    const ${C} s1 = ${C}_new(p[2], p[3]);
-    const ${real} m = ${SQRT}(fmax((${real}) 0, 1 - ${C}_abs2(s0) - ${C}_abs2(s1)));
-    const ${C} big = ${C}_scale(phase_from_tangent(p[4] - (${real}) ${repr(choice_step)} * k), m);
-    ${C} r0[3];
-    if (k == 0)      { r0[0] = big; r0[1] = s0; r0[2] = s1; }
-    else if (k == 1) { r0[0] = s0; r0[1] = big; r0[2] = s1; }
-    else             { r0[0] = s0; r0[1] = s1; r0[2] = big; }
-    const int q = (int) rint(p[7] * (${real}) ${repr(1 / choice_step)});
-    ${C} e1[3], e2[3];
-    axis_cross(r0, q >> 1, e1);
-    cross_conj(r0, e1, e2);
-    const ${C} small = ${C}_new(p[5], p[6]);
-    const ${real} l = ${SQRT}(fmax((${real}) 0, 1 - ${C}_abs2(small)));
-    const ${C} large = ${C}_scale(phase_from_tangent(p[7] - (${real}) ${repr(choice_step)} * q), l);
-    const ${C} a = (q & 1) ? small : large;
-    const ${C} b = (q & 1) ? large : small;
-    for (int j = 0; j < 3; j++)
-    {
-        u[j] = r0[j];
-        u[3 + j] = ${C}_add(${C}_mul(a, e1[j]), ${C}_mul(b, e2[j]));
-        u[6 + j] = ${C}_sub(${C}_conj_mul(a, e2[j]), ${C}_conj_mul(b, e1[j]));
-    }
+    const int j0 = (int) rint(p[4] * (${real}) ${repr(1 / choice_step)} + (${real}) ${repr(choice_centres[0])});
+    const int j1 = (int) rint(p[7] * (${real}) ${repr(1 / choice_step)} + (${real}) ${repr(choice_centres[1])});
+    const ${real} t0 = p[4] - (${real}) ${repr(choice_step)} * ((${real}) j0 - (${real}) ${repr(choice_centres[0])});
+    const ${real} t1 = p[7] - (${real}) ${repr(choice_step)} * ((${real}) j1 - (${real}) ${repr(choice_centres[1])});
+    const ${C} a1 = ${C}_new(p[0], p[1]);
+    const ${C} kept0 = ${C}_new(p[2], p[3]);
+    const ${C} kept1 = ${C}_new(p[5], p[6]);
+    const ${real} n = 1 - ${C}_abs2(a1);
+    const ${real} x0 = n - ${C}_abs2(kept0), x1 = n - ${C}_abs2(kept1);  /* >= 1/4 */
+    const ${real} s0 = t0 * t0, s1 = t1 * t1;
+    const ${real} w0 = (1 + s0) * (1 + s0), w1 = (1 + s1) * (1 + s1);
+    /* q = (x0 w0^2 n^2)^(-1/2) gives both sqrt(x0) / w0 = x0 q n and 1 / n = q^2 x0 w0^2 n */
+    const ${real} q = ${RSQRT}(x0 * w0 * w0 * n * n);
+    const ${real} f0 = x0 * q * n;
+    const ${real} inv_n = q * q * x0 * w0 * w0 * n;
+    const ${real} f1 = x1 * ${RSQRT}(x1 * w1 * w1);
+    const ${C} z0 = ${C}_new(1 - s0, 2 * t0), z1 = ${C}_new(1 - s1, 2 * t1);
+    const ${C} rebuilt0 = ${C}_scale(${C}_mul(z0, z0), f0);
+    const ${C} rebuilt1 = ${C}_scale(${C}_mul(z1, z1), f1);
+    const bool row = (j0 & 2) != 0, col = j1 != 0;
+    const ${C} a2 = row ? rebuilt0 : kept0, a3 = row ? kept0 : rebuilt0;
+    const ${C} b1 = col ? rebuilt1 : kept1, c1 = col ? kept1 : rebuilt1;
+    const ${C} b1n = ${C}_scale(b1, inv_n), c1n = ${C}_scale(c1, inv_n);
+    const ${C} ab = ${C}_conj_mul(a1, b1n), ac = ${C}_conj_mul(a1, c1n);
+    const ${C} b2 = ${C}_scale(${C}_add(${C}_conj(${C}_mul(a3, c1n)), ${C}_mul(a2, ab)), -1);
+    const ${C} b3 = ${C}_sub(${C}_conj(${C}_mul(a2, c1n)), ${C}_mul(a3, ab));
+    const ${C} c2 = ${C}_sub(${C}_conj(${C}_mul(a3, b1n)), ${C}_mul(a2, ac));
+    const ${C} c3 = ${C}_scale(${C}_add(${C}_conj(${C}_mul(a2, b1n)), ${C}_mul(a3, ac)), -1);
+    /* columns 0 and 1 exchanged and column 2 negated where the packing did so */
+    const bool swap = (j0 & 1) != 0;
+    const ${real} sign = swap ? -1 : 1;
+    u[0] = swap ? a2 : a1; u[1] = swap ? a1 : a2; u[2] = ${C}_scale(a3, sign);
+    u[3] = swap ? b2 : b1; u[4] = swap ? b1 : b2; u[5] = ${C}_scale(b3, sign);
+    u[6] = swap ? c2 : c1; u[7] = swap ? c1 : c2; u[8] = ${C}_scale(c3, sign);
 }
 % endif
 
@@ -251,6 +282,7 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
 <%
     parity, dagger, xpay = variant[:3]
     h_out, h_in, h_x = storage_of(variant)
+    fold = half and reconstruct != 8 and h_in  # the links' 16-bit scale into the neighbour's
     suffix = f"_{variant[3] if len(variant) > 3 else 'hhh'}" if half else ""
 %>
 % if dist is None:
@@ -344,11 +376,11 @@ ${load_ghost_link("u", dist["link_offsets"][mu, 1 - parity], dist["face_sites"][
 % endif
         const unsigned int nb = ((((${c["t"]}) * ${Z}u + ${c["z"]}) * ${Y}u + ${c["y"]}) * ${X}u + ${c["x"]}) >> 1;
 % if direction == 1:
-${load_link("u", mu, parity, "cb")}
+${load_link("u", mu, parity, "cb", fold)}
 % else:
-${load_link("u", mu, 1 - parity, "nb")}
+${load_link("u", mu, 1 - parity, "nb", fold)}
 % endif
-        ${spinor_in("in", "nb", h_in)}
+        ${spinor_in("in", "nb", h_in, link_scales[0] if fold else 1.0)}
 % if ghosted:
         }
 % endif

@@ -76,16 +76,67 @@ def check_domain(domain: Any, dims: tuple[int, int, int, int]) -> tuple[int, ...
     return domain
 
 
+def link_groups(precision: str, reconstruct: int) -> tuple[int, ...]:
+    """How many of a link's stored parameters each of the dslash's loads reads, in order.
+
+    The dslash layout keeps, per direction and parity, one block of V/2 sites per group, a
+    site's group contiguous: groups of 16 bytes (QUDA's float4 / short4 blocking) are read with
+    one vector load. Width 1 everywhere is the plain component-major layout, which the single
+    and double precision 18- and 12-parameter kernels keep (their 8- and 16-byte complex loads
+    are already wide).
+    """
+    if precision == "half":
+        return {18: (4, 4, 1), 12: (4, 2), 8: (8,)}[reconstruct]
+    if reconstruct == 8:
+        return (4, 4) if precision == "single" else (2, 2, 2, 2)
+    return (1,) * {18: 9, 12: 6}[reconstruct]
+
+
+def group_links(links: np.ndarray, widths: tuple[int, ...]) -> np.ndarray:
+    """(4, 2, n, V/2, ...) links in :func:`link_groups`'s layout: (4, 2, n * V/2, ...)."""
+    if sum(widths) != links.shape[2]:
+        raise ValueError(f"groups {widths} do not cover {links.shape[2]} link parameters")
+    blocks, first = [], 0
+    for w in widths:
+        part = np.swapaxes(links[:, :, first:first + w], 2, 3)  # (4, 2, V/2, w, ...)
+        blocks.append(part.reshape((4, 2, -1) + links.shape[4:]))
+        first += w
+    return np.ascontiguousarray(np.concatenate(blocks, axis=2))
+
+
 def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: Lattice,
                     u: np.ndarray, precision: str, reconstruct: int) -> accel.DeviceArray:
-    """Links compressed to ``reconstruct`` parameters, in the dslash layout, on the device
-    (half precision: 16-bit fixed point, :func:`.half.links_to_half`)."""
+    """Links compressed to ``reconstruct`` parameters, in the dslash layout
+    (:func:`link_groups`), on the device (half precision: 16-bit fixed point,
+    :func:`.half.links_to_half`)."""
     packed = gauge_fields.pack(u, reconstruct)
     if precision == "half":
-        links = lattice.links_to_device(packed, np.float64 if reconstruct == 8 else np.complex128)
-        return context.to_device(queue, half_storage.links_to_half(links, reconstruct))
-    real_dtype, dtype = PRECISIONS[precision]
-    return context.to_device(queue, lattice.links_to_device(packed, real_dtype if reconstruct == 8 else dtype))
+        links = half_storage.links_to_half(
+            lattice.links_to_device(packed, np.float64 if reconstruct == 8 else np.complex128),
+            reconstruct)
+    else:
+        real_dtype, dtype = PRECISIONS[precision]
+        links = lattice.links_to_device(packed, real_dtype if reconstruct == 8 else dtype)
+    return context.to_device(queue, group_links(links, link_groups(precision, reconstruct)))
+
+
+def kernel_arguments(dims: tuple[int, int, int, int], precision: str, reconstruct: int,
+                     t_boundary: int = -1, domain: tuple[int, ...] | None = None,
+                     dirichlet_edges: tuple[bool, ...] | None = None) -> dict[str, Any]:
+    """What ``dslash.mako`` is rendered with for a lattice, precision and link compression,
+    less the tuned parameters and ``variants`` (arguments as validated by
+    :class:`DslashTemplate`)."""
+    real, cplx = ARITHMETIC[precision]
+    arguments = {"real": accel.c_type(np.dtype(real)), "cplx": accel.c_type(np.dtype(cplx)),
+                 "dims": tuple(dims), "reconstruct": reconstruct, "t_boundary": t_boundary,
+                 "blocks": BLOCKS, "domain": domain, "dirichlet_edges": dirichlet_edges,
+                 "half": precision == "half", "choice_step": gauge_fields.CHOICE_STEP,
+                 "choice_counts": (gauge_fields.CHOICES[4], gauge_fields.CHOICES[7]),
+                 "link_groups": link_groups(precision, reconstruct)}
+    if precision == "half":  # the storage's scales, from the one place that defines them
+        arguments.update(half_max=half_storage.HALF_MAX, link_scales=[
+            float(v) for v in half_storage.link_scales(reconstruct)])
+    return arguments
 
 
 #: lattices above this volume are tuned on fields that repeat a tile (:func:`_tuning_problem`)
@@ -181,14 +232,8 @@ class DslashTemplate:
         if dirichlet_edges is not None and (self.domain is None or len(dirichlet_edges) != 4):
             raise ValueError("dirichlet_edges (4 flags) goes with domain=(bx, by, bz, bt)")
         edges = tuple(bool(e) for e in dirichlet_edges) if dirichlet_edges is not None else None
-        self._render = {"real": accel.c_type(self.real_dtype), "cplx": accel.c_type(self.dtype),
-                        "dims": self.lattice.dims,
-                        "reconstruct": reconstruct, "t_boundary": t_boundary, "blocks": BLOCKS,
-                        "domain": self.domain, "dirichlet_edges": edges, "half": self.half,
-                        "choice_step": gauge_fields.CHOICE_STEP}
-        if self.half:  # the storage's scales, from the one place that defines them
-            self._render.update(half_max=half_storage.HALF_MAX, link_scales=[
-                float(v) for v in half_storage.link_scales(reconstruct)])
+        self._render = kernel_arguments(self.lattice.dims, precision, reconstruct, t_boundary,
+                                        self.domain, edges)
         self._kernels: dict[tuple, accel.Kernel] = {}  #: (parameters, *variant) -> kernel
         self._guard = threading.Lock()
         self.online: tune.OnlineTuner | None = None

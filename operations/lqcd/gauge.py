@@ -92,13 +92,16 @@ def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
     the time links of the last time slice carry the antiperiodic sign (det = -1); every other
     link must be in SU(3).
 
-    The 8-parameter form keeps, for row 0, its two smallest entries and the phase of the
-    largest (whose modulus, at least 1/sqrt(3), is rebuilt without loss); row 1 is written in an
-    orthonormal basis of the complement of row 0 built from the axis least aligned with row 0,
-    again as one complex coefficient and the phase of the larger one. A phase theta is stored as
-    tan(theta / 4), in [-1, 1], so that rebuilding it takes one division and no sine or cosine
-    (:func:`phase_from_tangent`); the choices travel as offsets of 4 on these two parameters
-    (:data:`CHOICE_STEP`), so identity and near-degenerate links survive.
+    The 8-parameter form (:func:`_pack8`) stores the SU(3) matrix V = U or U with columns 0
+    and 1 exchanged and column 2 negated, whichever has the smaller |V_00|, as V_00, one more
+    entry of row 0 and one of column 0 (complex), and the phases of the two entries whose
+    moduli the rows' and columns' norms give (the larger of the two left in row 0 and in
+    column 0). The other four entries follow from the cofactor identity conj(V) = adj(V)^T
+    divided by 1 - |V_00|^2 >= 1/2. Every division and square root is thus bounded away from
+    zero, so identity and near-degenerate links stay exact to rounding. A phase theta is
+    stored as tan(theta / 4), in [-1, 1], so that rebuilding it takes no sine or cosine
+    (:func:`phase_from_tangent`); the three choices travel as offsets on the two phase
+    parameters (:data:`CHOICE_STEP`, :data:`CHOICES`).
     """
     if reconstruct == 18:
         return u.reshape(u.shape[:-2] + (9,)).copy()
@@ -106,32 +109,80 @@ def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
         return u[..., :2, :].reshape(u.shape[:-2] + (6,)).copy()
     if reconstruct != 8:
         raise ValueError(f"reconstruct must be 18, 12 or 8, got {reconstruct!r}")
-    row0, row1 = u[..., 0, :], u[..., 1, :]
-    mag0 = np.abs(row0)
-    k = np.argmax(mag0, axis=-1)                     # largest entry of row 0: modulus rebuilt
-    rest = np.sort(np.stack([(k + 1) % 3, (k + 2) % 3], axis=-1), axis=-1)
-    small = np.take_along_axis(row0, rest, axis=-1)
-    phase0 = _tangent(np.take_along_axis(row0, k[..., None], axis=-1)[..., 0]) + CHOICE_STEP * k
-    c = np.argmin(mag0, axis=-1)                     # basis axis least aligned with row 0
-    e1, e2 = _basis(row0, c)
-    alpha = np.sum(np.conj(e1) * row1, axis=-1)
-    beta = np.sum(np.conj(e2) * row1, axis=-1)
-    s = (np.abs(beta) > np.abs(alpha)).astype(int)   # 0: alpha is the larger coefficient
-    larger = np.where(s == 0, alpha, beta)
-    smaller = np.where(s == 0, beta, alpha)
-    phase1 = _tangent(larger) + CHOICE_STEP * (s + 2 * c)
-    out = np.empty(u.shape[:-2] + (8,), dtype=u.real.dtype)
-    out[..., 0], out[..., 1] = small[..., 0].real, small[..., 0].imag
-    out[..., 2], out[..., 3] = small[..., 1].real, small[..., 1].imag
-    out[..., 4] = phase0
-    out[..., 5], out[..., 6] = smaller.real, smaller.imag
-    out[..., 7] = phase1
+    signs = boundary_signs(u.shape, t_boundary).astype(u.real.dtype)
+    return _pack8(u * signs[..., None, None])
+
+
+#: the spacing of the choices carried by the 8-parameter form's phase parameters (a stored
+#: tangent lies in [-1, 1]; choice j of n shifts it by CHOICE_STEP * (j - (n - 1) / 2))
+CHOICE_STEP = 3.0
+#: how many choices each phase parameter carries: component 4, the exchange of columns 0 and
+#: 1 (bit 0) and which entry of row 0 is rebuilt (bit 1); component 7, which of column 0
+CHOICES = {4: 4, 7: 2}
+
+
+def phase_parameter_limit(component: int) -> float:
+    """The largest magnitude of an 8-parameter form's phase parameter (4 or 7)."""
+    return CHOICE_STEP * (CHOICES[component] - 1) / 2 + 1
+
+
+def _offset(choice: np.ndarray, component: int) -> np.ndarray:
+    return CHOICE_STEP * (choice - (CHOICES[component] - 1) / 2)
+
+
+def _choice(p: np.ndarray, component: int) -> tuple[np.ndarray, np.ndarray]:
+    """A phase parameter as (choice index, tangent)."""
+    j = np.rint(p / CHOICE_STEP + (CHOICES[component] - 1) / 2).astype(int)
+    return j, p - _offset(j, component)
+
+
+def _exchange(v: np.ndarray, swap: np.ndarray) -> np.ndarray:
+    """Columns 0 and 1 exchanged and column 2 negated where ``swap`` (its own inverse; the
+    determinant is kept)."""
+    swapped = v[..., [1, 0, 2]] * np.array([1, 1, -1])
+    return np.where(swap[..., None, None], swapped, v)
+
+
+def _pack8(w: np.ndarray) -> np.ndarray:
+    swap = np.abs(w[..., 0, 0]) > np.abs(w[..., 0, 1])
+    v = _exchange(w, swap)
+    a1, a2, a3, b1, c1 = v[..., 0, 0], v[..., 0, 1], v[..., 0, 2], v[..., 1, 0], v[..., 2, 0]
+    row = np.abs(a2) >= np.abs(a3)      # row 0's entry rebuilt from its phase: a2, else a3
+    col = np.abs(b1) >= np.abs(c1)      # column 0's: b1, else c1
+    out = np.empty(w.shape[:-2] + (8,), dtype=w.real.dtype)
+    kept0, rebuilt0 = np.where(row, a3, a2), np.where(row, a2, a3)
+    kept1, rebuilt1 = np.where(col, c1, b1), np.where(col, b1, c1)
+    out[..., 0], out[..., 1] = a1.real, a1.imag
+    out[..., 2], out[..., 3] = kept0.real, kept0.imag
+    out[..., 4] = _tangent(rebuilt0) + _offset(swap + 2 * row, 4)
+    out[..., 5], out[..., 6] = kept1.real, kept1.imag
+    out[..., 7] = _tangent(rebuilt1) + _offset(col.astype(int), 7)
     return out
 
 
-#: the offset per choice index on the 8-parameter form's two phase parameters (components 4
-#: and 7): a stored tangent lies in [-1, 1], so index j shifts it into [4 j - 1, 4 j + 1]
-CHOICE_STEP = 4.0
+def _unpack8(p: np.ndarray) -> np.ndarray:
+    """The SU(3) matrices of :func:`_pack8`'s parameters, as the kernels rebuild them."""
+    j0, t0 = _choice(p[..., 4], 4)
+    j1, t1 = _choice(p[..., 7], 7)
+    a1 = p[..., 0] + 1j * p[..., 1]
+    kept0 = p[..., 2] + 1j * p[..., 3]
+    kept1 = p[..., 5] + 1j * p[..., 6]
+    n = 1 - np.abs(a1) ** 2                                   # |a2|^2 + |a3|^2 >= 1/2
+    rebuilt0 = np.sqrt(np.maximum(0.0, n - np.abs(kept0) ** 2)) * phase_from_tangent(t0)
+    rebuilt1 = np.sqrt(np.maximum(0.0, n - np.abs(kept1) ** 2)) * phase_from_tangent(t1)
+    row, col = (j0 >> 1) == 1, j1 == 1
+    a2, a3 = np.where(row, rebuilt0, kept0), np.where(row, kept0, rebuilt0)
+    b1, c1 = np.where(col, rebuilt1, kept1), np.where(col, kept1, rebuilt1)
+    # conj(V) = adj(V)^T and the orthogonality of the rows, solved for b2, b3, c2, c3
+    b1n, c1n = b1 / n, c1 / n
+    ab, ac = np.conj(a1) * b1n, np.conj(a1) * c1n
+    b2 = -(np.conj(a3 * c1n) + a2 * ab)
+    b3 = np.conj(a2 * c1n) - a3 * ab
+    c2 = np.conj(a3 * b1n) - a2 * ac
+    c3 = -(np.conj(a2 * b1n) + a3 * ac)
+    v = np.stack([np.stack([a1, a2, a3], -1), np.stack([b1, b2, b3], -1),
+                  np.stack([c1, c2, c3], -1)], -2)
+    return _exchange(v, (j0 & 1) == 1)
 
 
 def _tangent(z: np.ndarray) -> np.ndarray:
@@ -141,23 +192,9 @@ def _tangent(z: np.ndarray) -> np.ndarray:
 
 def phase_from_tangent(t: np.ndarray) -> np.ndarray:
     """exp(i theta) from t = tan(theta / 4): the square of (1 - t^2 + 2 i t) / (1 + t^2), what
-    the kernels compute (one division, no trigonometry)."""
+    the kernels compute (no trigonometry)."""
     half_angle = (1 - t * t + 2j * t) / (1 + t * t)
     return half_angle * half_angle
-
-
-def _choice(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """A phase parameter as (choice index, tangent)."""
-    j = np.rint(p / CHOICE_STEP).astype(int)
-    return j, p - CHOICE_STEP * j
-
-
-def _basis(row0: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    axis = np.eye(3)[c]
-    e1 = _cross_conj(row0, axis)
-    e1 /= np.linalg.norm(e1, axis=-1, keepdims=True)
-    e2 = _cross_conj(row0, e1)
-    return e1, e2
 
 
 def unpack(packed: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
@@ -168,23 +205,9 @@ def unpack(packed: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndar
         rows = packed.reshape(packed.shape[:-1] + (2, 3))
         row0, row1 = rows[..., 0, :], rows[..., 1, :]
     elif reconstruct == 8:
-        p = packed
-        k, t0 = _choice(p[..., 4])
-        small = np.stack([p[..., 0] + 1j * p[..., 1], p[..., 2] + 1j * p[..., 3]], axis=-1)
-        big = (np.sqrt(np.maximum(0.0, 1 - np.sum(np.abs(small) ** 2, axis=-1)))
-               * phase_from_tangent(t0))
-        row0 = np.empty(p.shape[:-1] + (3,), dtype=np.result_type(p.dtype, np.complex64))
-        rest = np.sort(np.stack([(k + 1) % 3, (k + 2) % 3], axis=-1), axis=-1)
-        np.put_along_axis(row0, k[..., None], big[..., None], axis=-1)
-        np.put_along_axis(row0, rest, small, axis=-1)
-        q, t1 = _choice(p[..., 7])
-        s, c = q % 2, q // 2
-        e1, e2 = _basis(row0, c)
-        smaller = p[..., 5] + 1j * p[..., 6]
-        larger = np.sqrt(np.maximum(0.0, 1 - np.abs(smaller) ** 2)) * phase_from_tangent(t1)
-        a = np.where(s == 0, larger, smaller)[..., None]
-        b = np.where(s == 0, smaller, larger)[..., None]
-        row1 = a * e1 + b * e2
+        signs = boundary_signs(packed.shape, t_boundary).astype(packed.dtype)[..., None, None]
+        dtype = np.result_type(packed.dtype, np.complex64)
+        return (_unpack8(packed) * signs).astype(dtype, copy=False)
     else:
         raise ValueError(f"reconstruct must be 18, 12 or 8, got {reconstruct!r}")
     row2 = _cross_conj(row0, row1)

@@ -10,9 +10,9 @@ and read back on the host.
   norm (about 1e-38 to 3e38; a site below it is stored as zero).
 - Links are int16 in the dslash layout: entries of SU(3) matrices are bounded by 1 and stored
   times 32767 (18 and 12 parameters, real and imaginary parts as a pair); the 8-parameter form's
-  two phase parameters (a quarter-angle tangent in [-1, 1] plus 4 times a choice index of at
-  most 5: :func:`.gauge.pack`) are stored times 32767 / :data:`PHASE_RANGE`, its other six
-  (entries bounded by 1) times 32767.
+  two phase parameters (a quarter-angle tangent in [-1, 1] plus an offset that carries choices:
+  :func:`.gauge.pack`) are stored times 32767 over their largest magnitude
+  (:func:`.gauge.phase_parameter_limit`), its other six (entries bounded by 1) times 32767.
 
 Arithmetic on half fields is in single precision, in registers.
 """
@@ -27,13 +27,13 @@ import numpy as np
 
 from autotune import accel, tune
 
+from . import gauge
+
 #: the largest stored magnitude
 HALF_MAX = 32767
 #: spinor components per 16-byte group of a site (values are (12 // GROUP, V/2, GROUP, 2))
 GROUP = 4
-#: the range of the 8-parameter form's phase parameters (components 4 and 7: at most
-#: 5 * gauge.CHOICE_STEP + 1 = 21 in magnitude)
-PHASE_RANGE = 24.0
+#: the 8-parameter form's phase parameters (their own scales: gauge.phase_parameter_limit)
 PHASE_COMPONENTS = (4, 7)
 
 
@@ -116,7 +116,8 @@ def link_scales(reconstruct: int) -> np.ndarray:
     """What each stored link parameter is multiplied by (per component of the dslash layout)."""
     if reconstruct == 8:
         scales = np.full(8, 1.0 / HALF_MAX)
-        scales[list(PHASE_COMPONENTS)] = PHASE_RANGE / HALF_MAX
+        for k in PHASE_COMPONENTS:
+            scales[k] = gauge.phase_parameter_limit(k) / HALF_MAX
         return scales
     return np.full({18: 9, 12: 6}[reconstruct], 1.0 / HALF_MAX)
 
@@ -133,7 +134,7 @@ def links_to_half(links: np.ndarray, reconstruct: int) -> np.ndarray:
     if np.max(np.abs(parts), initial=0) > HALF_MAX + 0.5:
         raise ValueError("links out of the half precision range: entries must be bounded by 1 "
                          "(SU(3) links) and the 8-parameter phase parameters by "
-                         f"{PHASE_RANGE}")
+                         f"{[gauge.phase_parameter_limit(k) for k in PHASE_COMPONENTS]}")
     return np.rint(parts).astype(np.int16)
 
 

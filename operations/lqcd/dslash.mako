@@ -102,16 +102,26 @@
     def link8_scale(k):
         return f"{link_scales[k]!r}f"
 
-    def spinor_in(array, index, sixteen, factor=1.0):
+    def spinor_in(array, index, sixteen, factor=1.0, scale_into=None):
         """Statements loading the 12 components of ``array`` at ``index`` into psi
-        (``sixteen``: the argument is in 16-bit storage; ``factor`` multiplies its scale)."""
+        (``sixteen``: the argument is in 16-bit storage; ``factor`` multiplies its scale;
+        ``scale_into``: a float variable that receives the scale, psi left in its units)."""
         if sixteen:  # a site's four-component groups, one 16-byte load each (half.py's layout)
-            return (f"{{ const float s_ = {array}_norm[{index}] * {factor / half_max!r}f;\n"
+            scale = f"{array}_norm[{index}] * {factor / half_max!r}f"
+            head = f"{scale_into} = {scale};\n        {{ const float s_ = 1.0f;\n" if scale_into else \
+                f"{{ const float s_ = {scale};\n"
+            return (head +
                     f"          for (int g = 0; g < 3; g++) {{\n"
                     f"            const int4 w_ = ((GLOBAL const int4 *) {array})[g * VH + {index}];\n"
                     f"            psi[4 * g] = word_to_cfloat(w_.x, s_); psi[4 * g + 1] = word_to_cfloat(w_.y, s_);\n"
                     f"            psi[4 * g + 2] = word_to_cfloat(w_.z, s_); psi[4 * g + 3] = word_to_cfloat(w_.w, s_); }} }}")
         return f"for (int k = 0; k < 12; k++) psi[k] = {array}[k * VH + {index}];"
+
+    def accumulate(acc, expr, factor=None):
+        """acc + a hop's contribution times ``factor``: by default the neighbour's 16-bit scale
+        (sn_) for 16-bit input, else 1."""
+        factor = factor or ("sn_" if h_in else None)
+        return f"{C}_scale_add({expr}, {factor}, {acc})" if factor else f"{C}_add({acc}, {expr})"
 
     def link_entry(expr, fold):  # 18 and 12 parameters: every entry has one scale
         return f"chalf_to_cfloat({expr}, {1.0 if fold else link_scales[0]!r}f)" if half else expr
@@ -133,6 +143,9 @@
 
     link_groups = context.get("link_groups", None) or (1,) * ncomp
 
+    def entry8(k, value):  # a 16-bit 8-parameter form's parameter k, as reconstruct8 takes it
+        return f"{value} * {link8_scale(k)}"
+
     def link_loads(dest, mu, parity, site, fold):
         """Statements loading a link's stored parameters into ``dest`` (complex entries for
         18 and 12, the reals of the 8-parameter form), a group of link_groups per load:
@@ -146,7 +159,7 @@
                 k = first
                 value = f"gauge[({base + k}u) * VH + {site}]"
                 if reconstruct == 8:
-                    value += f" * {link8_scale(k)}" if half else ""
+                    value = entry8(k, value) if half else value
                 else:
                     value = link_entry(value, fold)
                 lines.append(f"        {dest}[{k}] = {value};")
@@ -156,7 +169,7 @@
                 for i, lane in enumerate("xyzw"[:words]):
                     k = first + 2 * i
                     lines.append(f"          {{ const cfloat c_ = word_to_cfloat(v_.{lane}, 1.0f); "
-                                 f"{dest}[{k}] = c_.x * {link8_scale(k)}; {dest}[{k + 1}] = c_.y * {link8_scale(k + 1)}; }}")
+                                 f"{dest}[{k}] = {entry8(k, 'c_.x')}; {dest}[{k + 1}] = {entry8(k + 1, 'c_.y')}; }}")
                 lines.append("        }")
             elif half:  # w chalf: one word each
                 lines.append(f"        {{ const int{w} v_ = ((GLOBAL const int{w} *) ({block}))[{site}];")
@@ -189,7 +202,7 @@
     {
         ${real} p[8];
 ${link_loads("p", mu, parity, site, False)}
-        reconstruct8(p, ${dest});
+        swap_ = reconstruct8(p, ${dest});
     }
 % else:
 ${link_loads(dest, mu, parity, site, fold)}
@@ -212,7 +225,7 @@ ${link_loads(dest, mu, parity, site, fold)}
     % for k in range(8):
         p[${k}] = gauge_ghost[${offset + k * fh}u + ${index}];
     % endfor
-        reconstruct8(p, ${dest});
+        swap_ = reconstruct8(p, ${dest});
     }
 % else:
     % for k in range(ncomp):
@@ -222,6 +235,17 @@ ${link_loads(dest, mu, parity, site, fold)}
     third_row(${dest});
     % endif
 % endif
+</%def>
+
+<%def name="exchange(v, negate=True)">\
+        /* colours 0 and 1 of both spins of ${v} exchanged${" and colour 2 negated" if negate else ""} where swap_ */
+% for s in range(2):
+        { const ${C} e0 = ${v}[${3 * s}], e1 = ${v}[${3 * s + 1}];
+          ${v}[${3 * s}] = swap_ ? e1 : e0; ${v}[${3 * s + 1}] = swap_ ? e0 : e1; }
+% if negate:
+        ${v}[${3 * s + 2}] = ${C}_scale(${v}[${3 * s + 2}], swap_ ? -1 : 1);
+% endif
+% endfor
 </%def>
 
 /* row 2 = conj(row 0 x row 1): the links are in SU(3) */
@@ -238,8 +262,11 @@ DEVICE_FN void third_row(${C} *u)
    from its row's or column's norm and its phase from a quarter-angle tangent t
    (exp(i theta) = z^2 / w, z = 1 - t^2 + 2 i t, w = (1 + t^2)^2); then rows 1 and 2 from
    conj(V) = adj(V)^T and orthogonality, divided by n = 1 - |a1|^2 >= 1/2; last, the columns
-   exchange the packing chose. Two reciprocal square roots, no division, no branch. */
-DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
+   exchange the packing chose. Two reciprocal square roots, no division, no branch.
+   Returns whether the packing exchanged columns 0 and 1 and negated column 2: u is then V,
+   and the hop exchanges and negates h's colours (U h = V (h1, h0, -h2)) or chi's rows
+   (U^dagger h = P V^dagger h), fewer selects than undoing it in the 9 entries. */
+DEVICE_FN bool reconstruct8(const ${real} *p, ${C} *u)
 {
     const int j0 = (int) rint(p[4] * (${real}) ${repr(1 / choice_step)} + (${real}) ${repr(choice_centres[0])});
     const int j1 = (int) rint(p[7] * (${real}) ${repr(1 / choice_step)} + (${real}) ${repr(choice_centres[1])});
@@ -269,12 +296,10 @@ DEVICE_FN void reconstruct8(const ${real} *p, ${C} *u)
     const ${C} b3 = ${C}_sub(${C}_conj(${C}_mul(a2, c1n)), ${C}_mul(a3, ab));
     const ${C} c2 = ${C}_sub(${C}_conj(${C}_mul(a3, b1n)), ${C}_mul(a2, ac));
     const ${C} c3 = ${C}_scale(${C}_add(${C}_conj(${C}_mul(a2, b1n)), ${C}_mul(a3, ac)), -1);
-    /* columns 0 and 1 exchanged and column 2 negated where the packing did so */
-    const bool swap = (j0 & 1) != 0;
-    const ${real} sign = swap ? -1 : 1;
-    u[0] = swap ? a2 : a1; u[1] = swap ? a1 : a2; u[2] = ${C}_scale(a3, sign);
-    u[3] = swap ? b2 : b1; u[4] = swap ? b1 : b2; u[5] = ${C}_scale(b3, sign);
-    u[6] = swap ? c2 : c1; u[7] = swap ? c1 : c2; u[8] = ${C}_scale(c3, sign);
+    u[0] = a1; u[1] = a2; u[2] = a3;
+    u[3] = b1; u[4] = b2; u[5] = b3;
+    u[6] = c1; u[7] = c2; u[8] = c3;
+    return (j0 & 1) != 0;
 }
 % endif
 
@@ -358,6 +383,12 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     if (!(${leaves}))  /* a hop that leaves the Schwarz domain is dropped */
 % endif
     {
+% if h_in:
+        float sn_;  /* the neighbour's 16-bit scale: applied as chi is accumulated, not per psi entry */
+% endif
+% if reconstruct == 8:
+        bool swap_;  /* reconstruct8's column exchange, undone on h or chi */
+% endif
         /* direction ${mu}, hop ${"+" if direction == 1 else "-"}: (1 ${"+" if sigma == 1 else "-"} gamma_${mu}) ${"U" if direction == 1 else "U^dagger"} psi */
 % if ghosted:
         if (${coord} == ${edge}u)
@@ -380,7 +411,7 @@ ${load_link("u", mu, parity, "cb", fold)}
 % else:
 ${load_link("u", mu, 1 - parity, "nb", fold)}
 % endif
-        ${spinor_in("in", "nb", h_in, link_scales[0] if fold else 1.0)}
+        ${spinor_in("in", "nb", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None)}
 % if ghosted:
         }
 % endif
@@ -392,9 +423,17 @@ ${load_link("u", mu, 1 - parity, "nb", fold)}
     % endfor
 % endfor
 % if mu == 3 and t_boundary == -1 and (dist is None or dist["t_signs"][0 if direction == 1 else 1] == -1):
+% if h_in:
+        if (t == ${T - 1 if direction == 1 else 0}u)
+            sn_ = -sn_;
+% else:
         if (t == ${T - 1 if direction == 1 else 0}u)
             for (int k = 0; k < 6; k++)
                 h[k] = ${C}_scale(h[k], -1);
+% endif
+% endif
+% if reconstruct == 8 and direction == 1:
+${exchange("h")}
 % endif
         ${C} chi[6];
 % for s in range(2):
@@ -406,6 +445,11 @@ ${load_link("u", mu, 1 - parity, "nb", fold)}
     % endif
     % endfor
 % endfor
+% if reconstruct == 8 and direction == -1:
+${exchange("chi", False)}
+        /* chi's row 2 negated where swap_, as it is accumulated */
+        const ${"float" if h_in else real} row2_ = swap_ ? -${"sn_" if h_in else "1"} : ${"sn_" if h_in else "1"};
+% endif
 % for s in range(2):
 <%
     # lower half += sigma * (A^dagger chi): row s of A^dagger is the conjugate of column s of A
@@ -413,8 +457,9 @@ ${load_link("u", mu, 1 - parity, "nb", fold)}
     coef = coef if sigma == 1 else neg(coef)
 %>\
     % for col in range(3):
-        acc[${s * 3 + col}] = ${C}_add(acc[${s * 3 + col}], chi[${s * 3 + col}]);
-        { const ${C} v = chi[${j * 3 + col}]; acc[${(2 + s) * 3 + col}] = ${C}_add(acc[${(2 + s) * 3 + col}], ${times(coef, "v")}); }
+<% factor = "row2_" if reconstruct == 8 and direction == -1 and col == 2 else None %>\
+        acc[${s * 3 + col}] = ${accumulate(f"acc[{s * 3 + col}]", f"chi[{s * 3 + col}]", factor)};
+        { const ${C} v = chi[${j * 3 + col}]; acc[${(2 + s) * 3 + col}] = ${accumulate(f"acc[{(2 + s) * 3 + col}]", times(coef, "v"), factor)}; }
     % endfor
 % endfor
     }

@@ -1,5 +1,7 @@
 """Run by tests/test_distributed.py under ``mpiexec -n N``: the distributed Wilson operator on
-``--grid`` against the single-process one, on every rank; rank 0 prints one JSON line.
+``--grid`` against the single-process one, on every rank; rank 0 prints one JSON line. One
+launch may check several cases of its rank count (``--cases``): starting ranks and building
+their kernels is most of a launch's time.
 
 Each rank runs in the test mode of the pytest plugin (templates use their ``test=`` parameters,
 nothing is tuned or stored), as the test that starts it does.
@@ -9,12 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 import warnings
 
 import numpy as np
 from mpi4py import MPI
 
+from autotune import tune
 from autotune.tune.decorator import test_mode
 from operations.lqcd import WilsonOperator, haar_field
 from operations.lqcd.distributed import DistributedWilsonOperator, rank_context
@@ -22,68 +27,159 @@ from operations.lqcd.distributed import DistributedWilsonOperator, rank_context
 test_mode.active = True
 
 
+CASE_OPTIONS = {"t_boundary": -1, "reconstruct": 18, "precision": "double", "policy": "overlap",
+                "transport": "auto", "solves": ["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--dims", type=int, nargs=4, required=True)
-    parser.add_argument("--grid", type=int, nargs=4, required=True)
-    parser.add_argument("--t-boundary", type=int, default=-1)
-    parser.add_argument("--reconstruct", type=int, default=18)
-    parser.add_argument("--precision", default="double")
-    parser.add_argument("--policy", default="overlap")
-    parser.add_argument("--transport", default="auto")
-    parser.add_argument("--solves", nargs="*", default=["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"])
+    parser.add_argument("--dims", type=int, nargs=4)
+    parser.add_argument("--grid", type=int, nargs=4)
+    parser.add_argument("--cases", metavar="JSON",
+                        help="several cases in one launch: a JSON list of objects with dims, "
+                             "grid and any of " + ", ".join(CASE_OPTIONS) + " (rank 0 prints "
+                             "one list of the ranks' results per case)")
+    parser.add_argument("--t-boundary", type=int, default=CASE_OPTIONS["t_boundary"])
+    parser.add_argument("--reconstruct", type=int, default=CASE_OPTIONS["reconstruct"])
+    parser.add_argument("--precision", default=CASE_OPTIONS["precision"])
+    parser.add_argument("--policy", default=CASE_OPTIONS["policy"])
+    parser.add_argument("--transport", default=CASE_OPTIONS["transport"])
+    parser.add_argument("--solves", nargs="*", default=CASE_OPTIONS["solves"])
     parser.add_argument("--tune-policy", action="store_true",
                         help="policy tuned (collectively) into AUTOTUNE_DB, as outside tests")
     parser.add_argument("--store-per-rank", metavar="DIR",
                         help="tune on a miss as outside tests, each rank into DIR/rank<r>.db, "
                              "and solve with GCR-Schwarz: which ranks tuned what")
+    parser.add_argument("--max-evals", type=int,
+                        help="candidates each template's search times, where templates are tuned "
+                             "(--tune-policy, --store-per-rank): who tunes is what those runs "
+                             "check, not how well")
     args = parser.parse_args()
-    if args.store_per_rank:
-        tuned_per_rank(args)
-        return
-    if args.tune_policy:
-        args.policy = "tuned"
-        test_mode.cached = True  # tune on a miss and store, into the test's database
     comm = MPI.COMM_WORLD
-    context = rank_context(comm)  # one device per rank where there are enough
-    dims = tuple(args.dims)
-    u = haar_field(dims, seed=5)
-    rng = np.random.default_rng(9)
-    x, y, z, t = dims
-    psi = rng.standard_normal((t, z, y, x, 4, 3)) + 1j * rng.standard_normal((t, z, y, x, 4, 3))
-    kappa = 0.11
-    one = WilsonOperator(context, u, kappa, args.precision, args.reconstruct, args.t_boundary)
-    many = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), args.precision,
-                                     args.reconstruct, args.t_boundary, policy=args.policy,
-                                     transport=args.transport)
+    with tune.search_settings(max_evals=args.max_evals, batches=1 if args.max_evals else None):
+        if args.store_per_rank:
+            tuned_per_rank(args)
+            return
+        if args.tune_policy:
+            args.policy = "tuned"
+            test_mode.cached = True  # tune on a miss and store, into the test's database
+        context = rank_context(comm)  # one device per rank where there are enough
+        if args.cases:
+            cases = [{**CASE_OPTIONS, **case} for case in json.loads(args.cases)]
+        else:
+            if args.dims is None or args.grid is None:
+                parser.error("--dims and --grid (or --cases) are needed")
+            cases = [{name: getattr(args, name) for name in ("dims", "grid", *CASE_OPTIONS)}]
+        problems = [Problem(case) for case in cases]
+        # the distributed operators first: a transport that cannot be had stops the run here
+        many = [DistributedWilsonOperator(comm, context, p.u, p.kappa, p.grid, case["precision"],
+                                          case["reconstruct"], case["t_boundary"],
+                                          policy=case["policy"], transport=case["transport"])
+                for p, case in zip(problems, cases)]
+        single = single_process_results(comm, context, problems)
+        everyone = [comm.gather(compare(comm, context, *args))
+                    for args in zip(problems, many, single)]
+    if comm.rank == 0:
+        print(json.dumps(everyone if args.cases else everyone[0]))
+    sys.stdout.flush()
+
+
+class Problem:
+    """A case's global fields (the same on every rank) and the options of its solves."""
+
+    def __init__(self, case: dict):
+        self.case = case
+        self.dims, self.grid = tuple(case["dims"]), tuple(case["grid"])
+        self.u = haar_field(self.dims, seed=5)
+        rng = np.random.default_rng(9)
+        x, y, z, t = self.dims
+        self.psi = (rng.standard_normal((t, z, y, x, 4, 3))
+                    + 1j * rng.standard_normal((t, z, y, x, 4, 3)))
+        self.kappa = 0.11
+        self.tol = 1e-10 if case["precision"] == "double" else 1e-5
+        self.local = tuple(n // g for n, g in zip(self.dims, self.grid))  # every rank's block
+
+    def solve_options(self, label: str) -> tuple[tuple, dict]:
+        method, *rest = label.split("_")
+        # Schwarz blocks of one rank's part, half precision inner solves: on one process
+        # the same blocks (each rank's part), with one MR step length for all of them
+        extra = ({"preconditioner": "schwarz", "block": self.local, "inner_iterations": 6,
+                  "inner_precision": "half"} if "schwarz" in rest else {})
+        return (method, self.tol, "eo" in rest, "mixed" if "mixed" in rest else None), extra
+
+
+OPERATORS = ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger")
+
+
+def single_process_results(comm, context, problems: list[Problem]) -> list[dict]:
+    """Per case, what the single-process operator gives: each operator applied to psi
+    ("operators") and each solve's solution and counts, on every rank.
+
+    The single-process operator is the same on every rank (the same global fields, the same
+    kind of device), so its work is shared out instead of repeated on each: per case, the
+    operators with the double precision solves, the mixed ones and the Schwarz ones (each
+    group builds its own kernels) go to the ranks in turn, at most one rank a core (ranks
+    that share the cores of a CPU device would only slow each other). The others wait asleep
+    (a test, then a short sleep): a blocking MPI call polls hard, and a spinning rank slows the
+    ranks that work."""
+    workers = max(1, min(comm.size, os.cpu_count() or 1))
+    jobs = []
+    for i, problem in enumerate(problems):
+        groups: dict[str, list[str]] = {"double": ["operators"], "mixed": [], "schwarz": []}
+        for label in problem.case["solves"]:
+            groups["schwarz" if "schwarz" in label else "mixed" if "mixed" in label
+                   else "double"].append(label)
+        jobs += [(i, pieces) for pieces in groups.values() if pieces]
+    mine: dict = {}
+    for i, pieces in jobs[comm.rank::workers] if comm.rank < workers else ():
+        problem = problems[i]
+        case = problem.case
+        one = WilsonOperator(context, problem.u, problem.kappa, case["precision"],
+                             case["reconstruct"], case["t_boundary"])
+        for piece in pieces:
+            if piece == "operators":
+                mine[i, piece] = {name: getattr(one, name)(problem.psi) for name in OPERATORS}
+                continue
+            positional, extra = problem.solve_options(piece)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", RuntimeWarning)
+                x1, info = one.solve(problem.psi, *positional, **extra)
+            mine[i, piece] = (x1, info.iterations, info.inner_iterations, info.true_residual)
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(0.01)
+    results: list[dict] = [{} for _ in problems]
+    for part in comm.allgather(mine):
+        for (i, piece), value in part.items():
+            results[i][piece] = value
+    return results
+
+
+def compare(comm, context, problem: Problem, many: DistributedWilsonOperator,
+            single: dict) -> dict:
+    """One case on this rank: the distributed operator ``many`` against the single-process
+    one's results (``single``, from :func:`single_process_results`)."""
+    case, psi = problem.case, problem.psi
+    want = single["operators"]
     scale = float(np.max(np.abs(psi)))
     result: dict = {"rank": comm.rank, "size": comm.size, "local": list(many.partition.local),
                     "device": context.device.describe(),
                     "transport": many.transport.name}
-    for name in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger"):
-        got, want = getattr(many, name)(psi), getattr(one, name)(psi)
-        result[name] = float(np.max(np.abs(got - want))) / scale
+    for name in OPERATORS:
+        result[name] = float(np.max(np.abs(getattr(many, name)(psi) - want[name]))) / scale
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        for label in args.solves:
-            method, *rest = label.split("_")
-            even_odd = "eo" in rest
-            precision = "mixed" if "mixed" in rest else None
-            tol = 1e-10 if args.precision == "double" else 1e-5
-            # Schwarz blocks of one rank's part, half precision inner solves: on one process
-            # the same blocks (each rank's part), with one MR step length for all of them
-            extra = ({"preconditioner": "schwarz", "block": many.partition.local,
-                      "inner_iterations": 6, "inner_precision": "half"}
-                     if "schwarz" in rest else {})
-            xs, info = many.solve(psi, method, tol, even_odd, precision, **extra)
-            x1, info1 = one.solve(psi, method, tol, even_odd, precision, **extra)
-            result[label] = {"iterations": [info.iterations, info1.iterations],
-                             "inner_iterations": [info.inner_iterations, info1.inner_iterations],
-                             "true_residual": [info.true_residual, info1.true_residual],
+        for label in case["solves"]:
+            positional, extra = problem.solve_options(label)
+            xs, info = many.solve(psi, *positional, **extra)
+            x1, iterations, inner_iterations, true_residual = single[label]
+            result[label] = {"iterations": [info.iterations, iterations],
+                             "inner_iterations": [info.inner_iterations, inner_iterations],
+                             "true_residual": [info.true_residual, true_residual],
                              "difference": float(np.max(np.abs(xs - x1)) / np.max(np.abs(x1)))}
-    if any("schwarz" in label for label in args.solves):
+    if any("schwarz" in label for label in case["solves"]):
         # a block that spans two ranks' parts is refused by name, on every rank
-        wide = tuple(2 * n if g > 1 else n for n, g in zip(many.partition.local, args.grid))
+        wide = tuple(2 * n if g > 1 else n for n, g in zip(many.partition.local, problem.grid))
         try:
             many.solve(psi, "gcr", 1e-8, True, preconditioner="schwarz", block=wide)
             result["schwarz_refusal"] = None
@@ -97,13 +193,11 @@ def main() -> None:
         while tuner.scanning and launches < 400:
             many.dslash_parity(out.even, field.odd, 0)
             launches += 1
-        got, want = many.dslash(psi), one.dslash(psi)  # locked now
+        got = many.dslash(psi)  # locked now
         result["policy"] = {"best": tuner.best, "scans": tuner.scans, "launches": launches,
-                            "stored": tuner.stored, "after": float(np.max(np.abs(got - want))) / scale}
-    everyone = comm.gather(result)
-    if comm.rank == 0:
-        print(json.dumps(everyone))
-    sys.stdout.flush()
+                            "stored": tuner.stored,
+                            "after": float(np.max(np.abs(got - want["dslash"]))) / scale}
+    return result
 
 
 def tuned_per_rank(args: argparse.Namespace) -> None:

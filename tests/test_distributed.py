@@ -44,10 +44,16 @@ def _launch(context, dims, grid, t_boundary, reconstruct, precision, solves, pol
                "--t-boundary", str(t_boundary), "--reconstruct", str(reconstruct),
                "--precision", precision, "--policy", policy, "--transport", transport,
                "--solves", *solves]
+    return _mpi_run(context, command, ranks)
+
+
+def _mpi_run(context, command, ranks) -> subprocess.CompletedProcess:
+    """``command`` (an mpiexec of ``ranks`` ranks) run to its end, or the test failed with what
+    the ranks had said when they did not finish in 600 s (to see where they hung)."""
     try:
         return subprocess.run(command, capture_output=True, text=True, timeout=600,
                               env=_env(context))
-    except subprocess.TimeoutExpired as exc:  # what the ranks had said, to see where they hung
+    except subprocess.TimeoutExpired as exc:
         said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
         pytest.fail(f"the {ranks} ranks did not finish in 600 s; their stderr:\n"
                     f"{(said or '')[-4000:]}")
@@ -67,13 +73,7 @@ def _run_cases(context, cases: list[dict]) -> list[list[dict]]:
     ranks = ranks.pop()
     command = [_mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", str(SCRIPT),
                "--cases", json.dumps(cases)]
-    try:
-        out = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                             env=_env(context))
-    except subprocess.TimeoutExpired as exc:  # what the ranks had said, to see where they hung
-        said = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
-        pytest.fail(f"the {ranks} ranks did not finish in 600 s; their stderr:\n"
-                    f"{(said or '')[-4000:]}")
+    out = _mpi_run(context, command, ranks)
     assert out.returncode == 0, out.stderr[-4000:]
     results = json.loads(out.stdout.strip().splitlines()[-1])
     assert len(results) == len(cases)

@@ -62,8 +62,6 @@ DEVICE_FN ${cplx} ${cplx}_conj(${cplx} a) { return ${cplx}_new(a.x, -a.y); }
 DEVICE_FN ${cplx} ${cplx}_conj_mul(${cplx} a, ${cplx} b) { return ${cplx}_new(a.x * b.x + a.y * b.y, a.x * b.y - a.y * b.x); }
 DEVICE_FN ${cplx} ${cplx}_scale(${cplx} a, ${real} s) { return ${cplx}_new(a.x * s, a.y * s); }
 DEVICE_FN ${real} ${cplx}_abs2(${cplx} a) { return a.x * a.x + a.y * a.y; }
-/* s * a + b as two fused multiply-adds */
-DEVICE_FN ${cplx} ${cplx}_scale_add(${cplx} a, ${real} s, ${cplx} b) { return ${cplx}_new(fma(a.x, s, b.x), fma(a.y, s, b.y)); }
 % if real == "double" and backend == "opencl":
 #endif
 % endif

@@ -99,8 +99,8 @@
     choice_counts = context.get("choice_counts", None)
     choice_centres = [(n - 1) / 2 for n in choice_counts] if choice_counts else None
 
-    def link8_scale(k):
-        return f"{link_scales[k]!r}f"
+    def neg_c(v):
+        return f"{C}_new(-{v}.x, -{v}.y)"
 
     def spinor_in(array, index, sixteen, factor=1.0, scale_into=None):
         """Statements loading the 12 components of ``array`` at ``index`` into psi
@@ -144,7 +144,7 @@
     link_groups = context.get("link_groups", None) or (1,) * ncomp
 
     def entry8(k, value):  # a 16-bit 8-parameter form's parameter k, as reconstruct8 takes it
-        return f"{value} * {link8_scale(k)}"
+        return f"{value} * {link_scales[k]!r}f"
 
     def link_loads(dest, mu, parity, site, fold):
         """Statements loading a link's stored parameters into ``dest`` (complex entries for
@@ -192,6 +192,7 @@
         return f"((({names[2]} * {ext[1]}u + {names[1]}) * {ext[0]}u + {names[0]}) >> 1)"
 %>
 #define VH ${VH}u
+<%include file="complex_fma.mako"/>
 % if half:
 <%include file="half.mako"/>
 % endif
@@ -251,9 +252,9 @@ ${link_loads(dest, mu, parity, site, fold)}
 /* row 2 = conj(row 0 x row 1): the links are in SU(3) */
 DEVICE_FN void third_row(${C} *u)
 {
-    u[6] = ${C}_conj(${C}_sub(${C}_mul(u[1], u[5]), ${C}_mul(u[2], u[4])));
-    u[7] = ${C}_conj(${C}_sub(${C}_mul(u[2], u[3]), ${C}_mul(u[0], u[5])));
-    u[8] = ${C}_conj(${C}_sub(${C}_mul(u[0], u[4]), ${C}_mul(u[1], u[3])));
+    u[6] = ${C}_conj(${C}_mul_add(u[1], u[5], ${C}_mul(${neg_c("u[2]")}, u[4])));
+    u[7] = ${C}_conj(${C}_mul_add(u[2], u[3], ${C}_mul(${neg_c("u[0]")}, u[5])));
+    u[8] = ${C}_conj(${C}_mul_add(u[0], u[4], ${C}_mul(${neg_c("u[1]")}, u[3])));
 }
 
 % if reconstruct == 8:
@@ -261,8 +262,8 @@ DEVICE_FN void third_row(${C} *u)
    does: V_00 (a1), one more entry of row 0 and of column 0 as stored, the other's modulus
    from its row's or column's norm and its phase from a quarter-angle tangent t
    (exp(i theta) = z^2 / w, z = 1 - t^2 + 2 i t, w = (1 + t^2)^2); then rows 1 and 2 from
-   conj(V) = adj(V)^T and orthogonality, divided by n = 1 - |a1|^2 >= 1/2; last, the columns
-   exchange the packing chose. Two reciprocal square roots, no division, no branch.
+   conj(V) = adj(V)^T and orthogonality, divided by n = 1 - |a1|^2 >= 1/2. Two reciprocal
+   square roots, no division, no branch.
    Returns whether the packing exchanged columns 0 and 1 and negated column 2: u is then V,
    and the hop exchanges and negates h's colours (U h = V (h1, h0, -h2)) or chi's rows
    (U^dagger h = P V^dagger h), fewer selects than undoing it in the 9 entries. */
@@ -292,10 +293,14 @@ DEVICE_FN bool reconstruct8(const ${real} *p, ${C} *u)
     const ${C} b1 = col ? rebuilt1 : kept1, c1 = col ? kept1 : rebuilt1;
     const ${C} b1n = ${C}_scale(b1, inv_n), c1n = ${C}_scale(c1, inv_n);
     const ${C} ab = ${C}_conj_mul(a1, b1n), ac = ${C}_conj_mul(a1, c1n);
-    const ${C} b2 = ${C}_scale(${C}_add(${C}_conj(${C}_mul(a3, c1n)), ${C}_mul(a2, ab)), -1);
-    const ${C} b3 = ${C}_sub(${C}_conj(${C}_mul(a2, c1n)), ${C}_mul(a3, ab));
-    const ${C} c2 = ${C}_sub(${C}_conj(${C}_mul(a3, b1n)), ${C}_mul(a2, ac));
-    const ${C} c3 = ${C}_scale(${C}_add(${C}_conj(${C}_mul(a2, b1n)), ${C}_mul(a3, ac)), -1);
+    /* b2 = -(conj(a3 c1n) + a2 ab), b3 = conj(a2 c1n) - a3 ab, c2 = conj(a3 b1n) - a2 ac,
+       c3 = -(conj(a2 b1n) + a3 ac), each as one product and a multiply-add */
+    const ${C} a3c = ${C}_mul(a3, c1n), a2c = ${C}_mul(a2, c1n);
+    const ${C} a3b = ${C}_mul(a3, b1n), a2b = ${C}_mul(a2, b1n);
+    const ${C} b2 = ${C}_mul_add(${neg_c("a2")}, ab, ${C}_new(-a3c.x, a3c.y));
+    const ${C} b3 = ${C}_mul_add(${neg_c("a3")}, ab, ${C}_conj(a2c));
+    const ${C} c2 = ${C}_mul_add(${neg_c("a2")}, ac, ${C}_conj(a3b));
+    const ${C} c3 = ${C}_mul_add(${neg_c("a3")}, ac, ${C}_new(-a2b.x, a2b.y));
     u[0] = a1; u[1] = a2; u[2] = a3;
     u[3] = b1; u[4] = b2; u[5] = b3;
     u[6] = c1; u[7] = c2; u[8] = c3;
@@ -439,9 +444,9 @@ ${exchange("h")}
 % for s in range(2):
     % for row in range(3):
     % if direction == 1:
-        chi[${s * 3 + row}] = ${C}_add(${C}_add(${C}_mul(u[${row * 3}], h[${s * 3}]), ${C}_mul(u[${row * 3 + 1}], h[${s * 3 + 1}])), ${C}_mul(u[${row * 3 + 2}], h[${s * 3 + 2}]));
+        chi[${s * 3 + row}] = ${C}_mul_add(u[${row * 3 + 2}], h[${s * 3 + 2}], ${C}_mul_add(u[${row * 3 + 1}], h[${s * 3 + 1}], ${C}_mul(u[${row * 3}], h[${s * 3}])));
     % else:
-        chi[${s * 3 + row}] = ${C}_add(${C}_add(${C}_conj_mul(u[${row}], h[${s * 3}]), ${C}_conj_mul(u[${3 + row}], h[${s * 3 + 1}])), ${C}_conj_mul(u[${6 + row}], h[${s * 3 + 2}]));
+        chi[${s * 3 + row}] = ${C}_conj_mul_add(u[${6 + row}], h[${s * 3 + 2}], ${C}_conj_mul_add(u[${3 + row}], h[${s * 3 + 1}], ${C}_conj_mul(u[${row}], h[${s * 3}])));
     % endif
     % endfor
 % endfor

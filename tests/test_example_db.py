@@ -51,6 +51,22 @@ def test_every_registered_template_has_valid_rows(example):
     store.dispose()
 
 
+def test_every_row_is_fresh_for_the_current_kernels(example):
+    """A row tuned against other kernel sources (or an older space version) is never served:
+    a change to a template, an include or the portability header must come with its rows
+    re-tuned (or removed, and the README saying so)."""
+    from autotune.cli.results import status_text
+
+    store = ResultStore(f"sqlite:///{example}")
+    templates = {t.function: t for t in registered_templates()}
+    current: dict = {}
+    stale = [f"{r.key.function.rsplit('.', 2)[-2]} on {r.key.device_name} "
+             f"{r.key.arguments[:60]}: {status}"
+             for r in store.records() if (status := status_text(r, templates, current)) != "fresh"]
+    store.dispose()
+    assert not stale, f"{len(stale)} rows of tune.db.example are not fresh: " + "; ".join(stale[:5])
+
+
 @pytest.mark.autotune_database
 def test_nearest_match_serves_every_warm_key_without_tuning(example, context, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_DB", str(example))

@@ -1,7 +1,7 @@
 """Online tuning of whole solves: even-odd CG on a lattice with no stored results.
 
 Usage (GPU machine): python benchmarks/online_solver.py [--dims 24 24 24 48] [--solves 300]
-    [--iterations 30] [--rounds 3] [--offline-db FILE] [--json FILE]
+    [--iterations 30] [--rounds 3] [--offline-db FILE] [--online-db FILE] [--json FILE]
 
 Each round runs three fresh processes, one after another, each timing ``solves`` CG solves of ``iterations``
 iterations on M_pc^dag M_pc (single precision, 12-parameter links, a Haar-random gauge field,
@@ -10,9 +10,12 @@ kappa 0.12), on one timed queue:
 1. ``offline``: a copy of ``--offline-db`` (default ``tune.db.example``); the dslash key is
    tuned offline when the operator is made and the vector passes on their first solve, before
    the timed solves, which then run tuned;
-2. ``online``: an empty database and ``WilsonOperator(..., tuning="online")``: the solves start
-   at once and the dslash and the vector passes are tuned while they run (candidates built in
-   helper processes, scanned, locked, stored);
+2. ``online``: an empty database (or a copy of ``--online-db``, which must hold no dslash
+   result for this lattice: say ``tune.db.example``, whose other lattice sizes then seed the
+   dslash's scan and whose vector-pass rows, keyed by type and operation only, serve the
+   passes) and ``WilsonOperator(..., tuning="online")``: the solves start at once and the
+   dslash and the vector passes are tuned while they run (candidates built in helper
+   processes, scanned, locked, stored);
 3. ``stored``: the database the online run wrote: every tuner should start locked, scanning
    nothing.
 
@@ -89,7 +92,7 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int) -> dic
         "setup_seconds": ready - made, "final_residual": residuals[-1], "parameters": used,
         "solve_seconds": list(np.diff(marks)),
         "tuners": [{"name": name, "best": t.best, "scans": t.scans, "scanning": t.scanning,
-                    "stored": t.stored, "best_seconds": t.best_seconds,
+                    "stored": t.stored, "best_seconds": t.best_seconds, "seeds": t.seeds,
                     "scan_seconds": t.scan_seconds,
                     "off_best_seconds": t.off_best_seconds,
                     "off_best_share": t.off_best_seconds / seconds} for name, t in tuners],
@@ -116,8 +119,24 @@ def report(runs: dict, round_index: int) -> None:
                 print(f"      {name:32s} {params}")
         for t in run["tuners"]:
             took = f"{t['scan_seconds']:.2f} s" if t["scan_seconds"] is not None else "-"
+            seeds = f" seeds {len(t['seeds'])}" if t.get("seeds") else ""
             print(f"      {t['name']:32s} scans {t['scans']} (last took {took}) best {t['best']} "
-                  f"off {t['off_best_seconds'] * 1e3:.3f} ms")
+                  f"off {t['off_best_seconds'] * 1e3:.3f} ms{seeds}")
+
+
+def refuse_this_lattice(db: str, dims: tuple[int, ...]) -> None:
+    """Exit if ``db`` holds a dslash result for ``dims``: the online run must tune it."""
+    from autotune.tune import describe_arguments
+    from autotune.tune.store import ResultStore
+
+    store = ResultStore(f"sqlite:///{Path(db).resolve()}")
+    wanted = str(tuple(dims))
+    found = [r for r in store.records(function="%DslashTemplate%")
+             if wanted in describe_arguments(r.key.arguments)]
+    store.dispose()
+    if found:
+        sys.exit(f"--online-db {db} already holds {len(found)} dslash results for "
+                 f"{'x'.join(map(str, dims))}: give a database without them")
 
 
 def main() -> None:
@@ -126,6 +145,8 @@ def main() -> None:
     parser.add_argument("--solves", type=int, default=300)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--offline-db", default=str(HERE.parent / "tune.db.example"))
+    parser.add_argument("--online-db", help="the online run's starting database (copied; "
+                        "default: empty); it must hold no dslash result for --dims")
     parser.add_argument("--child", choices=["offline", "online", "stored"], help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
@@ -134,12 +155,16 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, dims, args.solves, args.iterations)))
         return
+    if args.online_db:
+        refuse_this_lattice(args.online_db, dims)
     work = Path(tempfile.mkdtemp(prefix="online-solver-"))
     offline_db = work / "offline.db"
     shutil.copy(args.offline_db, offline_db)
     rounds = []
     for r in range(args.rounds):  # interleaved: the GPU's state drifts between processes
         online_db = work / f"online{r}.db"
+        if args.online_db:
+            shutil.copy(args.online_db, online_db)
         runs = {}
         for mode, db in (("offline", offline_db), ("online", online_db), ("stored", online_db)):
             env = dict(os.environ, AUTOTUNE_DB=str(db), PYTHONPATH=os.pathsep.join(

@@ -66,7 +66,7 @@ def _reference(reps: int, n: int, count: int = 4096) -> np.ndarray:
 def _tuner(context, db, **kwargs) -> tune.OnlineTuner:
     space = kwargs.pop("space", tune.Space(SPACE, [lambda c: (c["reps"], c["wgs"]) != (600, 32)]))
     return tune.OnlineTuner(context, kwargs.pop("name", "tests.Busy.step"), space, TEST,
-                            arguments={"n": N}, db=str(db), **kwargs)
+                            arguments=kwargs.pop("arguments", {"n": N}), db=str(db), **kwargs)
 
 
 @pytest.mark.force_autotune
@@ -154,6 +154,56 @@ def test_a_stored_result_starts_the_next_process_locked(context, tmp_path):
     seen = json.loads(child.stdout.strip().splitlines()[-1])
     assert seen == {"scans": 0, "first": tuner.best, "best": tuner.best}
     assert len(ResultStore(f"sqlite:///{db}").trials()) == trials  # nothing scanned
+
+
+@pytest.mark.force_autotune
+def test_new_arguments_scan_first_what_this_device_chose_for_others(context, tmp_path):
+    """No result for the key, but results of the same function for other arguments on this
+    device: their choices are built and timed first (and so soon serve the untimed launches),
+    those of the rows sharing the most argument values first, then the most often chosen;
+    another device's, a stale or an invalid row's, and choices outside the space do not count."""
+    from dataclasses import replace
+
+    from autotune.tune import TuningRecord, encode_arguments
+
+    db = tmp_path / "t.db"
+    space = tune.Space({"reps": [300, 3, 30, 100], "wgs": [16, 32]})
+    store = ResultStore(f"sqlite:///{db}")
+    mine = {"n": N, "kind": "a"}
+    probe = _tuner(context, db, space=space, arguments={"n": 1, "kind": "a"})
+    assert probe.seeds == []  # nothing stored yet
+
+    def row(n: int, kind: str, params: dict, **changes) -> TuningRecord:
+        key = replace(probe.key, arguments=encode_arguments({"n": n, "kind": kind}),
+                      **changes.pop("key", {}))
+        return TuningRecord(key, json.dumps(params), 1e-4, "test",
+                            fingerprint=changes.pop("fingerprint", probe.fingerprint))
+
+    store.put(row(2, "b", {"reps": 30, "wgs": 16}))
+    store.put(row(3, "b", {"reps": 30, "wgs": 16}))  # chosen twice, but for another kind
+    store.put(row(4, "a", {"reps": 100, "wgs": 32}))  # once, for this kind: first
+    store.put(row(5, "a", {"reps": 3, "wgs": 16}, key={"device_name": "Another GPU"}))
+    store.put(row(6, "a", {"reps": 3, "wgs": 32}, fingerprint="edited since"))
+    store.put(row(7, "a", {"reps": 3, "wgs": 64}))  # valid for the function, not in this space
+    store.put(row(8, "a", {"reps": "3", "wgs": 16}))  # does not match test='s schema
+    prepared: list[dict] = []
+
+    def prepare(params: dict) -> None:
+        prepared.append(params)
+
+    tuner = _tuner(context, db, space=space, arguments=mine, prepare=prepare, workers=1,
+                   samples=2)
+    assert tuner.seeds == [{"reps": 100, "wgs": 32}, {"reps": 30, "wgs": 16}]
+    assert tuner.wait_prepared(30)
+    assert prepared[:2] == tuner.seeds  # built first (one worker: in order)
+    work = Work(context)
+    first = work.step(tuner)
+    assert first == {"reps": 100, "wgs": 32}  # all ready: the first seed is timed first
+    while tuner.scanning:
+        work.step(tuner)
+        work.queue.finish()
+    assert tuner.best is not None and tuner.best["reps"] == 3  # still a full scan: the fastest
+    assert tuner.stored and len(ResultStore(f"sqlite:///{db}").trials(tuner.key)) == 8
 
 
 def _selector(context) -> str:

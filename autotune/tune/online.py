@@ -211,6 +211,8 @@ class OnlineTuner:
         #: stored results must lie in this space (the template's, where the scan covers part of it)
         self._valid_space = _fingerprint.space or self.space
         self._configurations = sorted(configurations, key=lambda c: c != self.test)  # test= first
+        #: what this device chose for the same function under other arguments, scanned first
+        self.seeds: list[dict[str, Any]] = []
         self._url = database_url(db)
         self._lock = threading.Lock()
         self._launch = _ScanLaunch(self)
@@ -244,6 +246,8 @@ class OnlineTuner:
         if self._locked is None:
             if comm is None or comm.rank == 0:
                 self._prepare_store()
+            if comm is None:  # (the ranks of a collective tuner scan one order)
+                self._seed()
             self._start_scan()
 
     @classmethod
@@ -628,6 +632,58 @@ class OnlineTuner:
                         _stale_reason(record, self._fingerprint))
             return None
         return params, (record.score if math.isfinite(record.score) else None)
+
+    def _seed(self) -> None:
+        """Put first in the scan (built first, so timed first and soon the untimed launches'
+        choice) the parameters that stored results for the same function, version and
+        fingerprint (kernel sources and space) on this device chose under other arguments:
+        those of the rows sharing the most argument values with this key first, then the most
+        often chosen, then the newest. A lattice size not tuned yet on a GPU whose other sizes
+        are (in the same precision, say) starts near their choices instead of at ``test=``.
+        Rows that do not validate, or lie outside this scan's space, count for nothing."""
+        try:
+            records = get_store(self._url).records(function=self.key.function)
+        except StoreError as exc:
+            logger.info("online tuning %s: no seeds read (%s)", self.name, exc)
+            return
+        votes: dict[str, list[Any]] = {}
+        mine = (self.key.function, self.key.version, self.key.device_name, self.key.device_platform)
+        for record in records:
+            key = record.key
+            if (key.function, key.version, key.device_name, key.device_platform) != mine or \
+                    key.arguments == self.key.arguments or record.fingerprint != self.fingerprint or \
+                    record_problem(record, self.test) is not None:
+                continue
+            try:
+                params = validate_parameters(decode_parameters(record.parameters), self.test)
+            except InvalidParametersError:
+                continue
+            if self.space.why_not(params) is not None:
+                continue
+            when = record.created_at.timestamp() if record.created_at is not None else 0.0
+            entry = votes.setdefault(encode_parameters(params), [0, 0, when, params])
+            entry[0] = max(entry[0], self._shared_arguments(key.arguments))
+            entry[1] += 1
+            entry[2] = max(entry[2], when)
+        ranked = sorted(votes.values(), key=lambda e: (-e[0], -e[1], -e[2]))
+        self.seeds = [params for *_, params in ranked]
+        if self.seeds:
+            first = {encode_parameters(p): i for i, p in enumerate(self.seeds)}
+            self._configurations.sort(
+                key=lambda c: first.get(encode_parameters(c), len(first) + (c != self.test)))
+            logger.info("online tuning %s: scanning first what this device chose for other "
+                        "arguments: %s", self.name, self.seeds)
+
+    def _shared_arguments(self, arguments: str) -> int:
+        """How many argument values an encoded argument set shares with this key's (compared
+        as JSON values: nothing in them is decoded into objects)."""
+        try:
+            mine, theirs = json.loads(self.key.arguments), json.loads(arguments)
+        except ValueError:
+            return 0
+        if not isinstance(mine, dict) or not isinstance(theirs, dict):
+            return 0
+        return sum(1 for name, value in mine.items() if name in theirs and theirs[name] == value)
 
     def _prepare_store(self) -> None:
         """Ready the database for this scan's write now, while nothing runs yet: a first write

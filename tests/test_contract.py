@@ -98,6 +98,17 @@ def test_editing_a_kernel_expires_its_results(context, tmp_path, monkeypatch, ca
     assert tune.tuner_of(Edited).judge(Edited, context, 1000).freshness is tune.Freshness.FRESH
 
 
+def test_changed_sources_names_every_file_that_differs():
+    key = tune.TuningKey("m.T.autotune", 1, "dev", "plat", "1", "{}")
+    record = tune.TuningRecord(key, "{}", 1e-5, "1", fingerprint="f" * 64,
+                               sources=json.dumps({"a.mako": "1", "b.mako": "2", "gone.mako": "5"}))
+    assert tune.changed_sources(record, {"a.mako": "1", "b.mako": "2", "gone.mako": "5"}) == []
+    assert tune.changed_sources(record, {"a.mako": "1", "b.mako": "3", "new.mako": "4"}) == [
+        "b.mako", "gone.mako", "new.mako"]
+    unreadable = tune.TuningRecord(key, "{}", 1e-5, "1", fingerprint="f" * 64, sources="[not json")
+    assert tune.changed_sources(unreadable, {"a.mako": "1"}) == ["a.mako"]
+
+
 @pytest.mark.autotune_database
 def test_show_marks_stale_results_of_registered_templates(context, capsys):
     from operations.scale import ScaleTemplate

@@ -5,14 +5,13 @@ Nothing named in a row is imported or resolved: arguments are shown as the store
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from ..registry import RegisteredTemplate, registered_templates
-from ..tune import (MergePolicy, ResultStore, TuningRecord, describe_arguments, display, export_rows,
-                    format_for, read_import, record_problem, results_frame, rows_text)
+from ..tune import (MergePolicy, ResultStore, TuningRecord, changed_sources, describe_arguments, display,
+                    export_rows, format_for, read_import, record_problem, results_frame, rows_text)
 from .formatting import parameters_text, rate_text, seconds_text, short_function
 
 
@@ -36,12 +35,8 @@ def status_text(record: TuningRecord, templates: dict[str, RegisteredTemplate],
         return f"old version (now {current_version})"
     if not record.fingerprint:
         return "stale (no fingerprint)"
-    now = current.setdefault(record.key.function, template.current_sources())
-    try:
-        stored = json.loads(record.sources) if record.sources else {}
-    except ValueError:
-        stored = {}
-    changed = sorted(n for n in set(stored) | set(now) if stored.get(n) != now.get(n))
+    changed = changed_sources(record, current.setdefault(record.key.function,
+                                                        template.current_sources()))
     return f"stale ({', '.join(changed)})" if changed else "fresh"
 
 

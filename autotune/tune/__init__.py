@@ -81,7 +81,7 @@ from .store import (
     sqlite_file,
     use_database,
 )
-from .validation import parameters_problem, record_problem, recorded_test, trial_problem
+from .validation import changed_sources, parameters_problem, record_problem, recorded_test, trial_problem
 
 __all__ = [
     "OnlineTuner",
@@ -152,6 +152,7 @@ __all__ = [
     "read_import",
     "parameters_problem",
     "record_problem",
+    "changed_sources",
     "recorded_test",
     "restriction",
     "at_most",

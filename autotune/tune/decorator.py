@@ -45,7 +45,7 @@ from .encoding import (
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space, SpaceError
 from .store import ReadOnlyStoreError, ResultStore, StoreBusyError, StoreError, database_url, display
-from .validation import record_problem, trial_problem
+from .validation import changed_sources, record_problem, trial_problem
 
 logger = logging.getLogger("autotune.tune")
 
@@ -659,12 +659,7 @@ def _announce(store: ResultStore, key: TuningKey, space: Space | None, gpu: bool
 def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:
     if not record.fingerprint:
         return "it was stored without a fingerprint (tuned by an older autotune)"
-    try:
-        stored = json.loads(record.sources) if record.sources else {}
-    except ValueError:
-        stored = {}
-    changed = sorted(name for name in set(stored) | set(fingerprint.sources)
-                     if stored.get(name) != fingerprint.sources.get(name))
+    changed = changed_sources(record, fingerprint.sources)
     if changed:
         return f"its kernel sources changed since it was tuned ({', '.join(changed)})"
     return "the space it searched changed since it was tuned"

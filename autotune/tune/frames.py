@@ -23,7 +23,7 @@ from .encoding import MalformedJSONError, StoredEnum, decode_arguments, load_jso
 from .records import TrialRecord, TuningRecord
 from .store import ResultStore
 from .store.rows import KEY_FIELDS
-from .validation import record_problem, trial_problem
+from .validation import changed_sources, record_problem, trial_problem
 
 
 def _plain(value: Any) -> Any:
@@ -65,13 +65,7 @@ def _stale(record: TuningRecord, current: dict[str, dict[str, str]]) -> bool | N
     now = current.get(record.key.function)
     if now is None:
         return None
-    if not record.fingerprint:
-        return True
-    try:
-        stored = json.loads(record.sources) if record.sources else {}
-    except ValueError:
-        return True
-    return stored != now
+    return not record.fingerprint or bool(changed_sources(record, now))
 
 
 def _open(db: str | os.PathLike | ResultStore | None) -> ResultStore:

@@ -151,3 +151,16 @@ def trial_problem(trial: TrialRecord) -> str | None:
         if value is not None and score_problem(value):
             return f"{name} {value!r} is not a positive number of seconds"
     return _rate_problem("gbps", trial.gbps) or _rate_problem("gflops", trial.gflops)
+
+
+def changed_sources(record: TuningRecord, current: dict[str, str]) -> list[str]:
+    """The template files whose digests differ between what ``record`` was tuned against (its
+    stored ``sources``) and ``current`` (file name -> digest), sorted; ``[]`` when it was tuned
+    against exactly these. A stored list that cannot be read counts as tuned against none."""
+    try:
+        stored = json.loads(record.sources) if record.sources else {}
+    except ValueError:
+        stored = {}
+    if not isinstance(stored, dict):
+        stored = {}
+    return sorted(name for name in set(stored) | set(current) if stored.get(name) != current.get(name))

@@ -615,13 +615,7 @@ class OnlineTuner:
             return None
         if record is None:
             return None
-        problem = record_problem(record, self.test)
-        if problem is None:
-            try:
-                params = validate_parameters(decode_parameters(record.parameters), self.test)
-                problem = self._valid_space.why_not(params)
-            except InvalidParametersError as exc:
-                problem = str(exc)
+        params, problem = self._parameters_of(record, self._valid_space)
         if problem is not None:
             logger.warning("ignoring stored result for online tuner %s on %s: %s; it will be "
                            "tuned again", self.name, self.key.device_name, problem)
@@ -632,6 +626,18 @@ class OnlineTuner:
                         _stale_reason(record, self._fingerprint))
             return None
         return params, (record.score if math.isfinite(record.score) else None)
+
+    def _parameters_of(self, record: TuningRecord, space: Space) -> tuple[dict[str, Any], str | None]:
+        """A stored row's parameters and why they must not be used here (None if they may): a
+        malformed row, parameters not of ``test=``'s names and kinds, or outside ``space``."""
+        problem = record_problem(record, self.test)
+        if problem is not None:
+            return {}, problem
+        try:
+            params = validate_parameters(decode_parameters(record.parameters), self.test)
+        except InvalidParametersError as exc:
+            return {}, str(exc)
+        return params, space.why_not(params)
 
     def _seed(self) -> None:
         """Put first in the scan (built first, so timed first and soon the untimed launches'
@@ -648,21 +654,20 @@ class OnlineTuner:
             return
         votes: dict[str, list[Any]] = {}
         mine = (self.key.function, self.key.version, self.key.device_name, self.key.device_platform)
+        arguments = _argument_values(self.key.arguments)
         for record in records:
             key = record.key
             if (key.function, key.version, key.device_name, key.device_platform) != mine or \
-                    key.arguments == self.key.arguments or record.fingerprint != self.fingerprint or \
-                    record_problem(record, self.test) is not None:
+                    key.arguments == self.key.arguments or record.fingerprint != self.fingerprint:
                 continue
-            try:
-                params = validate_parameters(decode_parameters(record.parameters), self.test)
-            except InvalidParametersError:
+            params, problem = self._parameters_of(record, self.space)  # a candidate of this scan
+            if problem is not None:
                 continue
-            if self.space.why_not(params) is not None:
-                continue
+            theirs = _argument_values(key.arguments)
+            shared = sum(1 for name, value in arguments.items() if name in theirs and theirs[name] == value)
             when = record.created_at.timestamp() if record.created_at is not None else 0.0
             entry = votes.setdefault(encode_parameters(params), [0, 0, when, params])
-            entry[0] = max(entry[0], self._shared_arguments(key.arguments))
+            entry[0] = max(entry[0], shared)
             entry[1] += 1
             entry[2] = max(entry[2], when)
         ranked = sorted(votes.values(), key=lambda e: (-e[0], -e[1], -e[2]))
@@ -673,17 +678,6 @@ class OnlineTuner:
                 key=lambda c: first.get(encode_parameters(c), len(first) + (c != self.test)))
             logger.info("online tuning %s: scanning first what this device chose for other "
                         "arguments: %s", self.name, self.seeds)
-
-    def _shared_arguments(self, arguments: str) -> int:
-        """How many argument values an encoded argument set shares with this key's (compared
-        as JSON values: nothing in them is decoded into objects)."""
-        try:
-            mine, theirs = json.loads(self.key.arguments), json.loads(arguments)
-        except ValueError:
-            return 0
-        if not isinstance(mine, dict) or not isinstance(theirs, dict):
-            return 0
-        return sum(1 for name, value in mine.items() if name in theirs and theirs[name] == value)
 
     def _prepare_store(self) -> None:
         """Ready the database for this scan's write now, while nothing runs yet: a first write
@@ -724,3 +718,13 @@ class OnlineTuner:
             search=json.dumps(search, sort_keys=True, separators=(",", ":")),
             origin=ResultOrigin.ONLINE.value)
         self._stored = writer.finish(record, dict(best.params))
+
+
+def _argument_values(arguments: str) -> dict[str, Any]:
+    """An encoded argument set as a dict of JSON values (nothing in them is decoded into
+    objects), {} if it is not one."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

@@ -29,7 +29,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune.accel import nvrtc  # noqa: E402
 from autotune.accel.render import render  # noqa: E402
-from operations.lqcd.dslash import RECONSTRUCTS, TEMPLATE, kernel_arguments  # noqa: E402
+from autotune import tune  # noqa: E402
+from operations.lqcd.dslash import (RECONSTRUCTS, TEMPLATE, DslashTemplate,  # noqa: E402
+                                    kernel_arguments, render_tuned)
 
 _INSTRUCTION = re.compile(r"\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
 
@@ -61,8 +63,9 @@ def opcodes(cubin: bytes, nvdisasm: str) -> collections.Counter:
 def count(precision: str, reconstruct: int, params: dict, arch: int, nvdisasm: str,
           dims: tuple[int, int, int, int], template: Path = TEMPLATE) -> collections.Counter:
     variant = (0, False, False, "hhh") if precision == "half" else (0, False, False)
-    arguments = {**kernel_arguments(dims, precision, reconstruct), "wgs": 128, **params,
-                 "variants": [variant]}
+    tuned = {**tune.tuner_of(DslashTemplate).test, "wgs": 128, **params}
+    arguments = {**kernel_arguments(dims, precision, reconstruct),
+                 **render_tuned(precision, reconstruct, tuned), "variants": [variant]}
     if "fast_math" in params and (precision == "double" or reconstruct != 8):
         arguments["fast_math"] = False  # a parameter of single precision 8-parameter forms
     source = render(template, "cuda", arguments, header_kws={"backend": "cuda"})

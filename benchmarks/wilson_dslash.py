@@ -25,7 +25,7 @@ import numpy as np
 
 from autotune import accel
 from operations.lqcd import DslashTemplate, Lattice, gauge, half
-from operations.lqcd.dslash import ARITHMETIC, bytes_per_site, gauge_to_device
+from operations.lqcd.dslash import ARITHMETIC, bytes_per_site
 from operations.lqcd.gamma import GAMMA
 
 from timing import cupy_time, queue_time as event_time
@@ -53,6 +53,7 @@ def cupy_hop(cupy, u, psi, gammas):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lattices", nargs="+", default=["32,32,32,32", "24,24,24,64"])
+    parser.add_argument("--precisions", nargs="+", default=["half", "single", "double"])
     parser.add_argument("--json")
     parser.add_argument("--db", help="tuning database to fill (default: a fresh temporary one)")
     parser.add_argument("--repeats", type=int, default=20,
@@ -71,7 +72,7 @@ def main() -> None:
         u = gauge.haar_field(dims, seed=1)
         rng = np.random.default_rng(3)
         psi = rng.standard_normal(lattice.shape + (4, 3)) + 1j * rng.standard_normal(lattice.shape + (4, 3))
-        for precision in ("half", "single", "double"):
+        for precision in args.precisions:
             real_dtype, dtype = ARITHMETIC[precision]
             if precision == "half":
                 src = half.to_device(context, queue, lattice.spinor_to_device(psi, 1, np.complex128))
@@ -92,7 +93,6 @@ def main() -> None:
             cupy.get_default_memory_pool().free_all_blocks()
             for reconstruct in (18, 12, 8):
                 site_bytes = bytes_per_site(precision, reconstruct)
-                links = gauge_to_device(context, queue, lattice, u, precision, reconstruct)
                 started = time.perf_counter()
                 tuned = DslashTemplate.autotune(context, dims, precision, reconstruct)
                 tuning_seconds = time.perf_counter() - started
@@ -101,8 +101,9 @@ def main() -> None:
                           "cupy_GFLOPs": cupy_gflops, "tuned": tuned,
                           "tuning_seconds": tuning_seconds}
                 for label, params in (("tuned", tuned), ("default", {"wgs": 64})):
-                    dslash = DslashTemplate(context, dims, precision, reconstruct, -1,
-                                            params).instantiate(queue)
+                    template = DslashTemplate(context, dims, precision, reconstruct, -1, params)
+                    links = template.gauge_to_device(queue, u)  # in the layout params choose
+                    dslash = template.instantiate(queue)
                     t = event_time(queue, lambda: dslash(out, src, links, 0), repeats=args.repeats)
                     result[f"{label}_GFLOPs"] = FLOPS * vh / t / 1e9
                     result[f"{label}_GBps"] = site_bytes * vh / t / 1e9

@@ -114,6 +114,28 @@ def test_kernel_limits_and_launch_checks(context, command_queue):
         command_queue.enqueue_kernel(kernel, [fn.y, fn.x, 2.0, np.uint32(10)], 64, 64)
 
 
+def test_the_carve_out_is_set_where_the_backend_has_one(context, command_queue):
+    """CUDA takes any share from 0 to 100 (a hint) and -1; OpenCL only -1; out of range is a
+    ValueError everywhere. The kernel still runs after it."""
+    template = ScaleTemplate(context, np.float32, {"wgs": 64})
+    kernel = template.program.get_kernel("scale")
+    kernel.set_carveout(-1)
+    if context.backend == "cuda":
+        kernel.set_carveout(100)
+        kernel.set_carveout(0)
+    else:
+        with pytest.raises(accel.LaunchError, match="no L1/shared carve-out"):
+            kernel.set_carveout(50)
+    for bad in (101, -2, True, 50.0):
+        with pytest.raises(ValueError, match="carve-out must be"):
+            kernel.set_carveout(bad)
+    fn = template.instantiate(command_queue, 100)
+    x = np.arange(100, dtype=np.float32)
+    fn.x.set(command_queue, x)
+    fn()
+    np.testing.assert_array_equal(fn.y.get(command_queue), 2 * x)
+
+
 def test_missing_kernel_name_is_a_clear_error(context):
     template = ScaleTemplate(context, np.float32, {"wgs": 64})
     with pytest.raises(accel.CompileError, match="not_there"):

@@ -80,18 +80,24 @@ def test_compile_errors_map_to_the_template_line(tmp_path):
 def test_every_dslash_compiles_for_sm90(precision):
     """Every reconstruction with its CUDA-only paths (launch bounds, 16-byte link and spinor
     loads, the fast reciprocal square root of the 8-parameter form, 16-bit reads by bit
-    arithmetic), with the variants a solve launches."""
+    arithmetic), with the variants a solve launches; and the shapes with two sites a
+    work-item, four work-items a site and staged neighbours, with 8-byte link loads."""
     from operations.lqcd.dslash import (HALF_SOLVER_VARIANTS, SOLVER_VARIANTS, TEMPLATE,
-                                        kernel_arguments)
+                                        kernel_arguments, link_loads, render_tuned)
 
     for reconstruct in (18, 12, 8):
-        params = {"wgs": 128, "min_blocks": 2, "fast_math": precision != "double",
-                  "half_bits": precision == "half"}
+        base = {"wgs": 128, "min_blocks": 2, "fast_math": precision != "double",
+                "half_bits": precision == "half", "carveout": -1}
+        shapes = [{"sites": 1, "dir_split": 1, "stage": False, "link_load": 16},
+                  {"sites": 2, "dir_split": 4, "stage": True,
+                   "link_load": min(link_loads(precision, reconstruct))}]
         variants = list(HALF_SOLVER_VARIANTS) if precision == "half" else list(SOLVER_VARIANTS)
-        source = accel.render(TEMPLATE, "cuda", {
-            **kernel_arguments((8, 8, 8, 16), precision, reconstruct), **params,
-            "variants": variants}, header_kws={"backend": "cuda"})
-        try:
-            nvrtc.compile_source(source.text, "dslash.cu", (9, 0))
-        except nvrtc.NvrtcError as exc:
-            pytest.fail(f"{precision} {reconstruct}: {source.map_log(exc.log)}")
+        for shape in shapes:
+            source = accel.render(TEMPLATE, "cuda", {
+                **kernel_arguments((8, 8, 8, 16), precision, reconstruct),
+                **render_tuned(precision, reconstruct, {**base, **shape}),
+                "variants": variants}, header_kws={"backend": "cuda"})
+            try:
+                nvrtc.compile_source(source.text, "dslash.cu", (9, 0))
+            except nvrtc.NvrtcError as exc:
+                pytest.fail(f"{precision} {reconstruct} {shape}: {source.map_log(exc.log)}")

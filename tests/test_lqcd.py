@@ -312,8 +312,11 @@ def test_every_dslash_candidate_is_correct(context, reconstruct):
     DslashTemplate.autotune(context, DIMS, "single", reconstruct)
     trials = ResultStore.open().trials(function="operations.lqcd.dslash.DslashTemplate.autotune")
     assert trials and all(t.status == "ok" for t in trials), [(t.parameters, t.message) for t in trials]
-    fast = {json.loads(t.parameters)["fast_math"] for t in trials}
-    assert fast == ({False, True} if reconstruct == 8 else {False})
+    tried = [json.loads(t.parameters) for t in trials]
+    assert {p["fast_math"] for p in tried} == ({False, True} if reconstruct == 8 else {False})
+    # after the launch shape, the search tried the kernel's structure too
+    assert any(p["sites"] != 1 or p["dir_split"] != 1 or p["stage"] or p["link_load"] != 16
+               for p in tried), tried
 
 
 def test_hop_at_sampled_sites_matches_the_full_reference(fields):
@@ -400,13 +403,18 @@ def test_big_lattices_are_tuned_on_tiled_fields(monkeypatch):
 def test_link_groups_lay_out_every_parameter_once():
     """dslash.link_groups' layout: per group a block of V/2 sites, a site's group contiguous;
     groups of one are the plain component-major layout."""
-    from operations.lqcd.dslash import group_links, link_groups
+    from operations.lqcd.dslash import group_links, link_groups, link_loads
 
     rng = np.random.default_rng(14)
-    for precision in ("half", "single", "double"):
-        for reconstruct, n in ((18, 9), (12, 6), (8, 8)):
-            widths = link_groups(precision, reconstruct)
-            assert sum(widths) == n and all(w in (1, 2, 4, 8) for w in widths)
+    bytes_per = {"half": 2, "single": 4, "double": 8}
+    for precision, (reconstruct, n) in itertools.product(("half", "single", "double"),
+                                                        ((18, 9), (12, 6), (8, 8))):
+        for load in link_loads(precision, reconstruct):
+            widths = link_groups(precision, reconstruct, load)
+            number = bytes_per[precision] * (1 if reconstruct == 8 else 2)
+            # every load at most `load` bytes, all of them but the last exactly
+            assert sum(widths) == n and all(w * number <= load for w in widths)
+            assert all(w * number == load for w in widths[:-1]) or number >= load
             links = rng.standard_normal((4, 2, n, 24))
             grouped = group_links(links, widths)
             first = 0
@@ -418,3 +426,67 @@ def test_link_groups_lay_out_every_parameter_once():
             np.testing.assert_array_equal(plain, links.reshape(4, 2, n * 24))
     with pytest.raises(ValueError, match="do not cover"):
         group_links(np.zeros((4, 2, 6, 8)), (4, 4))
+    with pytest.raises(ValueError, match="16 bytes at a time, not 8"):
+        link_groups("double", 12, 8)
+
+
+#: kernel shapes whose code differs: sites a work-item, directions split between work-items
+#: (their sums added in local memory), x neighbours staged in local memory, link load widths
+#: (work-group sizes in every device's space, each direction part a whole warp on GPUs)
+SHAPES = {"all": {"wgs": 256, "sites": 2, "dir_split": 4, "stage": True, "link_load": 8},
+          "pairs": {"wgs": 64, "sites": 1, "dir_split": 2, "stage": True, "link_load": 16},
+          "rounds": {"wgs": 64, "sites": 2, "dir_split": 1, "stage": False, "link_load": 8}}
+SHAPE_CASES = ([("all", p, r) for p in ("half", "single", "double") for r in (18, 12, 8)]
+               + [("pairs", p, 12) for p in ("half", "single", "double")]
+               + [("rounds", "half", 8), ("rounds", "single", 18)])
+
+
+@pytest.mark.parametrize("shape,precision,reconstruct", SHAPE_CASES,
+                         ids=[f"{s}-{p}-{r}" for s, p, r in SHAPE_CASES])
+def test_every_kernel_shape_matches_the_reference(context, command_queue, shape, precision,
+                                                  reconstruct):
+    """Each tuned shape of the dslash (sites per work-item, directions split between
+    work-items, staged neighbours, 8- or 16-byte link loads) computes D and D^dagger, with and
+    without x + a D psi, on both parities, as the numpy reference does: on a lattice whose
+    half volume (144) is no multiple of a work-group's sites, so the last round is partial,
+    with x extents of 4 (neighbours across the x edge fall outside the staged block)."""
+    from operations.lqcd import half
+    from operations.lqcd.lattice import Lattice
+
+    if precision == "double" and not context.device.double_precision:
+        pytest.skip("no double precision")
+    params = SHAPES[shape]
+    if shape == "all" and precision == "double" and context.device.is_gpu:
+        params = {**params, "wgs": 128}  # 256 would take more than 48 KiB of shared memory
+    if precision == "double" and reconstruct != 8:
+        params = {**params, "link_load": 16}  # one complex double is 16 bytes
+    dims = (4, 6, 2, 6)
+    lat = Lattice(dims)
+    u = haar_field(dims, seed=5)
+    shape5 = lat.shape
+    psi, x = _spinor(21, shape5), _spinor(22, shape5)
+    template = DslashTemplate(context, dims, precision, reconstruct, -1, params)
+    assert template.global_size % params["wgs"] == 0
+    links = template.gauge_to_device(command_queue, u)
+    dslash = template.instantiate(command_queue)
+    tol = {"half": 5e-3, "single": 2e-6, "double": 1e-13}[precision]
+    dtype = np.complex64 if precision == "single" else np.complex128
+
+    def put(field, parity):
+        values = lat.spinor_to_device(field, parity, dtype)
+        return (half.to_device(context, command_queue, values) if precision == "half"
+                else context.to_device(command_queue, values))
+
+    for dagger in (False, True):
+        full = reference.hop(u, psi, -1, dagger=dagger)
+        for parity in (0, 1):
+            inp, xin = put(psi, 1 - parity), put(x, parity)
+            out = (half.HalfSpinor.allocate(context, lat.half_volume) if precision == "half"
+                   else context.allocate((12, lat.half_volume), dtype))
+            for xpay in (False, True):
+                dslash(out, inp, links, parity, dagger=dagger, x=xin if xpay else None, a=-0.37)
+                got = (half.from_device(command_queue, out) if precision == "half"
+                       else out.get(command_queue))
+                want = lat.spinor_to_device(x - 0.37 * full if xpay else full, parity,
+                                            np.complex128)
+                assert _rel(got, want) < tol, (dagger, parity, xpay, _rel(got, want))

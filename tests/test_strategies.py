@@ -55,6 +55,28 @@ def test_a_strategy_keeps_to_its_budget_and_never_measures_twice(strategy):
     assert result.score == min(cost(dict(zip("abc", k))) for k in log)
 
 
+@pytest.mark.parametrize("strategy", ["brute_force", "random", "local", "annealing", "genetic"])
+def test_given_seeds_are_measured_first_and_invalid_ones_dropped(strategy):
+    """``seeds=`` (a template's own guesses, e.g. the best of an earlier narrower search) are
+    what a strategy measures first; a seed outside the valid space is never generated."""
+    order = []
+
+    def generate(**p):
+        assert SPACE.why_not(p) is None, p
+        order.append(p)
+        value = cost(p)
+        return lambda iterations: value
+
+    good = [{"a": 9, "b": 1, "c": True}, {"a": 2, "b": 7, "c": False}]
+    bad = {"a": 11, "b": 7, "c": False}  # a + b = 18: excluded by the restriction
+    result = tune.search(generate, SPACE, strategy=strategy, max_evals=6, seed=1, workers=0,
+                         seeds=[good[0], bad, good[1]])
+    assert order[:2] == good and bad not in order
+    assert result.info["warm_start"] == 0  # the database's warm start is counted apart
+    assert tune.autotune(generate, SPACE, strategy=strategy, max_evals=1,
+                         seeds=[good[1]]) == good[1]
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_a_seed_reproduces_a_search(strategy):
     runs = []

@@ -92,6 +92,21 @@ class Kernel(ABC):
     @abstractmethod
     def limits(self) -> KernelLimits: ...
 
+    def set_carveout(self, percent: int) -> None:
+        """Prefer ``percent`` (0 to 100) of the multiprocessor's combined L1 cache and local
+        (shared) memory as local memory for this kernel's launches, or -1 for the driver's own
+        choice (CUDA's preferred shared memory carve-out; a hint the driver may round). A
+        backend without the setting (OpenCL) accepts only -1."""
+        if isinstance(percent, bool) or not isinstance(percent, int) or not -1 <= percent <= 100:
+            raise ValueError(f"carve-out must be an int from 0 to 100 (percent of the L1/shared "
+                             f"storage as shared memory) or -1 (the driver's choice), got {percent!r}")
+        self._set_carveout(percent)
+
+    def _set_carveout(self, percent: int) -> None:
+        if percent != -1:
+            raise LaunchError(f"kernel {self.name}: this backend has no L1/shared carve-out "
+                              "setting; leave it at -1 (the driver's choice)")
+
     def check_launch(self, global_size: Sequence[int], local_size: Sequence[int]) -> None:
         """Raise :class:`LaunchError` if this launch configuration cannot run on the device."""
         g = _as_sizes(global_size, "global_size")

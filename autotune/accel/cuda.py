@@ -143,6 +143,11 @@ class CudaKernel(Kernel):
     def limits(self) -> KernelLimits:
         return self._limits
 
+    def _set_carveout(self, percent: int) -> None:
+        with self.program.context.thread_scope():
+            self.handle.set_attribute(
+                drv.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
+
 
 class CudaProgram(Program):
     def __init__(self, context: CudaContext, source: RenderedSource, seconds: float, log: str,

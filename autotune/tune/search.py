@@ -166,7 +166,8 @@ def current_run() -> TuningRun | None:
 def autotune(generate: Callable[..., Measure | None], space: Space | None = None, /, *,
              strategy: str = "brute_force", max_evals: int | None = None,
              max_seconds: float | None = None, seed: int | None = None,
-             restrictions: Sequence[Restriction] = (), **parameters: Sequence[Any]) -> dict[str, Any]:
+             seeds: Sequence[dict[str, Any]] = (), restrictions: Sequence[Restriction] = (),
+             **parameters: Sequence[Any]) -> dict[str, Any]:
     """Search the space with ``strategy`` within the budget; return the fastest parameters.
 
     The space is given as keyword lists (``wgs=[64, 128]``) with optional ``restrictions``
@@ -174,14 +175,17 @@ def autotune(generate: Callable[..., Measure | None], space: Space | None = None
     template declares ``autotune_space``, ``autotune(generate)`` searches that space.
     ``max_evals`` counts distinct configurations measured (skipped and failed ones do not
     count); ``max_seconds`` bounds the wall time, compiling included; ``seed`` makes the random
-    choices of a strategy reproducible. No configuration is measured twice.
+    choices of a strategy reproducible. ``seeds``: configurations the strategy measures first
+    and starts from (a template's own good guesses, e.g. the best of an earlier, narrower
+    search), ahead of the warm start from the database; those outside the space are dropped.
+    No configuration is measured twice.
 
     Failures are recorded with their kind and the search goes on; if nothing succeeds,
     :class:`AutotuneError` counts the failures by kind, quotes the first of each, and chains the
     last exception.
     """
     return search(generate, _space(space, restrictions, parameters), strategy=strategy,
-                  max_evals=max_evals, max_seconds=max_seconds, seed=seed).best
+                  max_evals=max_evals, max_seconds=max_seconds, seed=seed, seeds=seeds).best
 
 
 def _space(space: Space | None, restrictions: Sequence[Restriction],
@@ -215,7 +219,8 @@ def _summarise_failures(trials: list[Trial], total: int, seen: int) -> str:
 def search(generate: Callable[..., Measure | None], space: Space | dict[str, Sequence[Any]],
            workers: int | None = None, *, strategy: str = "brute_force",
            max_evals: int | None = None, max_seconds: float | None = None,
-           seed: int | None = None, options: dict[str, Any] | None = None) -> SearchResult:
+           seed: int | None = None, options: dict[str, Any] | None = None,
+           seeds: Sequence[dict[str, Any]] = ()) -> SearchResult:
     """:func:`autotune` with the full result (every trial, the best score, what was done).
 
     ``workers`` threads generate candidates ahead (default: 8, at most the CPU count, on GPUs;
@@ -267,8 +272,12 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         if space.why_not(trial.parameters) is None and evaluator.resume(trial):
             run.trials.append(trial)  # already stored: not passed to on_trial
             resumed += 1
-    seeds = [c for c in run.seeds if space.why_not(c) is None]
-    context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), seeds,
+    warm = [c for c in run.seeds if space.why_not(c) is None]
+    first: list[dict[str, Any]] = []  # the caller's seeds, then the database's warm start
+    for c in [*(dict(c) for c in seeds), *warm]:
+        if space.why_not(c) is None and c not in first:
+            first.append(c)
+    context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), first,
                               list(run.prior), dict(options or {}))
     _notify("start", configurations=planned)
     stopped = ""
@@ -286,7 +295,7 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     best = evaluator.best()
     info = {"strategy": strategy, "seed": seed, "max_evals": max_evals, "max_seconds": max_seconds,
             "configurations": len(configs), "measured": evaluator.evals,
-            "warm_start": len(seeds), "prior": len(run.prior), "resumed": resumed,
+            "warm_start": len(warm), "prior": len(run.prior), "resumed": resumed,
             "batches": batches}
     run.info = info
     if best is None:

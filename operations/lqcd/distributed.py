@@ -187,7 +187,10 @@ class DistributedWilsonOperator(WilsonOperator):
         launch = self._kernels.get(key)
         if launch is None:
             t = self.template
-            render = t.render_arguments()  # the tuned parameters (online: the test ones)
+            # the tuned parameters (online: the test ones) but one site a work-item, all its
+            # directions, nothing staged: the block's kernels launch on site lists and
+            # regions that these shapes do not cover
+            render = {**t.render_arguments(), "sites": 1, "dir_split": 1, "stage": False}
             wgs = render["wgs"]
             program = self.context.build(DSLASH_TEMPLATE, {
                 **render, "variants": [(parity, dagger, xpay)],

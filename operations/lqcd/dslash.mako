@@ -43,6 +43,17 @@
 ##                     operations/lqcd/partition.py for the face order.
 ##   link_groups       (optional, default one per parameter) dslash.link_groups: how many of a
 ##                     link's parameters each load reads
+##   sites             (optional, default 1) sites per work-item: a work-group takes a block of
+##                     consecutive sites, then the block the whole grid further on, and so on
+##   dir_split         (optional, default 1) work-items per site (1, 2 or 4): each takes 4 /
+##                     dir_split of the directions (the first wgs / dir_split work-items x
+##                     and y, the next z and t, ...), the others' sums are added in local memory
+##   stage             (optional, default False) the x neighbours (both hops) read from local
+##                     memory, where the work-group first loads its block's neighbours together
+## Not with dist: sites, dir_split and stage keep their defaults there.
+##   carveout          (optional, default -1) the L1/shared carve-out the template sets on the
+##                     kernels (CUDA): named in the source, so that each carve-out is its own
+##                     module (the setting belongs to a module's function, which equal sources share)
 ## Layout: spinors (12, V/2) complex per parity, component = 3 * spin + colour; links per
 ## direction and parity (n parameters: complex for 18/12, real for 8) in groups of
 ## link_groups: per group a block of V/2 sites, a site's group contiguous (groups of one:
@@ -102,10 +113,22 @@
     def neg_c(v):
         return f"{C}_new(-{v}.x, -{v}.y)"
 
-    def spinor_in(array, index, sixteen, factor=1.0, scale_into=None):
+    def spinor_in(array, index, sixteen, factor=1.0, scale_into=None, staged=False):
         """Statements loading the 12 components of ``array`` at ``index`` into psi
         (``sixteen``: the argument is in 16-bit storage; ``factor`` multiplies its scale;
-        ``scale_into``: a float variable that receives the scale, psi left in its units)."""
+        ``scale_into``: a float variable that receives the scale, psi left in its units;
+        ``staged``: from the local copy of the block's neighbours, entry ``index``)."""
+        if staged and sixteen:
+            scale = f"stagen_[{index}] * {factor / half_max!r}f"
+            head = f"{scale_into} = {scale};\n        {{ const float s_ = 1.0f;\n" if scale_into else \
+                f"{{ const float s_ = {scale};\n"
+            return (head +
+                    f"          for (int g = 0; g < 3; g++) {{\n"
+                    f"            const int4 w_ = stagew_[g * {NS}u + {index}];\n"
+                    f"            psi[4 * g] = word_to_cfloat(w_.x, s_); psi[4 * g + 1] = word_to_cfloat(w_.y, s_);\n"
+                    f"            psi[4 * g + 2] = word_to_cfloat(w_.z, s_); psi[4 * g + 3] = word_to_cfloat(w_.w, s_); }} }}")
+        if staged:
+            return f"for (int k = 0; k < 12; k++) psi[k] = stage_[k * {NS}u + {index}];"
         if sixteen:  # a site's four-component groups, one 16-byte load each (half.py's layout)
             scale = f"{array}_norm[{index}] * {factor / half_max!r}f"
             head = f"{scale_into} = {scale};\n        {{ const float s_ = 1.0f;\n" if scale_into else \
@@ -142,6 +165,17 @@
         return tuple(c == "h" for c in storage)
 
     link_groups = context.get("link_groups", None) or (1,) * ncomp
+    sites = context.get("sites", 1)
+    split = context.get("dir_split", 1)
+    stage = context.get("stage", False)
+    if split not in (1, 2, 4) or wgs % split or sites < 1:
+        raise ValueError(f"dir_split {split} must be 1, 2 or 4 and divide wgs {wgs}; sites {sites} >= 1")
+    if dist is not None and (sites, split, stage) != (1, 1, False):
+        raise ValueError("a distributed block's kernels take one site a work-item, all "
+                         "directions, nothing staged (sites=1, dir_split=1, stage=False)")
+    plain = (sites, split, stage) == (1, 1, False)
+    SPG = wgs // split  # sites a work-group takes per round
+    NS = SPG + 2  # staged neighbour sites: the block's and one on each side
 
     def entry8(k, value):  # a 16-bit 8-parameter form's parameter k, as reconstruct8 takes it
         return f"{value} * {link_scales[k]!r}f"
@@ -177,6 +211,12 @@
                     scale = 1.0 if fold else link_scales[first + i]
                     lines.append(f"          {dest}[{first + i}] = word_to_cfloat(v_.{lane}, {scale!r}f);")
                 lines.append("        }")
+            elif reconstruct != 8:  # two complex entries, one 16-byte load (single precision)
+                if w != 2 or real != "float":
+                    raise ValueError(f"complex link groups of {w} in {real}: only 2 in float")
+                lines.append(f"        {{ const float4 v_ = ((GLOBAL const float4 *) ({block}))[{site}];")
+                lines.append(f"          {dest}[{first}] = {C}_new(v_.x, v_.y); "
+                             f"{dest}[{first + 1}] = {C}_new(v_.z, v_.w); }}")
             else:  # w reals of the 8-parameter form
                 lines.append(f"        {{ const {real}{w} v_ = ((GLOBAL const {real}{w} *) ({block}))[{site}];")
                 lines.append("          " + " ".join(f"{dest}[{first + i}] = v_.{lane};"
@@ -192,6 +232,9 @@
         return f"((({names[2]} * {ext[1]}u + {names[1]}) * {ext[0]}u + {names[0]}) >> 1)"
 %>
 #define VH ${VH}u
+% if context.get("carveout", -1) != -1:
+/* L1/shared carve-out ${int(carveout)}% shared */
+% endif
 <%include file="complex_fma.mako"/>
 % if half:
 <%include file="half.mako"/>
@@ -321,9 +364,61 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     GLOBAL const ${G} * RESTRICT gauge,
     ${spinor_params("x_in", True, h_x)}, ${real} a)
 {
+% if plain:
     const unsigned int cb = get_global_id(0);
     if (cb >= VH)
         return;
+% else:
+% if stage and h_in:
+    LOCAL_DECL int4 stagew_[${3 * NS}];  /* the block's x neighbours: 16-bit words and norms */
+    LOCAL_DECL float stagen_[${NS}];
+% elif stage:
+    LOCAL_DECL ${C} stage_[${12 * NS}];  /* the block's x neighbours, component-major */
+% endif
+% if split > 1:
+    LOCAL_DECL ${C} part_acc_[${(split - 1) * 12 * SPG}];  /* the other directions' sums */
+    const unsigned int part_ = get_local_id(0) / ${SPG}u;  /* which directions: warp-uniform */
+    const unsigned int slot_ = get_local_id(0) - part_ * ${SPG}u;
+% else:
+    const unsigned int slot_ = get_local_id(0);
+% endif
+    for (unsigned int round_ = 0; round_ < ${sites}u; round_++)
+    {
+    /* this round's block: consecutive sites, coalesced; the next round's is the grid further */
+    const unsigned int c0_ = (get_group_id(0) + round_ * get_num_groups(0)) * ${SPG}u;
+    const unsigned int cb = c0_ + slot_;
+% if stage:
+    /* staged: the other parity's sites lo_ to lo_ + ${NS - 1}, which hold every x neighbour
+       of the block's sites but those across the x edge (unsigned: lo_ wraps below site 0) */
+    const unsigned int lo_ = c0_ - 1u;
+% if h_in:
+    for (unsigned int e_ = get_local_id(0); e_ < ${3 * NS}u; e_ += ${wgs}u)
+    {
+        const unsigned int g_ = e_ / ${NS}u, src_ = lo_ + (e_ - g_ * ${NS}u);
+        if (src_ < VH)
+            stagew_[e_] = ((GLOBAL const int4 *) in)[g_ * VH + src_];
+    }
+    for (unsigned int e_ = get_local_id(0); e_ < ${NS}u; e_ += ${wgs}u)
+        if (lo_ + e_ < VH)
+            stagen_[e_] = in_norm[lo_ + e_];
+% else:
+    for (unsigned int e_ = get_local_id(0); e_ < ${12 * NS}u; e_ += ${wgs}u)
+    {
+        const unsigned int k_ = e_ / ${NS}u, src_ = lo_ + (e_ - k_ * ${NS}u);
+        if (src_ < VH)
+            stage_[e_] = in[k_ * VH + src_];
+    }
+% endif
+    BARRIER();
+% endif
+    ${C} acc[12];
+    for (int k = 0; k < 12; k++)
+        acc[k] = ${C}_new(0, 0);
+    ${C} u[9];
+    ${C} psi[12];
+    if (cb < VH)
+    {
+% endif
 % else:
 KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
     ${spinor_params("out", False, False)}, ${spinor_params("in", True, False)},
@@ -357,16 +452,22 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
         return;  /* a boundary site: the exterior kernel's, once the ghosts have arrived */
 % endif
 % endif
+% if plain:
     ${C} acc[12];
     for (int k = 0; k < 12; k++)
         acc[k] = ${C}_new(0, 0);
     ${C} u[9];
     ${C} psi[12];
+% endif
 % for mu in range(4):
 <%
     coord = "xyzt"[mu]
     extent = dims[mu]
 %>
+% if split > 1 and mu % (4 // split) == 0:
+    if (part_ == ${mu * split // 4}u)
+    {
+% endif
 % for direction in (1, -1):
 <%
     sigma = -direction if not dagger else direction   # (1 + sigma gamma_mu)
@@ -416,7 +517,19 @@ ${load_link("u", mu, parity, "cb", fold)}
 % else:
 ${load_link("u", mu, 1 - parity, "nb", fold)}
 % endif
+% if stage and mu == 0:
+        const unsigned int j_ = nb - lo_;
+        if (j_ < ${NS}u)
+        {
+        ${spinor_in("in", "j_", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None, staged=True)}
+        }
+        else
+        {
         ${spinor_in("in", "nb", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None)}
+        }
+% else:
+        ${spinor_in("in", "nb", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None)}
+% endif
 % if ghosted:
         }
 % endif
@@ -469,7 +582,26 @@ ${exchange("chi", False)}
 % endfor
     }
 % endfor
+% if split > 1 and mu % (4 // split) == 4 // split - 1:
+    }
+% endif
 % endfor
+% if not plain:
+    }
+% if split > 1:
+    /* the other directions' sums to the first part's work-items */
+    if (part_ > 0)
+        for (int k = 0; k < 12; k++)
+            part_acc_[((part_ - 1u) * 12u + k) * ${SPG}u + slot_] = acc[k];
+    BARRIER();
+    if (part_ == 0)
+        for (int p_ = 0; p_ < ${split - 1}; p_++)
+            for (int k = 0; k < 12; k++)
+                acc[k] = ${C}_add(acc[k], part_acc_[(p_ * 12 + k) * ${SPG}u + slot_]);
+% endif
+    if (cb < VH${" && part_ == 0" if split > 1 else ""})
+    {
+% endif
 % if half and xpay:
     ${spinor_in("x_in", "cb", h_x)}
     for (int k = 0; k < 12; k++)
@@ -493,6 +625,13 @@ ${exchange("chi", False)}
         out[k * VH + cb] = ${C}_add(x_in[k * VH + cb], ${C}_scale(acc[k], a));
 % else:
         out[k * VH + cb] = acc[k];
+% endif
+    }
+% endif
+% if not plain:
+    }
+% if sites > 1 and (split > 1 or stage):
+    BARRIER();  /* every work-item is done with the local buffers before the next round */
 % endif
     }
 % endif

@@ -76,20 +76,37 @@ def check_domain(domain: Any, dims: tuple[int, int, int, int]) -> tuple[int, ...
     return domain
 
 
-def link_groups(precision: str, reconstruct: int) -> tuple[int, ...]:
-    """How many of a link's stored parameters each of the dslash's loads reads, in order.
+def link_loads(precision: str, reconstruct: int) -> list[int]:
+    """The bytes a dslash may read a link with in one load (the tuned ``link_load``): 8 or
+    16, but only 16 for double precision 18 and 12 (one complex number each)."""
+    return [16] if precision == "double" and reconstruct != 8 else [8, 16]
+
+
+def link_groups(precision: str, reconstruct: int, load: int = 16) -> tuple[int, ...]:
+    """How many of a link's stored parameters each of the dslash's loads reads, in order,
+    with loads of ``load`` bytes (8 or 16: :func:`link_loads`).
 
     The dslash layout keeps, per direction and parity, one block of V/2 sites per group, a
     site's group contiguous: groups of 16 bytes (QUDA's float4 / short4 blocking) are read with
-    one vector load. Width 1 everywhere is the plain component-major layout, which the single
-    and double precision 18- and 12-parameter kernels keep (their 8- and 16-byte complex loads
-    are already wide).
+    one vector load, groups of 8 with one 8-byte load. Width 1 everywhere is the plain
+    component-major layout (double precision complex entries: already 16 bytes).
     """
-    if precision == "half":
-        return {18: (4, 4, 1), 12: (4, 2), 8: (8,)}[reconstruct]
-    if reconstruct == 8:
-        return (4, 4) if precision == "single" else (2, 2, 2, 2)
-    return (1,) * {18: 9, 12: 6}[reconstruct]
+    if load not in link_loads(precision, reconstruct):
+        raise ValueError(f"{precision} precision links with reconstruct {reconstruct} are read "
+                         f"{' or '.join(map(str, link_loads(precision, reconstruct)))} bytes "
+                         f"at a time, not {load!r}")
+    wide = load == 16
+    if precision == "half":  # 2 bytes a parameter
+        return ({18: (4, 4, 1), 12: (4, 2), 8: (8,)} if wide else
+                {18: (2, 2, 2, 2, 1), 12: (2, 2, 2), 8: (4, 4)})[reconstruct]
+    if reconstruct == 8:  # real parameters
+        if precision == "single":
+            return (4, 4) if wide else (2, 2, 2, 2)
+        return (2, 2, 2, 2) if wide else (1,) * 8
+    n = {18: 9, 12: 6}[reconstruct]  # complex parameters
+    if precision == "single" and wide:
+        return (2,) * (n // 2) + (1,) * (n % 2)
+    return (1,) * n
 
 
 def group_links(links: np.ndarray, widths: tuple[int, ...]) -> np.ndarray:
@@ -105,10 +122,11 @@ def group_links(links: np.ndarray, widths: tuple[int, ...]) -> np.ndarray:
 
 
 def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: Lattice,
-                    u: np.ndarray, precision: str, reconstruct: int) -> accel.DeviceArray:
-    """Links compressed to ``reconstruct`` parameters, in the dslash layout
-    (:func:`link_groups`), on the device (half precision: 16-bit fixed point,
-    :func:`.half.links_to_half`)."""
+                    u: np.ndarray, precision: str, reconstruct: int,
+                    link_load: int = 16) -> accel.DeviceArray:
+    """Links compressed to ``reconstruct`` parameters, in the dslash layout for loads of
+    ``link_load`` bytes (:func:`link_groups`), on the device (half precision: 16-bit fixed
+    point, :func:`.half.links_to_half`)."""
     packed = gauge_fields.pack(u, reconstruct)
     if precision == "half":
         links = half_storage.links_to_half(
@@ -117,22 +135,22 @@ def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: 
     else:
         real_dtype, dtype = PRECISIONS[precision]
         links = lattice.links_to_device(packed, real_dtype if reconstruct == 8 else dtype)
-    return context.to_device(queue, group_links(links, link_groups(precision, reconstruct)))
+    return context.to_device(queue, group_links(links, link_groups(precision, reconstruct,
+                                                                   link_load)))
 
 
 def kernel_arguments(dims: tuple[int, int, int, int], precision: str, reconstruct: int,
                      t_boundary: int = -1, domain: tuple[int, ...] | None = None,
                      dirichlet_edges: tuple[bool, ...] | None = None) -> dict[str, Any]:
     """What ``dslash.mako`` is rendered with for a lattice, precision and link compression,
-    less the tuned parameters and ``variants`` (arguments as validated by
-    :class:`DslashTemplate`)."""
+    less the tuned parameters (and the link layout they choose: :func:`render_tuned`) and
+    ``variants`` (arguments as validated by :class:`DslashTemplate`)."""
     real, cplx = ARITHMETIC[precision]
     arguments = {"real": accel.c_type(np.dtype(real)), "cplx": accel.c_type(np.dtype(cplx)),
                  "dims": tuple(dims), "reconstruct": reconstruct, "t_boundary": t_boundary,
                  "blocks": BLOCKS, "domain": domain, "dirichlet_edges": dirichlet_edges,
                  "half": precision == "half", "choice_step": gauge_fields.CHOICE_STEP,
-                 "choice_counts": (gauge_fields.CHOICES[4], gauge_fields.CHOICES[7]),
-                 "link_groups": link_groups(precision, reconstruct)}
+                 "choice_counts": (gauge_fields.CHOICES[4], gauge_fields.CHOICES[7])}
     if precision == "half":  # the storage's scales, from the one place that defines them
         arguments.update(half_max=half_storage.HALF_MAX, link_scales=[
             float(v) for v in half_storage.link_scales(reconstruct)])
@@ -177,6 +195,22 @@ def _tuning_problem(dims: tuple[int, int, int, int]):
     return lattice, u, psi, cb, expected
 
 
+def render_tuned(precision: str, reconstruct: int, params: dict[str, Any]) -> dict[str, Any]:
+    """The tuned parameters as ``dslash.mako`` takes them: ``link_load`` as its link layout."""
+    return {**params, "link_groups": link_groups(precision, reconstruct, params["link_load"])}
+
+
+def local_bytes(precision: str, params: dict[str, Any]) -> int:
+    """Local (shared) memory a dslash work-group takes with ``params``: the staged
+    neighbours (``stage``: 12 single or double precision complex numbers for each of the
+    block's sites and two more; 16-bit input takes less) and the other directions' sums
+    (``dir_split``)."""
+    number = 16 if precision == "double" else 8
+    block = params["wgs"] // params["dir_split"]
+    staged = 12 * (block + 2) * number if params["stage"] else 0
+    return staged + (params["dir_split"] - 1) * block * 12 * number
+
+
 def bytes_per_site(precision: str, reconstruct: int) -> int:
     """Memory traffic of one site's update: eight neighbour spinors and links, one output
     (half precision: 2 bytes a number, and a 4-byte norm per spinor)."""
@@ -190,8 +224,9 @@ class DslashTemplate:
     """Kernels ``dslash_p{0,1}[_dag][_xpay]`` for one lattice, precision and link compression."""
 
     # 2: fast_trig and min_blocks tuned beside wgs; 3: the 8-parameter form without
-    # trigonometry (fast_trig became fast_math), half_bits
-    autotune_version = 3
+    # trigonometry (fast_trig became fast_math), half_bits; 4: sites, dir_split, stage,
+    # link_load and carveout
+    autotune_version = 4
     autotune_sources = (TEMPLATE,)
 
     @classmethod
@@ -253,18 +288,31 @@ class DslashTemplate:
         self.tuning = tune.checked_tuning(DslashTemplate, context, tuning, dims=self.lattice.dims,
                                           precision=precision, reconstruct=reconstruct)
         self.wgs = self.tuning["wgs"]
-        self.global_size = self.global_size_for(self.wgs)
+        self.global_size = self.launch_size(self.tuning)
 
     def render_arguments(self, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """What ``dslash.mako`` is rendered with for this template and the tuned parameters
         (or ``params``), less ``variants`` (for kernels built elsewhere: the distributed
         operator's)."""
-        params = params if params is not None else (self.tuning or self.online.test)
-        return {**self._render, **params}
+        params = params if params is not None else self.parameters
+        return {**self._render, **render_tuned(self.precision, self.reconstruct, params)}
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """The tuned parameters, or an online template's ``test=`` ones (which choose the
+        link layout of :meth:`gauge_to_device` while it tunes)."""
+        return self.tuning or self.online.test
 
     def global_size_for(self, wgs: int) -> int:
-        """Work-items launched with work-groups of ``wgs``: every even (odd) site, rounded up."""
+        """Work-items launched with work-groups of ``wgs``, a site each: every even (odd)
+        site, rounded up."""
         return -(-self.lattice.half_volume // wgs) * wgs
+
+    def launch_size(self, params: dict[str, Any]) -> int:
+        """Work-items launched with ``params``: work-groups of ``wgs`` taking ``wgs /
+        dir_split`` sites a round for ``sites`` rounds, enough groups for every even (odd) site."""
+        per_group = params["wgs"] // params["dir_split"] * params["sites"]
+        return -(-self.lattice.half_volume // per_group) * params["wgs"]
 
     def kernel(self, parity: int, dagger: bool, xpay: bool,
                params: dict[str, Any] | None = None, storage: str = "hhh") -> accel.Kernel:
@@ -293,6 +341,8 @@ class DslashTemplate:
             name = (f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
                     f"{'_' + variant[3] if self.half else ''}")
             built = program.get_kernel(name)
+            if self.context.backend == "cuda":  # its own module (dslash.mako names it)
+                built.set_carveout(params["carveout"])
             with self._guard:
                 kernels.append(self._kernels.setdefault((tuned, *variant), built))
         return kernels
@@ -304,8 +354,10 @@ class DslashTemplate:
         self._build(params, [v if self.half else v[:3] for v in variants])
 
     def gauge_to_device(self, queue: accel.CommandQueue, u: np.ndarray) -> accel.DeviceArray:
-        """Compress SU(3) links and copy them to the device in this template's layout."""
-        return gauge_to_device(self.context, queue, self.lattice, u, self.precision, self.reconstruct)
+        """Compress SU(3) links and copy them to the device in this template's layout (the
+        tuned ``link_load``'s)."""
+        return gauge_to_device(self.context, queue, self.lattice, u, self.precision,
+                               self.reconstruct, self.parameters["link_load"])
 
     def instantiate(self, queue: accel.CommandQueue) -> Dslash:
         """The dslash on one queue: ``dslash(out, inp, gauge, parity, dagger=, x=, a=)``."""
@@ -317,22 +369,48 @@ class DslashTemplate:
     @classmethod
     def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                        reconstruct: int) -> tune.Space:
-        """Work-group sizes (32 to 1024 on GPUs) that the device allows; for the 8-parameter
-        form in single or half precision, exact or fast square roots and division
-        (``fast_math``); in half precision, 16-bit integers turned into floats by conversion
-        instructions or by bit arithmetic (``half_bits``); on CUDA GPUs, __launch_bounds__'s
-        minimum blocks per multiprocessor (0: none)."""
-        limit = context.device.max_work_group_size
-        gpu = context.device.is_gpu
+        """What shapes the kernel, as far as the device allows:
+
+        - ``wgs``: work-group size (32 to 1024 on GPUs);
+        - ``sites``: sites per work-item (1 or 2, in rounds a grid apart);
+        - ``dir_split``: work-items per site (1, 2 or 4), each taking 4 / dir_split of the
+          directions, their sums added in local memory (on GPUs each part whole warps);
+        - ``stage``: the x neighbours' spinors loaded by the work-group together into local
+          memory first (they are read twice within a block);
+        - ``link_load``: bytes per link load, 8 or 16 (:func:`link_loads`; the layout
+          :meth:`gauge_to_device` writes follows it);
+        - ``fast_math``: for the 8-parameter form in single or half precision, exact or fast
+          square roots and division;
+        - ``half_bits``: in half precision, 16-bit integers turned into floats by conversion
+          instructions or by bit arithmetic;
+        - ``min_blocks`` (CUDA GPUs): ``__launch_bounds__``'s minimum blocks per
+          multiprocessor (0: none);
+        - ``carveout`` (CUDA GPUs): the share of L1/shared storage preferred as shared
+          memory (-1: the driver's choice, 0: the most L1, 100: the most shared memory).
+
+        Local memory (:func:`local_bytes`) must fit the device's per work-group limit."""
+        device = context.device
+        gpu = device.is_gpu
+        cuda = gpu and context.backend == "cuda"
         sizes = [32, 64, 128, 256, 512, 1024] if gpu else [16, 64, 256]
+        warp = device.warp_size if gpu else 1
         return tune.Space({
             "wgs": sizes,
+            "sites": [1, 2],
+            "dir_split": [1, 2, 4],
+            "stage": [False, True],
+            "link_load": link_loads(precision, reconstruct),
             "fast_math": [False, True] if reconstruct == 8 and precision != "double" else [False],
             "half_bits": [False, True] if precision == "half" else [False],
-            "min_blocks": [0, 1, 2, 4] if gpu and context.backend == "cuda" else [0],
-        }, [tune.at_most("wgs", min(limit, 1024)),
+            "min_blocks": [0, 1, 2, 4] if cuda else [0],
+            "carveout": [-1, 0, 100] if cuda else [-1],
+        }, [tune.at_most("wgs", min(device.max_work_group_size, 1024)),
             tune.restriction("min_blocks x wgs at most 2048 threads per multiprocessor",
-                             lambda p: p["min_blocks"] * p["wgs"] <= 2048)])
+                             lambda p: p["min_blocks"] * p["wgs"] <= 2048),
+            tune.restriction(f"each direction part of a work-group whole warps of {warp}",
+                             lambda p: p["wgs"] // p["dir_split"] % warp == 0),
+            tune.restriction(f"local memory within the device's {device.local_memory} bytes",
+                             lambda p: local_bytes(precision, p) <= device.local_memory)])
 
     @classmethod
     def autotune_online_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
@@ -341,25 +419,39 @@ class DslashTemplate:
         searches on the H200 and H100 never pick 512 or 1024, which ran 4% to 6x slower than
         the best in every precision and reconstruct, and each candidate is a build while the
         solve runs) and, on CUDA GPUs, the minimum blocks per multiprocessor of
-        ``__launch_bounds__`` (none, 2 or 4: 1 and 2 are close); ``fast_math`` and
-        ``half_bits`` at their ``test=`` values, so that a solve's scan stays short."""
+        ``__launch_bounds__`` (none, 2 or 4: 1 and 2 are close); the others at their
+        ``test=`` values, so that a solve's scan stays short (and ``link_load``, the layout
+        of the links on the device, fixed while the solve runs)."""
         space = cls.autotune_space(context, dims, precision, reconstruct)
         sizes = [w for w in space.parameters["wgs"] if w <= 256 or not context.device.is_gpu]
-        return tune.Space({**space.parameters, "wgs": sizes, "fast_math": [False],
-                           "half_bits": [False],
+        test = tune.tuner_of(DslashTemplate).test
+        fixed = {name: [test[name]] for name in ("sites", "dir_split", "stage", "link_load",
+                                                 "fast_math", "half_bits", "carveout")}
+        return tune.Space({**space.parameters, **fixed, "wgs": sizes,
                            "min_blocks": [m for m in space.parameters["min_blocks"]
                                           if m in (0, 2, 4)]},
                           space.restrictions)
 
+    #: configurations the structural search (after the launch shape's) measures at most
+    STRUCTURE_EVALS = {"gpu": 24, "cpu": 6}
+
     @classmethod
-    @tune.autotuner(test={"wgs": 64, "fast_math": False, "half_bits": False, "min_blocks": 0})
+    @tune.autotuner(test={"wgs": 64, "sites": 1, "dir_split": 1, "stage": False,
+                          "link_load": 16, "fast_math": False, "half_bits": False,
+                          "min_blocks": 0, "carveout": -1})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int) -> dict[str, Any]:
+        """In two searches: the launch shape first, every valid ``wgs``, ``min_blocks``,
+        ``fast_math`` and ``half_bits`` with one site a work-item, nothing staged, 16-byte
+        link loads and the driver's carve-out; then, from its best, an iterated local search
+        (``local``, seed 0) over the whole space within :attr:`STRUCTURE_EVALS` more
+        configurations. Every candidate's output is checked against the numpy reference."""
         check_options(dims, precision, reconstruct, -1, half=True)
         lattice, u, psi, sample, expected = _tuning_problem(tuple(dims))
         queue = context.create_tuning_command_queue()
         sites = lattice.half_volume
-        gauge = gauge_to_device(context, queue, lattice, u, precision, reconstruct)
+        gauges: dict[int, accel.DeviceArray] = {}  # link_load -> the links in its layout
+        gauge_guard = threading.Lock()
         if precision == "half":
             inp = half_storage.to_device(context, queue,
                                          lattice.spinor_to_device(psi, 1, np.complex128))
@@ -371,7 +463,12 @@ class DslashTemplate:
         tol = {"half": 5e-3, "single": 1e-4, "double": 1e-10}[precision]
 
         def generate(**params: Any) -> tune.Measurement:
-            dslash = cls(context, lattice.dims, precision, reconstruct, -1, params).instantiate(queue)
+            template = cls(context, lattice.dims, precision, reconstruct, -1, params)
+            dslash = template.instantiate(queue)
+            with gauge_guard:
+                gauge = gauges.get(params["link_load"])
+                if gauge is None:
+                    gauge = gauges[params["link_load"]] = template.gauge_to_device(queue, u)
 
             def check() -> bool:
                 # only the sampled sites are converted (a whole 48^3 x 96 field took seconds)
@@ -382,11 +479,25 @@ class DslashTemplate:
                     got = out.get(queue)[:, sample].T
                 return bool(np.max(np.abs(got - expected)) <= tol * np.max(np.abs(expected)))
 
+            def clear() -> None:  # a candidate that skips sites must not pass on another's output
+                for array in ((out.values, out.norms) if precision == "half" else (out,)):
+                    array.zero(queue)
+
             return tune.make_measure(queue, lambda: dslash(out, inp, gauge, 0), check,
+                                     setup=clear,
                                      bytes=sites * bytes_per_site(precision, reconstruct),
                                      flops=sites * FLOPS_PER_SITE)
 
-        return tune.autotune(generate)
+        space = cls.autotune_space(context, lattice.dims, precision, reconstruct)
+        test = tune.tuner_of(DslashTemplate).test
+        shape = tune.Space({**space.parameters,
+                            **{name: [test[name]] for name in ("sites", "dir_split", "stage",
+                                                               "link_load", "carveout")}},
+                           space.restrictions)
+        first = tune.autotune(generate, shape)
+        budget = cls.STRUCTURE_EVALS["gpu" if context.device.is_gpu else "cpu"]
+        return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
+                             seeds=[first])
 
 
 class Dslash:
@@ -434,6 +545,6 @@ class Dslash:
                     t = self.template
                     launch = self._launchers[mine] = self.queue.launcher(
                         t.kernel(*key[:3], params=params, storage=key[3] if t.half else "hhh"),
-                        t.global_size_for(wgs), wgs)
+                        t.launch_size(params), wgs)
                 self._memo[key] = (params, launch)
             launch(args)

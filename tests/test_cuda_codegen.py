@@ -101,3 +101,16 @@ def test_every_dslash_compiles_for_sm90(precision):
                 nvrtc.compile_source(source.text, "dslash.cu", (9, 0))
             except nvrtc.NvrtcError as exc:
                 pytest.fail(f"{precision} {reconstruct} {shape}: {source.map_log(exc.log)}")
+
+
+def test_the_half_precision_blas_compiles_for_sm90():
+    """The half precision BLAS-1 and reductions (shared-memory double sums) as CUDA C++."""
+    from operations.lqcd.half import HALF_MAX
+    from operations.lqcd.half_blas import TEMPLATE
+
+    source = accel.render(TEMPLATE, "cuda", {"wgs": 128, "half_max": HALF_MAX},
+                          header_kws={"backend": "cuda"})
+    try:
+        nvrtc.compile_source(source.text, "half_blas.cu", (9, 0))
+    except nvrtc.NvrtcError as exc:
+        pytest.fail(source.map_log(exc.log))

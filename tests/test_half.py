@@ -246,3 +246,64 @@ def test_stored_parts_are_what_half_storage_holds_in_the_reference_layout(contex
                                rtol=1e-6, atol=0)
     field[5, 17] += 0.1 * site_max[17]
     assert np.max(np.abs(got - half.spinor_parts(field))) > 0.09 * site_max[17]
+
+
+@pytest.mark.parametrize("wgs", [32, 128])
+def test_half_blas_and_reductions_match_numpy_on_the_stored_fields(context, command_queue, wgs):
+    """axpy, xpay and axpy_norm against numpy on the decoded 16-bit fields, within the 16-bit
+    step of the result; norm2, dot and axpy_norm's |y|^2 against numpy sums of the stored
+    values, to double precision rounding (the sums accumulate in double); sites spanning many
+    work-groups and a partial last one, norms from 1e-3 to 1e3. (A float accumulation would
+    be off by 1e-6 or more.)"""
+    from operations.lqcd.half_blas import HalfBlasTemplate
+
+    if not context.device.double_precision:
+        pytest.skip("no double precision")
+    rng = np.random.default_rng(17)
+    n = 3001
+    fields = [(rng.standard_normal((12, n)) + 1j * rng.standard_normal((12, n)))
+              * np.exp(rng.uniform(-7, 7, n))[None, :] for _ in range(2)]
+    blas = HalfBlasTemplate(context, {"wgs": wgs}).instantiate(command_queue)
+
+    def fresh():
+        return [half.to_device(context, command_queue, f) for f in fields]
+
+    def stored(spinor):
+        return half.from_device(command_queue, spinor)
+
+    def decoded32(spinor):  # the values as the kernels decode them: in float, then summed in double
+        scale = spinor.norms.get(command_queue) * np.float32(1 / half.HALF_MAX)
+        parts = spinor.values.get(command_queue).astype(np.float32) * scale[None, :, None, None]
+        return parts.transpose(0, 2, 1, 3).reshape(12, -1, 2).astype(np.float64) @ [1, 1j]
+
+    x, y = fresh()
+    xs, ys = stored(x), stored(y)
+    x32, y32 = decoded32(x), decoded32(y)
+    assert blas.norm2(x) == pytest.approx(np.vdot(x32, x32).real, rel=1e-12)
+    assert blas.dot(x, y) == pytest.approx(np.vdot(x32, y32), rel=1e-12)
+    for name, a, want in (("axpy", 0.6 - 0.8j, (0.6 - 0.8j) * xs + ys),
+                          ("xpay", -1.3 + 0.2j, xs + (-1.3 + 0.2j) * ys),
+                          ("axpy_norm", 0.25, 0.25 * xs + ys)):
+        x, y = fresh()
+        got_norm = getattr(blas, name)(y, x, a)
+        got = stored(y)
+        step = np.abs(want).max(axis=0) / half.HALF_MAX  # per site: the 16-bit step
+        assert np.all(np.abs(got - want).max(axis=0) <= 2 * step + 1e-6 * np.abs(want).max(axis=0)), name
+        if name == "axpy_norm":
+            assert got_norm == pytest.approx(np.vdot(decoded32(y), decoded32(y)).real, rel=1e-12)
+        assert np.array_equal(stored(x), xs)  # x is only read
+    with pytest.raises(ValueError, match="must match"):
+        blas.dot(x, half.HalfSpinor.allocate(context, n - 1))
+
+
+@pytest.mark.force_autotune
+def test_every_half_blas_candidate_is_checked(context):
+    from autotune.tune.store import ResultStore
+    from operations.lqcd.half_blas import HalfBlasTemplate
+
+    if not context.device.double_precision:
+        pytest.skip("no double precision")
+    HalfBlasTemplate.autotune(context)
+    trials = ResultStore.open().trials(function="operations.lqcd.half_blas.HalfBlasTemplate.autotune")
+    assert len(trials) == len(HalfBlasTemplate.autotune_space(context).configurations())
+    assert all(t.status == "ok" for t in trials), [(t.parameters, t.message) for t in trials]

@@ -246,6 +246,19 @@ class HalfConvertTemplate:
         return tune.autotune(generate)
 
 
+def site_launcher(queue: accel.CommandQueue, kernels: dict[str, accel.Kernel],
+                  launchers: dict[tuple[str, int], Any], name: str, sites: int, wgs: int,
+                  most_groups: int) -> tuple[Any, int]:
+    """The launcher (kept in ``launchers``) of kernel ``name`` over ``sites`` sites, a site a
+    work-item in a grid-stride loop of at most ``most_groups`` work-groups of ``wgs``; and the
+    number of work-groups."""
+    groups = max(1, min(most_groups, -(-sites // wgs)))
+    launch = launchers.get((name, groups))
+    if launch is None:
+        launch = launchers[(name, groups)] = queue.launcher(kernels[name], groups * wgs, wgs)
+    return launch, groups
+
+
 class HalfConvert:
     """The conversions of one template on one queue (enqueued, not waited for)."""
 
@@ -256,12 +269,8 @@ class HalfConvert:
         self._launchers: dict[tuple[str, int], Any] = {}
 
     def _enqueue(self, name: str, sites: int, args: list[Any]) -> None:
-        t = self.template
-        groups = max(1, min(t.groups, -(-sites // t.wgs)))
-        launch = self._launchers.get((name, groups))
-        if launch is None:
-            launch = self._launchers[(name, groups)] = self.queue.launcher(
-                self._kernels[name], groups * t.wgs, t.wgs)
+        launch, _ = site_launcher(self.queue, self._kernels, self._launchers, name, sites,
+                                  self.template.wgs, self.template.groups)
         launch(args + [np.uint64(sites)])
 
     def _check(self, field: accel.DeviceArray, spinor: HalfSpinor) -> int:

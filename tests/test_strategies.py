@@ -55,6 +55,17 @@ def test_a_strategy_keeps_to_its_budget_and_never_measures_twice(strategy):
     assert result.score == min(cost(dict(zip("abc", k))) for k in log)
 
 
+def test_a_narrowed_space_keeps_the_restrictions_and_only_its_own_values():
+    part = SPACE.narrowed(a=[9, 11], c=[False])
+    assert part.parameters == {"a": (9, 11), "b": tuple(range(8)), "c": (False,)}
+    assert all(p["a"] + p["b"] < 16 for p in part.configurations())
+    assert len(part.configurations()) == 7 + 5  # a + b < 16
+    with pytest.raises(tune.SpaceError, match="no parameter 'd'"):
+        SPACE.narrowed(d=[1])
+    with pytest.raises(tune.SpaceError, match=r"\[12\] not among its values"):
+        SPACE.narrowed(a=[3, 12])
+
+
 @pytest.mark.parametrize("strategy", ["brute_force", "random", "local", "annealing", "genetic"])
 def test_given_seeds_are_measured_first_and_invalid_ones_dropped(strategy):
     """``seeds=`` (a template's own guesses, e.g. the best of an earlier narrower search) are

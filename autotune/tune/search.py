@@ -274,8 +274,8 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
             resumed += 1
     warm = [c for c in run.seeds if space.why_not(c) is None]
     first: list[dict[str, Any]] = []  # the caller's seeds, then the database's warm start
-    for c in [*(dict(c) for c in seeds), *warm]:
-        if space.why_not(c) is None and c not in first:
+    for c in [*(dict(c) for c in seeds if space.why_not(c) is None), *warm]:
+        if c not in first:
             first.append(c)
     context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), first,
                               list(run.prior), dict(options or {}))

@@ -90,6 +90,18 @@ class Space:
     def names(self) -> tuple[str, ...]:
         return tuple(self.parameters)
 
+    def narrowed(self, **lists: Iterable[Any]) -> Space:
+        """This space with the named parameters limited to ``lists`` (each part of its own
+        list), its restrictions kept: a part of the space to search first, or to scan online."""
+        for name, values in lists.items():
+            if name not in self.parameters:
+                raise SpaceError(f"narrowed({name}=...): the space has no parameter {name!r}")
+            outside = [v for v in values if not any(_same(plain(v), own) for own in self.parameters[name])]
+            if outside:
+                raise SpaceError(f"narrowed({name}=...): {outside} not among its values "
+                                 f"{list(self.parameters[name])}")
+        return Space({**self.parameters, **lists}, self.restrictions)
+
     @property
     def size(self) -> int:
         """Combinations before restrictions."""

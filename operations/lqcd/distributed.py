@@ -197,7 +197,7 @@ class DistributedWilsonOperator(WilsonOperator):
                 "dist": {**self._dist, "region": region}})
             name = (f"dslash_dist_p{parity}{'_dag' if dagger else ''}"
                     f"{'_xpay' if xpay else ''}_{region}")
-            size = (t.global_size_for(wgs) if region != "exterior"
+            size = (t.launch_size(render) if region != "exterior"
                     else max(1, -(-self._boundary[parity][1] // wgs)) * wgs)
             launch = self._kernels[key] = self.queue.launcher(program.get_kernel(name), size, wgs)
         return launch

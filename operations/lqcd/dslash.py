@@ -303,11 +303,6 @@ class DslashTemplate:
         link layout of :meth:`gauge_to_device` while it tunes)."""
         return self.tuning or self.online.test
 
-    def global_size_for(self, wgs: int) -> int:
-        """Work-items launched with work-groups of ``wgs``, a site each: every even (odd)
-        site, rounded up."""
-        return -(-self.lattice.half_volume // wgs) * wgs
-
     def launch_size(self, params: dict[str, Any]) -> int:
         """Work-items launched with ``params``: work-groups of ``wgs`` taking ``wgs /
         dir_split`` sites a round for ``sites`` rounds, enough groups for every even (odd) site."""
@@ -341,8 +336,7 @@ class DslashTemplate:
             name = (f"dslash_p{parity}{'_dag' if dagger else ''}{'_xpay' if xpay else ''}"
                     f"{'_' + variant[3] if self.half else ''}")
             built = program.get_kernel(name)
-            if self.context.backend == "cuda":  # its own module (dslash.mako names it)
-                built.set_carveout(params["carveout"])
+            built.set_carveout(params["carveout"])  # its own module: dslash.mako names it
             with self._guard:
                 kernels.append(self._kernels.setdefault((tuned, *variant), built))
         return kernels
@@ -424,13 +418,9 @@ class DslashTemplate:
         of the links on the device, fixed while the solve runs)."""
         space = cls.autotune_space(context, dims, precision, reconstruct)
         sizes = [w for w in space.parameters["wgs"] if w <= 256 or not context.device.is_gpu]
-        test = tune.tuner_of(DslashTemplate).test
-        fixed = {name: [test[name]] for name in ("sites", "dir_split", "stage", "link_load",
-                                                 "fast_math", "half_bits", "carveout")}
-        return tune.Space({**space.parameters, **fixed, "wgs": sizes,
-                           "min_blocks": [m for m in space.parameters["min_blocks"]
-                                          if m in (0, 2, 4)]},
-                          space.restrictions)
+        return space.narrowed(**_at_test(*STRUCTURE, "fast_math", "half_bits"), wgs=sizes,
+                              min_blocks=[m for m in space.parameters["min_blocks"]
+                                          if m in (0, 2, 4)])
 
     #: configurations the structural search (after the launch shape's) measures at most
     STRUCTURE_EVALS = {"gpu": 24, "cpu": 6}
@@ -489,15 +479,20 @@ class DslashTemplate:
                                      flops=sites * FLOPS_PER_SITE)
 
         space = cls.autotune_space(context, lattice.dims, precision, reconstruct)
-        test = tune.tuner_of(DslashTemplate).test
-        shape = tune.Space({**space.parameters,
-                            **{name: [test[name]] for name in ("sites", "dir_split", "stage",
-                                                               "link_load", "carveout")}},
-                           space.restrictions)
-        first = tune.autotune(generate, shape)
+        first = tune.autotune(generate, space.narrowed(**_at_test(*STRUCTURE)))
         budget = cls.STRUCTURE_EVALS["gpu" if context.device.is_gpu else "cpu"]
         return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
                              seeds=[first])
+
+
+#: the parameters that shape the kernel rather than its launch (the second search's)
+STRUCTURE = ("sites", "dir_split", "stage", "link_load", "carveout")
+
+
+def _at_test(*names: str) -> dict[str, list[Any]]:
+    """Lists pinning ``names`` to their ``test=`` values (for :meth:`tune.Space.narrowed`)."""
+    test = tune.tuner_of(DslashTemplate).test
+    return {name: [test[name]] for name in names}
 
 
 class Dslash:

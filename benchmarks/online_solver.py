@@ -2,6 +2,7 @@
 
 Usage (GPU machine): python benchmarks/online_solver.py [--dims 24 24 24 48] [--solves 300]
     [--iterations 30] [--rounds 3] [--offline-db FILE] [--online-db FILE] [--json FILE]
+    [--keep DIR]
 
 Each round runs three fresh processes, one after another, each timing ``solves`` CG solves of ``iterations``
 iterations on M_pc^dag M_pc (single precision, 12-parameter links, a Haar-random gauge field,
@@ -47,18 +48,43 @@ HERE = Path(__file__).resolve().parent
 KAPPA = 0.12
 
 
-def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int) -> dict:
+def pin_main_thread() -> tuple[set[int], set[int]]:
+    """Keep one core (its SMT siblings too) for this thread and every other thread and process
+    started from here off it: returns (the core's CPUs, the others), or two empty sets where
+    this cannot be done."""
+    allowed = os.sched_getaffinity(0)
+    first = min(allowed)
+    try:
+        text = Path(f"/sys/devices/system/cpu/cpu{first}/topology/thread_siblings_list").read_text()
+    except OSError:
+        return set(), set()
+    core: set[int] = set()
+    for part in text.strip().split(","):
+        low, _, high = part.partition("-")
+        core.update(range(int(low), int(high or low) + 1))
+    others = allowed - core
+    if not others:
+        return set(), set()
+    return core & allowed, others
+
+
+def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: bool = False) -> dict:
     from autotune import accel
     from operations import solvers
     from operations.lqcd import WilsonOperator, haar_field
     from operations.lqcd.wilson import WilsonLinearOperator
 
+    core, others = pin_main_thread() if pin else (set(), set())
+    if others:  # threads and helper processes started from here on inherit this
+        os.sched_setaffinity(0, others)
     context = accel.create_some_context()
     u = haar_field(dims, seed=7)
     made = time.perf_counter()
     op = WilsonOperator(context, u, KAPPA, "single", 12, check=False,
                         tuning="online" if mode != "offline" else None,
                         queue=context.create_command_queue(timed=True))
+    if core:
+        os.sched_setaffinity(0, core)  # this thread only: the one that launches the solves
     A = WilsonLinearOperator(op, "MpcdagMpc")
     rng = np.random.default_rng(3)
     b = context.to_device(op.queue, (rng.standard_normal(A.size)
@@ -90,6 +116,7 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int) -> dic
         "mode": mode, "device": context.device.describe(), "dims": list(dims),
         "solves": solves, "iterations": iterations, "seconds": seconds,
         "setup_seconds": ready - made, "final_residual": residuals[-1], "parameters": used,
+        "pinned": sorted(core),
         "solve_seconds": list(np.diff(marks)),
         "tuners": [{"name": name, "best": t.best, "scans": t.scans, "scanning": t.scanning,
                     "stored": t.stored, "best_seconds": t.best_seconds, "seeds": t.seeds,
@@ -150,14 +177,20 @@ def main() -> None:
     parser.add_argument("--child", choices=["offline", "online", "stored"], help=argparse.SUPPRESS)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json")
+    parser.add_argument("--pin", action="store_true", help="in every run, keep one CPU core "
+                        "(with its SMT siblings) for the thread that launches the solves, and "
+                        "every other thread and helper process off it")
+    parser.add_argument("--keep", help="keep the runs' databases in this folder (made if "
+                        "missing; default: a temporary folder, removed at the end)")
     args = parser.parse_args()
     dims = tuple(args.dims)
     if args.child:
-        print(json.dumps(child(args.child, dims, args.solves, args.iterations)))
+        print(json.dumps(child(args.child, dims, args.solves, args.iterations, args.pin)))
         return
     if args.online_db:
         refuse_this_lattice(args.online_db, dims)
-    work = Path(tempfile.mkdtemp(prefix="online-solver-"))
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="online-solver-"))
+    work.mkdir(parents=True, exist_ok=True)
     offline_db = work / "offline.db"
     shutil.copy(args.offline_db, offline_db)
     rounds = []
@@ -171,7 +204,8 @@ def main() -> None:
                 [str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
             out = subprocess.run([sys.executable, __file__, "--child", mode, "--dims",
                                   *map(str, dims), "--solves", str(args.solves),
-                                  "--iterations", str(args.iterations)],
+                                  "--iterations", str(args.iterations),
+                                  *(["--pin"] if args.pin else [])],
                                  capture_output=True, text=True, env=env, check=False)
             if out.returncode != 0:
                 sys.exit(f"{mode} run failed:\n{out.stderr[-4000:]}")
@@ -193,7 +227,8 @@ def main() -> None:
                   f"{statistics.median(ratios):.4f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rounds, indent=1))
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

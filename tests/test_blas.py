@@ -186,3 +186,27 @@ def test_vector_loads_handle_every_tail(context, command_queue, op, dtype):
         for name, want in updates.items():
             np.testing.assert_allclose(device[name].get(command_queue), want, rtol=1e-5, atol=1e-5,
                                        err_msg=f"{op} n={n} {name}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64, np.complex128])
+def test_online_scans_on_an_h200_start_from_candidates_of_the_scan(dtype):
+    """Where an online scan of a vector pass starts on a CUDA GPU (an H200's description):
+    candidates of its online space (the widest loads, warp shuffles); on CPUs, nowhere."""
+    from types import SimpleNamespace
+
+    from autotune import accel
+
+    h200 = SimpleNamespace(backend="cuda", device=accel.DeviceIdentity(
+        "cuda", "NVIDIA H200", "CUDA", "13.0", (9, 0), 132, 141 * 2**30, 1024, 48 * 1024, True,
+        32, True))
+    space = BlasTemplate.autotune_online_space(h200, dtype, "axpy")
+    seeds = BlasTemplate.autotune_online_seeds(h200, dtype, "axpy")
+    fixed = {name: values[0] for name, values in space.parameters.items()}
+    assert seeds and all(space.why_not({**fixed, **seed}) is None for seed in seeds)
+    assert fixed["shuffle"] is True and fixed["vec"] * np.dtype(dtype).itemsize == 16
+
+
+def test_online_scans_on_a_cpu_have_no_seeds(context):
+    if context.device.is_gpu:
+        pytest.skip("a CPU device's case")
+    assert BlasTemplate.autotune_online_seeds(context, np.float32, "axpy") == []

@@ -319,6 +319,37 @@ def test_every_dslash_candidate_is_correct(context, reconstruct):
                for p in tried), tried
 
 
+@pytest.mark.parametrize("precision,reconstruct", [("single", 12), ("double", 18),
+                                                  ("single", 8), ("half", 12)])
+def test_the_online_scan_on_an_h200_and_where_it_starts(precision, reconstruct):
+    """The dslash's online scan on a CUDA GPU (an H200's description: the space depends only on
+    it): work-group sizes up to 256, minimum blocks none, 2 or 4, directions split 1 or 4 ways
+    (whole warps a part), everything else at test=; its seeds are candidates of that scan,
+    the shapes offline searches chose (four-way splits with 12 and 18 parameters in single and
+    double precision)."""
+    from types import SimpleNamespace
+
+    from autotune import accel, tune
+
+    h200 = SimpleNamespace(backend="cuda", device=accel.DeviceIdentity(
+        "cuda", "NVIDIA H200", "CUDA", "13.0", (9, 0), 132, 141 * 2**30, 1024, 48 * 1024, True,
+        32, True))
+    test = tune.tuner_of(DslashTemplate).test
+    space = DslashTemplate.autotune_online_space(h200, DIMS, precision, reconstruct)
+    found = space.configurations()
+    shapes = {(c["wgs"], c["min_blocks"], c["dir_split"]) for c in found}
+    assert shapes == {(w, m, d) for w in (32, 64, 128, 256) for m in (0, 2, 4) for d in (1, 4)
+                      if w // d % 32 == 0}
+    assert len(found) == 18 and all(
+        {k: v for k, v in c.items() if k not in ("wgs", "min_blocks", "dir_split")}
+        == {k: v for k, v in test.items() if k not in ("wgs", "min_blocks", "dir_split")}
+        for c in found)
+    seeds = DslashTemplate.autotune_online_seeds(h200, DIMS, precision, reconstruct)
+    assert seeds and all(space.why_not({**test, **seed}) is None for seed in seeds)
+    four_way = precision != "half" and reconstruct != 8
+    assert (seeds[0].get("dir_split") == 4) == four_way
+
+
 def test_hop_at_sampled_sites_matches_the_full_reference(fields):
     u, psi = fields["haar"], _spinor(12)
     full = reference.hop(u, psi, -1, dagger=True)

@@ -104,6 +104,29 @@ def test_a_scan_visits_every_valid_candidate_and_the_median_picks_the_fastest(co
 
 
 @pytest.mark.force_autotune
+def test_the_closest_candidates_are_timed_again_before_the_choice(context, tmp_path, monkeypatch):
+    """After every candidate has its samples, those within REFINE_MARGIN of the best (at most
+    REFINE_AT_MOST, the closest) get as many again and the others are retired; the fastest
+    still wins. (The margin is widened here so that the round's members are known.)"""
+    monkeypatch.setattr(tune.online, "REFINE_MARGIN", 1000.0)
+    samples = 3
+    tuner = _tuner(context, tmp_path / "t.db", samples=samples,
+                   space={"reps": [300, 3, 30, 100, 600, 1000], "wgs": [32]})
+    work = Work(context)
+    launches: dict[int, int] = {}
+    while tuner.scanning:
+        reps = work.step(tuner)["reps"]
+        launches[reps] = launches.get(reps, 0) + 1
+        work.queue.finish()
+    assert tuner.refined == tune.online.REFINE_AT_MOST == 4
+    assert launches == {3: 2 * samples, 30: 2 * samples, 100: 2 * samples, 300: 2 * samples,
+                        600: samples, 1000: samples}
+    assert tuner.best == {"reps": 3, "wgs": 32} and tuner.stored
+    record = ResultStore(f"sqlite:///{tmp_path / 't.db'}").get(tuner.key)
+    assert json.loads(record.search)["refined"] == 4
+
+
+@pytest.mark.force_autotune
 def test_locked_until_the_period_then_rescans(context, tmp_path):
     tuner = _tuner(context, tmp_path / "t.db", period=1.0, samples=2,
                    space={"reps": [200, 2], "wgs": [32]}, )
@@ -204,6 +227,70 @@ def test_new_arguments_scan_first_what_this_device_chose_for_others(context, tmp
         work.queue.finish()
     assert tuner.best is not None and tuner.best["reps"] == 3  # still a full scan: the fastest
     assert tuner.stored and len(ResultStore(f"sqlite:///{db}").trials(tuner.key)) == 8
+
+
+@pytest.mark.force_autotune
+def test_given_seeds_come_after_stored_choices_and_start_the_run(context, tmp_path):
+    """Seeds given to the tuner (a parameter left out takes test='s value) are built and timed
+    after what this device chose for other arguments and before the rest; until something is
+    timed, launches use the first of them instead of test=; the scan still visits every
+    candidate and the fastest wins."""
+    from dataclasses import replace
+
+    from autotune.tune import TuningRecord, encode_arguments
+
+    db = tmp_path / "t.db"
+    space = {"reps": [300, 3, 30, 100], "wgs": [32, 64]}
+    probe = _tuner(context, db, space=space, arguments={"n": 1})
+    ResultStore(f"sqlite:///{db}").put(TuningRecord(
+        replace(probe.key, arguments=encode_arguments({"n": 2})),
+        json.dumps({"reps": 100, "wgs": 32}), 1e-4, "test", fingerprint=probe.fingerprint))
+    gate = threading.Event()
+    prepared: list[dict] = []
+
+    def prepare(params: dict) -> None:
+        prepared.append(params)
+        gate.wait(30)
+
+    tuner = _tuner(context, db, space=space, seeds=[{"reps": 30}, {"reps": 3, "wgs": 32}],
+                   prepare=prepare, workers=1, samples=2)
+    assert tuner.seeds == [{"reps": 100, "wgs": 32}, {"reps": 30, "wgs": 64},
+                           {"reps": 3, "wgs": 32}]
+    work = Work(context)
+    assert work.step(tuner) == {"reps": 100, "wgs": 32}  # nothing prepared: the first seed
+    gate.set()
+    assert tuner.wait_prepared(30)
+    assert prepared[:3] == tuner.seeds and len(prepared) == 8
+    while tuner.scanning:
+        work.step(tuner)
+        work.queue.finish()
+    assert tuner.best is not None and tuner.best["reps"] == 3  # the fastest, seed or not
+    assert tuner.stored and len(ResultStore(f"sqlite:///{db}").trials(tuner.key)) == 8
+
+
+@pytest.mark.force_autotune
+def test_a_stored_choice_seeds_a_scan_that_fixes_some_of_its_parameters(context, tmp_path):
+    """The dslash's online scan fixes its structure (sites per work-item, staging, the links'
+    layout) at test=: a result of the full offline space stored for another lattice (two sites
+    a work-item, as PoCL's searches choose) still seeds it, with the scan's values of those."""
+    from dataclasses import replace
+
+    from autotune.tune import TuningRecord, encode_arguments
+    from operations.lqcd.dslash import DslashTemplate
+
+    db = tmp_path / "t.db"
+    online = dict(dims=(4, 4, 4, 8), precision="single", reconstruct=12)
+    probe = tune.OnlineTuner.for_template(DslashTemplate, context, db=str(db), **online)
+    assert probe.seeds == [] and len(probe.space.parameters["sites"]) == 1
+    wgs = max(probe.space.parameters["wgs"])
+    chosen = {**probe.test, "wgs": wgs, "sites": 2, "stage": True}
+    assert probe._valid_space.why_not(chosen) is None and probe.space.why_not(chosen) is not None
+    ResultStore(f"sqlite:///{db}").put(TuningRecord(
+        replace(probe.key, arguments=encode_arguments(
+            {"dims": [8, 8, 8, 8], "precision": "single", "reconstruct": 12})),
+        json.dumps(chosen), 1e-4, "test", fingerprint=probe.fingerprint))
+    tuner = tune.OnlineTuner.for_template(DslashTemplate, context, db=str(db), **online)
+    assert tuner.seeds == [{**probe.test, "wgs": wgs}]
 
 
 def _selector(context) -> str:
@@ -477,6 +564,12 @@ def test_bad_setups_are_clear_errors(context, tmp_path):
         tune.OnlineTuner(context, "x.y", {"wgs": [32]}, {"block": 1})
     with pytest.raises(tune.OnlineTuningError, match="exclude every"):
         tune.OnlineTuner(context, "x.y", tune.Space({"wgs": [32]}, [lambda c: False]), {"wgs": 32})
+    with pytest.raises(tune.OnlineTuningError, match="list of parameter dicts"):
+        _tuner(context, tmp_path / "t.db", seeds={"reps": 3})
+    with pytest.raises(tune.OnlineTuningError, match=r"names \['nope'\]"):
+        _tuner(context, tmp_path / "t.db", seeds=[{"nope": 1}])
+    with pytest.raises(tune.OnlineTuningError, match="not a candidate of the scan"):
+        _tuner(context, tmp_path / "t.db", seeds=[{"reps": 5}])
     tuner = tune.OnlineTuner(context, "x.y", {"wgs": [32]}, {"wgs": 32})
     with pytest.raises(accel.AccelError, match="timed=True"):
         with tuner.measure(context.create_command_queue()):

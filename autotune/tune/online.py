@@ -3,7 +3,8 @@
 Each launch of an iterative computation is wrapped in ``with tuner.measure(queue) as params``.
 While *scanning*, every launch uses the next candidate and is timed with device events that are
 read later, when they have finished (never stalling the host in the hot path); after ``samples``
-launches of every valid candidate, the median of each decides, and the tuner *locks* on the best
+launches of every valid candidate, the median of each decides (those within a few percent of the
+best are first timed as often again, :data:`REFINE_MARGIN`), and the tuner *locks* on the best
 for ``period`` seconds, then scans again to follow changes. A launch that fails skips its
 candidate for the rest of the scan. The best of each scan is stored in the tuning database under
 the same kind of key as an offline result, with its trials, so the next process starts locked.
@@ -13,7 +14,7 @@ Locked, ``measure`` returns one preallocated object: no device work, no allocati
 Kernels whose parameters are compile-time constants name a ``prepare`` callable: it builds a
 candidate's kernels in background threads while the work goes on, and a candidate is launched
 only once it is prepared (until then, launches use the fastest candidate timed so far, else
-``test=``). Several kernels sharing one set of parameters (the variants of a template) name the
+its first seed, else ``test=``). Several kernels sharing one set of parameters (the variants of a template) name the
 ``part`` of each launch: each part scans the candidates on its own, and a candidate's score is
 its parts' medians weighted by how often each part is launched (seconds per launch of the
 mix), so a periodic sequence of different kernels biases no candidate; parts launched rarely
@@ -68,6 +69,12 @@ DEFAULT_PERIOD = 600.0
 RARE_PART = 0.05
 #: a part with nothing to time skips the full look for this many launches while nothing changes
 IDLE_RECHECK = 32
+#: After every candidate has its samples, those whose score is within this share of the best's
+#: (at most REFINE_AT_MOST of them, the closest) are timed ``samples`` times more before the
+#: choice, the others retired: close candidates are told apart by twice the samples, at the
+#: cost of launches of near-best candidates only.
+REFINE_MARGIN = 0.05
+REFINE_AT_MOST = 4
 
 
 class OnlineTuningError(ValueError):
@@ -98,6 +105,7 @@ class _Candidate:
     ready: bool = True  #: prepared (compiled) and so launchable in the scan
     failed: str = ""
     status: TrialStatus = TrialStatus.OK
+    retired: bool = False  #: out of the scan's second round (its samples still count)
 
     def short(self, part: Hashable, samples: int) -> bool:
         return self.launched.get(part, 0) < samples
@@ -138,8 +146,13 @@ class OnlineTuner:
     the configured database). ``sources`` are the kernel template files, whose digests make
     results of an edited kernel stale. ``prepare(params)``, if given, builds a candidate's
     kernels; it runs in ``workers`` background threads and a candidate is scanned once its
-    ``prepare`` returned (one that raises is skipped). :meth:`for_template` makes a tuner that
-    shares a template's offline key.
+    ``prepare`` returned (one that raises is skipped). ``seeds``: configurations of the space
+    to build and time first, in order (a parameter left out takes the scan's value where the
+    space fixes one, else its ``test=`` value), after
+    what this device chose for the same function under other arguments; the first of
+    :attr:`seeds` is what launches use while nothing is timed yet (else ``test=``). The scan
+    still visits every candidate. :meth:`for_template` makes a tuner that shares a template's
+    offline key (and takes the template's ``autotune_online_seeds`` where it declares them).
 
     ``comm`` (an mpi4py communicator) makes the tuner *collective*: every rank of an SPMD
     program launches the same sequence through its own tuner, which times its own device; at
@@ -156,7 +169,8 @@ class OnlineTuner:
                  version: int = 0, samples: int = DEFAULT_SAMPLES, period: float = DEFAULT_PERIOD,
                  db: str | None = None, sources: Iterable[str | Path] = (),
                  prepare: Callable[[dict[str, Any]], Any] | None = None,
-                 workers: int | None = None, comm: Any = None, _key: TuningKey | None = None,
+                 workers: int | None = None, comm: Any = None,
+                 seeds: Iterable[Mapping[str, Any]] = (), _key: TuningKey | None = None,
                  _fingerprint: Fingerprint | None = None):
         device = getattr(context, "device", None)
         if comm is not None and prepare is not None:
@@ -195,12 +209,15 @@ class OnlineTuner:
         if set(self.test) != set(self.space.names):
             raise OnlineTuningError(f"OnlineTuner {name}: test= names {sorted(self.test)} differ "
                                     f"from the space's {sorted(self.space.names)}")
+        declared = self._declared_seeds(name, seeds)
         if not configurations:
             raise OnlineTuningError(f"OnlineTuner {name}: the restrictions exclude every "
                                     "configuration of the space")
         self.context = context
         self.name = name
         self.samples = samples
+        self._target = samples  #: launches per part each candidate of this round needs
+        self.refined = 0  #: candidates timed in the last scan's second round
         self.period = float(period)
         self.key = _key or TuningKey(
             function=name, version=version, device_name=device.name,
@@ -211,8 +228,10 @@ class OnlineTuner:
         #: stored results must lie in this space (the template's, where the scan covers part of it)
         self._valid_space = _fingerprint.space or self.space
         self._configurations = sorted(configurations, key=lambda c: c != self.test)  # test= first
-        #: what this device chose for the same function under other arguments, scanned first
+        #: scanned first, in order: what this device chose for the same function under other
+        #: arguments, then the ``seeds`` given
         self.seeds: list[dict[str, Any]] = []
+        self._declared = declared
         self._url = database_url(db)
         self._lock = threading.Lock()
         self._launch = _ScanLaunch(self)
@@ -246,8 +265,7 @@ class OnlineTuner:
         if self._locked is None:
             if comm is None or comm.rank == 0:
                 self._prepare_store()
-            if comm is None:  # (the ranks of a collective tuner scan one order)
-                self._seed()
+            self._seed()
             self._start_scan()
 
     @classmethod
@@ -259,7 +277,9 @@ class OnlineTuner:
         for these arguments: an offline result (``warm``) starts it locked, and what it stores
         serves offline calls. It scans ``template.autotune_online_space(context, **arguments)``
         where the template declares one (a part of its space worth scanning online), else the
-        space it declares for offline tuning."""
+        space it declares for offline tuning; ``template.autotune_online_seeds(context,
+        **arguments)``, where declared, gives the ``seeds`` (where to start on a device that
+        has stored nothing for the template)."""
         tuned = tuner_of(template)
         try:
             key, test, fingerprint = tuned.online_setup(template, context, arguments)
@@ -269,6 +289,8 @@ class OnlineTuner:
             raise OnlineTuningError(f"{template.__name__} declares no autotune_space to scan online")
         online = getattr(template, "autotune_online_space", None)
         space = fingerprint.space
+        declared = getattr(template, "autotune_online_seeds", None)
+        seeds = declared(context, **arguments) if declared is not None else ()
         if online is not None:
             value = online(context, **arguments)
             try:
@@ -276,8 +298,8 @@ class OnlineTuner:
             except SpaceError as exc:
                 raise OnlineTuningError(f"{template.__name__}.autotune_online_space: {exc}") from None
         return cls(context, key.function, space, test, version=key.version, samples=samples,
-                   period=period, db=db, prepare=prepare, workers=workers, _key=key,
-                   _fingerprint=fingerprint)
+                   period=period, db=db, prepare=prepare, workers=workers, seeds=seeds,
+                   _key=key, _fingerprint=fingerprint)
 
     # -- public -------------------------------------------------------------------------------
 
@@ -342,6 +364,8 @@ class OnlineTuner:
         self._fallbacks = {}
         self._idle = {}
         self._epoch += 1
+        self._target = self.samples
+        self.refined = 0
         self._scan_started = time.monotonic()
         self.scans += 1
         logger.info("online tuning %s on %s: scanning %d configurations, %d launches each",
@@ -388,15 +412,15 @@ class OnlineTuner:
         speed (clocks rising as a process starts) affects them alike. (Each prepared candidate
         is timed once at once, for the fallback's choice.)"""
         candidates = self._candidates
-        fewest = min((c.launched.get(part, 0) for c in candidates if not c.failed),
-                     default=self.samples)
-        if fewest >= self.samples:
+        fewest = min((c.launched.get(part, 0) for c in candidates if not (c.failed or c.retired)),
+                     default=self._target)
+        if fewest >= self._target:
             return None
         start = self._parts.get(part, 0)
         for offset in range(len(candidates)):
             index = (start + offset) % len(candidates)
             c = candidates[index]
-            if not c.failed and c.ready and c.launched.get(part, 0) == fewest:
+            if not (c.failed or c.retired) and c.ready and c.launched.get(part, 0) == fewest:
                 self._parts[part] = (index + 1) % len(candidates)
                 return c
         return None  # those short of samples are still being prepared
@@ -414,9 +438,9 @@ class OnlineTuner:
         if not parts:
             return False
         for c in self._candidates:
-            if c.failed:
+            if c.failed or c.retired:
                 continue
-            if not c.ready or any(c.short(part, self.samples) for part in parts):
+            if not c.ready or any(c.short(part, self._target) for part in parts):
                 return False
         return True
 
@@ -428,9 +452,10 @@ class OnlineTuner:
             timed = [c for c in self._candidates if not c.failed and c.samples.get(part)]
             if timed:
                 found = min(timed, key=lambda c: statistics.median(c.samples[part])).fixed
-            else:
-                test = next((c for c in self._candidates if dict(c.params) == self.test), None)
-                found = test.fixed if test is not None else _Locked(MappingProxyType(dict(self.test)))
+            else:  # the first seed (first in the scan's order), else test=
+                start = self.seeds[0] if self.seeds else self.test
+                first = next((c for c in self._candidates if dict(c.params) == start), None)
+                found = first.fixed if first is not None else _Locked(MappingProxyType(dict(self.test)))
             self._fallbacks[part] = found
         return found
 
@@ -492,7 +517,7 @@ class OnlineTuner:
             else:
                 self._pending.append((candidate, launch.part, timer))
             # the scan can only be complete once some candidate completes a part
-            if (error is not None or candidate.launched[launch.part] >= self.samples) \
+            if (error is not None or candidate.launched[launch.part] >= self._target) \
                     and self._all_launched():
                 self._collect(wait=True)
                 self._maybe_lock()
@@ -543,17 +568,21 @@ class OnlineTuner:
         timed = [c for c in self._candidates
                  if not c.failed and parts and all(c.samples.get(p) for p in parts)]
         candidates, self._candidates = self._candidates, []
-        self._stop_pool()
         if not timed:
+            self._stop_pool()
             logger.warning("online tuning %s on %s: every candidate failed; using test= %s",
                            self.name, self.key.device_name, self.test)
             self._lock_on(dict(self.test), time.monotonic() + self.period)
             return
         medians = {id(c): {p: statistics.median(c.samples[p]) for p in parts} for c in timed}
         scores = {id(c): sum(shares[p] * m for p, m in medians[id(c)].items()) for c in timed}
+        if self._refine(candidates, timed, scores):
+            self._candidates = candidates  # a second round for the closest: not locked yet
+            return
         if self._comm is not None:  # the slowest rank's time decides, the same on every rank
             scores = self._slowest(candidates, scores)
             timed = [c for c in timed if math.isfinite(scores[id(c)])] or timed
+        self._stop_pool()
         best = min(timed, key=lambda c: scores[id(c)])
         self.best_seconds = scores[id(best)]
         self.scan_seconds = time.monotonic() - self._scan_started
@@ -572,6 +601,30 @@ class OnlineTuner:
             target=self._store, args=(best, candidates, scores, shares, previous),
             name=f"online-store-{self.name}")
         self._store_thread.start()
+
+    def _refine(self, candidates: list[_Candidate], timed: list[_Candidate],
+                scores: dict[int, float]) -> bool:
+        """After the first round, give the candidates within :data:`REFINE_MARGIN` of the best
+        (at most :data:`REFINE_AT_MOST`) ``samples`` more launches each and retire the rest;
+        False (lock now) after the second round, where no other candidate is that close, or
+        for a collective tuner (its ranks' rounds would have to agree)."""
+        if self._target > self.samples or self._comm is not None:
+            return False
+        best = min(scores[id(c)] for c in timed)
+        close = sorted((c for c in timed if scores[id(c)] <= best * (1 + REFINE_MARGIN)),
+                       key=lambda c: scores[id(c)])[:REFINE_AT_MOST]
+        if len(close) < 2:
+            return False
+        kept = {id(c) for c in close}
+        for c in candidates:
+            c.retired = id(c) not in kept
+        self.refined = len(close)
+        self._target = 2 * self.samples
+        self._fallbacks.clear()
+        self._epoch += 1
+        logger.info("online tuning %s: timing %d close candidates again: %s", self.name,
+                    len(close), [dict(c.params) for c in close])
+        return True
 
     def _slowest(self, candidates: list[_Candidate], scores: dict[int, float]) -> dict[int, float]:
         """Each candidate's score as the maximum over the ranks (inf where any rank has none)."""
@@ -639,29 +692,75 @@ class OnlineTuner:
             return {}, str(exc)
         return params, space.why_not(params)
 
+    def _declared_seeds(self, name: str, seeds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """The ``seeds`` argument as full configurations of the scan (a parameter a seed leaves
+        out takes the scan's value where the scan fixes one, else its ``test=`` value), or a
+        clear error."""
+        if isinstance(seeds, Mapping) or isinstance(seeds, (str, bytes)):
+            raise OnlineTuningError(f"OnlineTuner {name}: seeds= is a list of parameter dicts, "
+                                    f"got {seeds!r}")
+        found: list[dict[str, Any]] = []
+        for seed in seeds:
+            if not isinstance(seed, Mapping):
+                raise OnlineTuningError(f"OnlineTuner {name}: each seed is a dict of parameters, "
+                                        f"got {seed!r}")
+            unknown = sorted(set(seed) - set(self.test))
+            if unknown:
+                raise OnlineTuningError(f"OnlineTuner {name}: seed {dict(seed)} names {unknown}, "
+                                        f"not parameters of the space {sorted(self.test)}")
+            params = {**self.test, **self._fixed(), **seed}
+            problem = self.space.why_not(params)
+            if problem is not None:
+                raise OnlineTuningError(f"OnlineTuner {name}: seed {params} is not a candidate "
+                                        f"of the scan: {problem}")
+            if params not in found:
+                found.append(params)
+        return found
+
     def _seed(self) -> None:
         """Put first in the scan (built first, so timed first and soon the untimed launches'
         choice) the parameters that stored results for the same function, version and
         fingerprint (kernel sources and space) on this device chose under other arguments:
         those of the rows sharing the most argument values with this key first, then the most
-        often chosen, then the newest. A lattice size not tuned yet on a GPU whose other sizes
-        are (in the same precision, say) starts near their choices instead of at ``test=``.
-        Rows that do not validate, or lie outside this scan's space, count for nothing."""
+        often chosen, then the newest; then the ``seeds`` given. A lattice size not tuned yet on
+        a GPU whose other sizes are (in the same precision, say) starts near their choices
+        instead of at ``test=``. A stored choice is taken with the scan's value of each
+        parameter the scan fixes (a link layout that cannot change while the work runs, say);
+        rows that do not validate, or whose choice is then outside the scan, count for nothing.
+        A collective tuner's ranks take no stored choices (they would not agree on them), only
+        the seeds given."""
+        self.seeds = self._stored_seeds() if self._comm is None else []
+        self.seeds += [p for p in self._declared if p not in self.seeds]
+        if self.seeds:
+            first = {encode_parameters(p): i for i, p in enumerate(self.seeds)}
+            self._configurations.sort(
+                key=lambda c: first.get(encode_parameters(c), len(first) + (c != self.test)))
+            logger.info("online tuning %s: scanning these first: %s", self.name, self.seeds)
+
+    def _fixed(self) -> dict[str, Any]:
+        """The parameters the scan does not vary, with their one value."""
+        return {n: v[0] for n, v in self.space.parameters.items() if len(v) == 1}
+
+    def _stored_seeds(self) -> list[dict[str, Any]]:
         try:
             records = get_store(self._url).records(function=self.key.function)
         except StoreError as exc:
             logger.info("online tuning %s: no seeds read (%s)", self.name, exc)
-            return
+            return []
         votes: dict[str, list[Any]] = {}
         mine = (self.key.function, self.key.version, self.key.device_name, self.key.device_platform)
         arguments = _argument_values(self.key.arguments)
+        fixed = self._fixed()
         for record in records:
             key = record.key
             if (key.function, key.version, key.device_name, key.device_platform) != mine or \
                     key.arguments == self.key.arguments or record.fingerprint != self.fingerprint:
                 continue
-            params, problem = self._parameters_of(record, self.space)  # a candidate of this scan
+            params, problem = self._parameters_of(record, self._valid_space)
             if problem is not None:
+                continue
+            params = {**params, **fixed}  # as a candidate of this scan
+            if self.space.why_not(params) is not None:
                 continue
             theirs = _argument_values(key.arguments)
             shared = sum(1 for name, value in arguments.items() if name in theirs and theirs[name] == value)
@@ -671,13 +770,7 @@ class OnlineTuner:
             entry[1] += 1
             entry[2] = max(entry[2], when)
         ranked = sorted(votes.values(), key=lambda e: (-e[0], -e[1], -e[2]))
-        self.seeds = [params for *_, params in ranked]
-        if self.seeds:
-            first = {encode_parameters(p): i for i, p in enumerate(self.seeds)}
-            self._configurations.sort(
-                key=lambda c: first.get(encode_parameters(c), len(first) + (c != self.test)))
-            logger.info("online tuning %s: scanning first what this device chose for other "
-                        "arguments: %s", self.name, self.seeds)
+        return [params for *_, params in ranked]
 
     def _prepare_store(self) -> None:
         """Ready the database for this scan's write now, while nothing runs yet: a first write
@@ -707,6 +800,7 @@ class OnlineTuner:
             max_seconds=total(c, max), fingerprint=self.fingerprint)
             for c in candidates if c.samples or c.failed]
         search = {"strategy": "online", "samples": self.samples, "period": self.period,
+                  "refined": self.refined,
                   "configurations": len(candidates), "measured": len(scores),
                   "parts": len(shares),
                   "test": self.test, "test_seconds": scores.get(id(test)) if test else None,

@@ -412,15 +412,44 @@ class DslashTemplate:
         """What an online tuner scans: the work-group size (on GPUs up to 256: offline
         searches on the H200 and H100 never pick 512 or 1024, which ran 4% to 6x slower than
         the best in every precision and reconstruct, and each candidate is a build while the
-        solve runs) and, on CUDA GPUs, the minimum blocks per multiprocessor of
-        ``__launch_bounds__`` (none, 2 or 4: 1 and 2 are close); the others at their
-        ``test=`` values, so that a solve's scan stays short (and ``link_load``, the layout
-        of the links on the device, fixed while the solve runs)."""
+        solve runs); on CUDA GPUs the minimum blocks per multiprocessor of
+        ``__launch_bounds__`` (none, 2 or 4: 1 and 2 are close); on GPUs the directions split
+        between 1 or 4 work-items a site (4 won in single and double precision with 12 and 18
+        parameters, 2 only in double with 18, by less). The others stay at their ``test=``
+        values, so that a solve's scan stays short: two sites a work-item and staged
+        neighbours never won on these GPUs, and ``link_load``, the links' layout on the device,
+        cannot change while the solve runs."""
         space = cls.autotune_space(context, dims, precision, reconstruct)
-        sizes = [w for w in space.parameters["wgs"] if w <= 256 or not context.device.is_gpu]
-        return space.narrowed(**_at_test(*STRUCTURE, "fast_math", "half_bits"), wgs=sizes,
+        gpu = context.device.is_gpu
+        return space.narrowed(**_at_test("sites", "stage", "link_load", "carveout", "fast_math",
+                                         "half_bits"),
+                              wgs=[w for w in space.parameters["wgs"] if w <= 256 or not gpu],
+                              dir_split=[1, 4] if gpu else [1],
                               min_blocks=[m for m in space.parameters["min_blocks"]
                                           if m in (0, 2, 4)])
+
+    @classmethod
+    def autotune_online_seeds(cls, context: accel.Context, dims: tuple[int, int, int, int],
+                              precision: str, reconstruct: int) -> list[dict[str, Any]]:
+        """Where an online scan starts on a GPU with nothing stored for the dslash: the
+        shapes offline searches chose most often on the H200 and H100 (``tune.db.example``),
+        built and timed first, the first of them launched until something is timed; those the
+        device cannot take are left out. On CPUs, none (``test=`` first)."""
+        if not context.device.is_gpu:
+            return []
+        if precision != "half" and reconstruct != 8:
+            shapes = [{"wgs": 128, "dir_split": 4, "min_blocks": 2},
+                      {"wgs": 256, "dir_split": 4, "min_blocks": 2},
+                      {"wgs": 128, "min_blocks": 4}]
+        else:
+            shapes = [{"wgs": 128, "min_blocks": 4}, {"wgs": 64, "min_blocks": 4},
+                      {"wgs": 128, "min_blocks": 2}]
+        if context.backend != "cuda":  # no __launch_bounds__
+            shapes = [{k: v for k, v in shape.items() if k != "min_blocks"} for shape in shapes]
+        space = cls.autotune_online_space(context, dims, precision, reconstruct)
+        test = tune.tuner_of(DslashTemplate).test
+        return [shape for i, shape in enumerate(shapes)
+                if shape not in shapes[:i] and space.why_not({**test, **shape}) is None]
 
     #: configurations the structural search (after the launch shape's) measures at most
     STRUCTURE_EVALS = {"gpu": 24, "cpu": 6}

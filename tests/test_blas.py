@@ -192,13 +192,9 @@ def test_vector_loads_handle_every_tail(context, command_queue, op, dtype):
 def test_online_scans_on_an_h200_start_from_candidates_of_the_scan(dtype):
     """Where an online scan of a vector pass starts on a CUDA GPU (an H200's description):
     candidates of its online space (the widest loads, warp shuffles); on CPUs, nowhere."""
-    from types import SimpleNamespace
+    from toy_templates import H200, DescribedContext
 
-    from autotune import accel
-
-    h200 = SimpleNamespace(backend="cuda", device=accel.DeviceIdentity(
-        "cuda", "NVIDIA H200", "CUDA", "13.0", (9, 0), 132, 141 * 2**30, 1024, 48 * 1024, True,
-        32, True))
+    h200 = DescribedContext(H200, "cuda")
     space = BlasTemplate.autotune_online_space(h200, dtype, "axpy")
     seeds = BlasTemplate.autotune_online_seeds(h200, dtype, "axpy")
     fixed = {name: values[0] for name, values in space.parameters.items()}

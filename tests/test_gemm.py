@@ -13,9 +13,8 @@ from autotune.accel import nvrtc
 from autotune.tune import ResultStore
 from operations import gemm as G
 from operations.gemm import GemmTemplate
+from toy_templates import H200
 
-H200 = accel.DeviceIdentity("cuda", "NVIDIA H200", "CUDA", "13.0", (9, 0), 132, 141 * 2**30, 1024,
-                            48 * 1024, True, 32, True)
 SIZES = [(1, 1, 1), (64, 64, 64), (37, 50, 19), (129, 33, 70), (33, 130, 1)]
 
 

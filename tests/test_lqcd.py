@@ -327,13 +327,10 @@ def test_the_online_scan_on_an_h200_and_where_it_starts(precision, reconstruct):
     (whole warps a part), everything else at test=; its seeds are candidates of that scan,
     the shapes offline searches chose (four-way splits with 12 and 18 parameters in single and
     double precision)."""
-    from types import SimpleNamespace
+    from autotune import tune
+    from toy_templates import H200, DescribedContext
 
-    from autotune import accel, tune
-
-    h200 = SimpleNamespace(backend="cuda", device=accel.DeviceIdentity(
-        "cuda", "NVIDIA H200", "CUDA", "13.0", (9, 0), 132, 141 * 2**30, 1024, 48 * 1024, True,
-        32, True))
+    h200 = DescribedContext(H200, "cuda")
     test = tune.tuner_of(DslashTemplate).test
     space = DslashTemplate.autotune_online_space(h200, DIMS, precision, reconstruct)
     found = space.configurations()

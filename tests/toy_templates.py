@@ -8,9 +8,22 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune import tune
+from autotune import accel, tune
 
 KERNEL = Path(__file__).with_name("kernels") / "toy.mako"
+
+#: An NVIDIA H200 as the device layer describes it: spaces and restrictions that depend only on
+#: the device are checked against it on machines without one.
+H200 = accel.DeviceIdentity("cuda", "NVIDIA H200", "CUDA", "13.0", (9, 0), 132, 141 * 2**30, 1024,
+                            48 * 1024, True, 32, True)
+
+
+class DescribedContext:
+    """What a template's space functions read of a context (its device and backend), for a
+    device described rather than present."""
+
+    def __init__(self, device: accel.DeviceIdentity, backend: str):
+        self.device, self.backend = device, backend
 calls: Counter = Counter()
 
 

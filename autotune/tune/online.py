@@ -14,8 +14,8 @@ Locked, ``measure`` returns one preallocated object: no device work, no allocati
 Kernels whose parameters are compile-time constants name a ``prepare`` callable: it builds a
 candidate's kernels in background threads while the work goes on, and a candidate is launched
 only once it is prepared (until then, launches use the fastest candidate timed so far, else
-its first seed, else ``test=``). Several kernels sharing one set of parameters (the variants of a template) name the
-``part`` of each launch: each part scans the candidates on its own, and a candidate's score is
+its first seed, else ``test=``). Several kernels sharing one set of parameters (the variants of
+a template) name the ``part`` of each launch: each part scans the candidates on its own, and a candidate's score is
 its parts' medians weighted by how often each part is launched (seconds per launch of the
 mix), so a periodic sequence of different kernels biases no candidate; parts launched rarely
 (under ``RARE_PART`` of the launches) do not hold up the scan.
@@ -148,10 +148,9 @@ class OnlineTuner:
     kernels; it runs in ``workers`` background threads and a candidate is scanned once its
     ``prepare`` returned (one that raises is skipped). ``seeds``: configurations of the space
     to build and time first, in order (a parameter left out takes the scan's value where the
-    space fixes one, else its ``test=`` value), after
-    what this device chose for the same function under other arguments; the first of
-    :attr:`seeds` is what launches use while nothing is timed yet (else ``test=``). The scan
-    still visits every candidate. :meth:`for_template` makes a tuner that shares a template's
+    space fixes one, else its ``test=`` value), after what this device chose for the same
+    function under other arguments; the first of :attr:`seeds` is what launches use while
+    nothing is timed yet (else ``test=``). The scan still visits every candidate. :meth:`for_template` makes a tuner that shares a template's
     offline key (and takes the template's ``autotune_online_seeds`` where it declares them).
 
     ``comm`` (an mpi4py communicator) makes the tuner *collective*: every rank of an SPMD
@@ -338,7 +337,8 @@ class OnlineTuner:
         return self._begin_launch(queue, part)
 
     def finish_scan(self) -> None:
-        """Wait for the launches timed so far and, if every candidate has its samples, lock."""
+        """Wait for the launches timed so far and, if every candidate has its samples, lock (or
+        start the second round for the closest candidates, :data:`REFINE_MARGIN`)."""
         with self._lock:
             self._collect(wait=True)
             self._maybe_lock()

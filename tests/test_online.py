@@ -468,6 +468,23 @@ def test_a_template_tuner_shares_offline_keys_both_ways(context):
     assert fresh.best == offline.parameters and fresh.scans == 0
 
 
+@pytest.mark.force_autotune
+def test_a_template_s_seeds_that_this_device_cannot_take_are_left_out(context, monkeypatch):
+    """A template's autotune_online_seeds are guesses for a kind of device: for_template keeps
+    those that are candidates of the scan here (a missing parameter takes test='s value), in
+    their order; a malformed one is still a clear error."""
+    from operations.scale import ScaleTemplate
+
+    guesses = [{"wgs": 1000}, {"wgs": 128}, {}]
+    monkeypatch.setattr(ScaleTemplate, "autotune_online_seeds",
+                        classmethod(lambda cls, context, dtype: guesses), raising=False)
+    tuner = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32)
+    assert tuner.seeds == [{"wgs": 128}, {"wgs": 64}]
+    guesses[:] = [{"block": 4}]
+    with pytest.raises(tune.OnlineTuningError, match=r"names \['block'\]"):
+        tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32)
+
+
 def test_under_pytest_it_uses_test_and_tunes_nothing(context, tmp_path):
     tuner = _tuner(context, tmp_path / "t.db")
     work = Work(context)

@@ -278,7 +278,8 @@ class OnlineTuner:
         where the template declares one (a part of its space worth scanning online), else the
         space it declares for offline tuning; ``template.autotune_online_seeds(context,
         **arguments)``, where declared, gives the ``seeds`` (where to start on a device that
-        has stored nothing for the template)."""
+        has stored nothing for the template): those that are not candidates of the scan on
+        this device are left out."""
         tuned = tuner_of(template)
         try:
             key, test, fingerprint = tuned.online_setup(template, context, arguments)
@@ -288,14 +289,18 @@ class OnlineTuner:
             raise OnlineTuningError(f"{template.__name__} declares no autotune_space to scan online")
         online = getattr(template, "autotune_online_space", None)
         space = fingerprint.space
-        declared = getattr(template, "autotune_online_seeds", None)
-        seeds = declared(context, **arguments) if declared is not None else ()
         if online is not None:
             value = online(context, **arguments)
             try:
                 space = value if isinstance(value, Space) else Space(value)
             except SpaceError as exc:
                 raise OnlineTuningError(f"{template.__name__}.autotune_online_space: {exc}") from None
+        declared = getattr(template, "autotune_online_seeds", None)
+        seeds = []  # a template's guesses hold for a kind of device: keep those this one takes
+        for seed in declared(context, **arguments) if declared is not None else ():
+            if not (isinstance(seed, Mapping) and set(seed) <= set(test)) or \
+                    space.why_not(_complete(seed, test, space)) is None:
+                seeds.append(seed)  # (a malformed one is the constructor's clear error)
         return cls(context, key.function, space, test, version=key.version, samples=samples,
                    period=period, db=db, prepare=prepare, workers=workers, seeds=seeds,
                    _key=key, _fingerprint=fingerprint)
@@ -708,7 +713,7 @@ class OnlineTuner:
             if unknown:
                 raise OnlineTuningError(f"OnlineTuner {name}: seed {dict(seed)} names {unknown}, "
                                         f"not parameters of the space {sorted(self.test)}")
-            params = {**self.test, **self._fixed(), **seed}
+            params = _complete(seed, self.test, self.space)
             problem = self.space.why_not(params)
             if problem is not None:
                 raise OnlineTuningError(f"OnlineTuner {name}: seed {params} is not a candidate "
@@ -737,10 +742,6 @@ class OnlineTuner:
                 key=lambda c: first.get(encode_parameters(c), len(first) + (c != self.test)))
             logger.info("online tuning %s: scanning these first: %s", self.name, self.seeds)
 
-    def _fixed(self) -> dict[str, Any]:
-        """The parameters the scan does not vary, with their one value."""
-        return {n: v[0] for n, v in self.space.parameters.items() if len(v) == 1}
-
     def _stored_seeds(self) -> list[dict[str, Any]]:
         try:
             records = get_store(self._url).records(function=self.key.function)
@@ -750,7 +751,7 @@ class OnlineTuner:
         votes: dict[str, list[Any]] = {}
         mine = (self.key.function, self.key.version, self.key.device_name, self.key.device_platform)
         arguments = _argument_values(self.key.arguments)
-        fixed = self._fixed()
+        fixed = _fixed(self.space)
         for record in records:
             key = record.key
             if (key.function, key.version, key.device_name, key.device_platform) != mine or \
@@ -812,6 +813,17 @@ class OnlineTuner:
             search=json.dumps(search, sort_keys=True, separators=(",", ":")),
             origin=ResultOrigin.ONLINE.value)
         self._stored = writer.finish(record, dict(best.params))
+
+
+def _fixed(space: Space) -> dict[str, Any]:
+    """The parameters ``space`` does not vary, with their one value."""
+    return {n: v[0] for n, v in space.parameters.items() if len(v) == 1}
+
+
+def _complete(seed: Mapping[str, Any], test: Mapping[str, Any], space: Space) -> dict[str, Any]:
+    """A seed as a full configuration: a parameter it leaves out takes the value ``space``
+    fixes it at, else its ``test=`` value."""
+    return {**test, **_fixed(space), **seed}
 
 
 def _argument_values(arguments: str) -> dict[str, Any]:

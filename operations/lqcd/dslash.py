@@ -433,8 +433,8 @@ class DslashTemplate:
                               precision: str, reconstruct: int) -> list[dict[str, Any]]:
         """Where an online scan starts on a GPU with nothing stored for the dslash: the
         shapes offline searches chose most often on the H200 and H100 (``tune.db.example``),
-        built and timed first, the first of them launched until something is timed; those the
-        device cannot take are left out. On CPUs, none (``test=`` first)."""
+        built and timed first, the first of them launched until something is timed (the tuner
+        leaves out those the device cannot take). On CPUs, none (``test=`` first)."""
         if not context.device.is_gpu:
             return []
         if precision != "half" and reconstruct != 8:
@@ -446,10 +446,7 @@ class DslashTemplate:
                       {"wgs": 128, "min_blocks": 2}]
         if context.backend != "cuda":  # no __launch_bounds__
             shapes = [{k: v for k, v in shape.items() if k != "min_blocks"} for shape in shapes]
-        space = cls.autotune_online_space(context, dims, precision, reconstruct)
-        test = tune.tuner_of(DslashTemplate).test
-        return [shape for i, shape in enumerate(shapes)
-                if shape not in shapes[:i] and space.why_not({**test, **shape}) is None]
+        return shapes
 
     #: configurations the structural search (after the launch shape's) measures at most
     STRUCTURE_EVALS = {"gpu": 24, "cpu": 6}

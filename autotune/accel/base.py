@@ -200,6 +200,7 @@ class DeviceArray(ABC):
             raise ValueError("an asynchronous copy needs a C-contiguous host array")
         host = np.ascontiguousarray(host)
         queue._wait_turn()
+        queue._before_host_copy()
         if self.nbytes:
             queue._record(self._upload(queue, host))
             if wait:
@@ -220,6 +221,7 @@ class DeviceArray(ABC):
             if not out.flags.c_contiguous:
                 raise ValueError("out must be C-contiguous")
         queue._wait_turn()
+        queue._before_host_copy()
         if self.nbytes:
             queue._record(self._download(queue, out))
             if wait:
@@ -233,6 +235,7 @@ class DeviceArray(ABC):
             raise IndexError(f"range {start}:{stop} is outside an array of {self.size} elements")
         out = np.empty(stop - start, self.dtype)
         queue._wait_turn()
+        queue._before_host_copy()
         if stop > start:
             queue._record(self._download_range(queue, out, start * self.dtype.itemsize))
             queue.finish()
@@ -293,7 +296,15 @@ class IntervalTimer(ABC):
     later without stalling the host: :meth:`ready` asks whether that work has finished,
     :meth:`seconds` waits for it. One timer is reused for many intervals (start it again once
     read); at most one timer of a queue runs at a time. From :meth:`CommandQueue.interval_timer`.
+
+    The host's time enqueuing the work is not counted, even where the device waits for it
+    (OpenCL profiles the commands themselves; CUDA holds the queue at :meth:`start` until
+    :meth:`stop`, so the work runs back to back). So the work timed must not wait for itself:
+    a call that waits for the queue (``queue.finish()``, a blocking copy) lets it run first.
     """
+
+    def _open(self) -> None:
+        """Let the timed work run now (before a wait for the queue); nothing where it runs."""
 
     def __init__(self, queue: CommandQueue):
         self.queue = queue
@@ -457,7 +468,15 @@ class CommandQueue(ABC):
     def finish(self) -> None:
         """Wait until everything enqueued so far has completed."""
         self._wait_turn()
+        if self._interval is not None:
+            self._interval._open()
         self._finish()
+
+    def _before_host_copy(self) -> None:
+        """A copy between host and device may wait for the queue (from pageable host memory,
+        or when asked to): the running interval's work may run now."""
+        if self._interval is not None:
+            self._interval._open()
 
     @abstractmethod
     def _finish(self) -> None: ...

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -157,7 +158,9 @@ class CudaProgram(Program):
         self._module = None
 
     def _get_kernel(self, name: str) -> Kernel:
-        with self.context.thread_scope():
+        # loading may wait for the device (lazy loading loads a kernel when first asked for:
+        # CudaKernel reads its attributes, so it is loaded before any launch)
+        with self.context.thread_scope(), self.context._waiting_for_the_device():
             if self._module is None:
                 self._module = drv.module_from_buffer(self.binary)
             try:
@@ -174,7 +177,7 @@ class CudaArray(DeviceArray):
                  *, wrap: Any = None, pointer: int | None = None):
         super().__init__(context, shape, dtype)
         if pointer is None:
-            with context.thread_scope():
+            with context.thread_scope(), context._waiting_for_the_device():
                 self.allocation = drv.mem_alloc(max(self.nbytes, 1))
             self.pointer = int(self.allocation)
         else:
@@ -253,12 +256,95 @@ class CudaArray(DeviceArray):
         drv.memcpy_dtod_async(self.pointer, other.pointer, self.nbytes, queue.stream)
 
 
+#: How long a gate holds its stream at most (seconds). Enqueuing takes microseconds; a gate
+#: times out where the host waited for the device inside the timed block (a blocking call of
+#: another library, or pycuda freeing memory when Python's cycle collector runs there) or
+#: stalled. The interval then holds the stall: one outlier among a candidate's samples.
+GATE_TIMEOUT = 0.002
+#: A queue's gates are given up (its timers then count the host's time too) once this many
+#: have timed out and they are more than a quarter of its gated intervals: its timed work waits
+#: for itself every time, not once in a while.
+GATE_TIMEOUTS_ALLOWED = 8
+_GATE_PTX = Path(__file__).with_name("gate.ptx")
+
+
+class _Gate:
+    """Holds a queue's stream at the start of each timed interval until the host has enqueued
+    the interval's work (or :data:`GATE_TIMEOUT` has passed).
+
+    CUDA events count the time between their records, idle time included: where the device
+    waits for the host (a host-bound solver, a launch after a synchronisation), an interval's
+    time would hold the host's time enqueuing the work, Python's and the driver's, not only the
+    work's. A one-thread kernel (``gate.ptx``) ahead of the start event spins on a page-locked
+    counter that the host sets when the interval stops, so the work runs back to back as on a
+    busy device. Where the device is busy anyway, the host has set the counter long before the
+    gate runs, and it costs one empty launch.
+
+    A spinning kernel must never wait for something that waits for it: driver calls that may
+    wait for all of the device's work (loading a kernel, allocating) run under the context's
+    :attr:`CudaContext.device_wide` lock, which opens every closed gate first, and no gate is
+    closed while one runs (that interval is timed without a gate). Other waits for the device
+    inside a timed block (a free when the cycle collector runs there) last until the gate's
+    short timeout, :data:`GATE_TIMEOUT`."""
+
+    def __init__(self, queue: CudaQueue):
+        self.context = queue.context
+        self.function = self.context.gate_function()
+        with self.context._waiting_for_the_device():
+            self.flags = drv.pagelocked_zeros(2, np.uint32,
+                                              mem_flags=drv.host_alloc_flags.DEVICEMAP)
+        self.pointer = np.uintp(self.flags.base.get_device_pointer())
+        self.timeout = np.uint64(GATE_TIMEOUT * 1e9)
+        self.count = 0  #: intervals gated (their targets), modulo 2^32
+        self.closed: int | None = None  #: the target the stream waits for, if it waits
+        self.timeouts = 0
+        self.skipped = 0  #: intervals not gated: a device-wide driver call was running
+        self.enabled = True
+
+    def close(self, stream: Any) -> int | None:
+        """Enqueue a gate; its target (None: not gated, the gates were given up or a
+        device-wide driver call is running)."""
+        lock = self.context.device_wide
+        if not self.enabled:
+            return None
+        if not lock.acquire(blocking=False):
+            self.skipped += 1
+            return None
+        try:
+            self.count = (self.count + 1) & 0xFFFFFFFF
+            self.function.prepared_async_call((1, 1, 1), (1, 1, 1), stream, self.pointer,
+                                              np.uint32(self.count), self.timeout)
+            self.closed = self.count
+            self.context._closed_gates.add(self)
+        finally:
+            lock.release()
+        return self.count
+
+    def open(self) -> None:
+        """Let the work behind the gate run (any thread; once)."""
+        target, self.closed = self.closed, None  # (two threads may both write it: harmless)
+        if target is not None:
+            self.flags[0] = target
+            self.context._closed_gates.discard(self)
+
+    def check(self, target: int) -> None:
+        """After gate ``target``'s interval finished: count a timeout, give up after a few."""
+        if int(self.flags[1]) == target and self.enabled:
+            self.timeouts += 1
+            if self.timeouts >= GATE_TIMEOUTS_ALLOWED and 4 * self.timeouts > self.count:
+                self.enabled = False
+                logger.info("%d of %d gates of a timed queue timed out (a blocking call inside "
+                            "the timed work?); its intervals now count the host's enqueue time "
+                            "too", self.timeouts, self.count)
+
+
 class CudaIntervalTimer(IntervalTimer):
-    """Two CUDA events on the queue's stream."""
+    """Two CUDA events on the queue's stream, behind the queue's gate (:class:`_Gate`)."""
 
     def __init__(self, queue: CudaQueue):
         super().__init__(queue)
         self.context = queue.context
+        self._target: int | None = None
         self._make()
 
     @_in_context
@@ -268,11 +354,18 @@ class CudaIntervalTimer(IntervalTimer):
 
     @_in_context
     def _start(self) -> None:
+        gate = self.queue._gate
+        self._target = gate.close(self.queue.stream) if gate is not None else None
         self._begin.record(self.queue.stream)
 
     @_in_context
     def _stop(self) -> None:
         self._end.record(self.queue.stream)
+        self._open()
+
+    def _open(self) -> None:
+        if self._target is not None:
+            self.queue._gate.open()
 
     @_in_context
     def _ready(self) -> bool:
@@ -281,6 +374,9 @@ class CudaIntervalTimer(IntervalTimer):
     @_in_context
     def _seconds(self) -> float:
         self._end.synchronize()
+        if self._target is not None and self.queue._gate is not None:
+            self.queue._gate.check(self._target)
+            self._target = None
         return self._end.time_since(self._begin) * 1e-3
 
 
@@ -303,6 +399,8 @@ class CudaMarker(Marker):
 
     @_in_context
     def wait(self) -> None:
+        if self.queue._interval is not None:  # its gate would hold the work before the marker
+            self.queue._interval._open()
         self._event.synchronize()
 
 
@@ -313,6 +411,8 @@ class CudaQueue(CommandQueue):
             self.stream = drv.Stream()
             self._start = drv.Event() if tuning else None
             self._stop = drv.Event() if tuning else None
+        self._gate: _Gate | None = None
+        self._ungated = False  #: the gate could not be made here
 
     @_in_context
     def _launch(self, kernel: CudaKernel, args: list[Any], global_size: tuple[int, ...],
@@ -331,7 +431,16 @@ class CudaQueue(CommandQueue):
         self.stream.synchronize()
 
     def _interval_timer(self) -> IntervalTimer:
+        if self._gate is None and not self._ungated:
+            try:
+                with self.context.thread_scope():
+                    self._gate = _Gate(self)
+            except (drv.Error, AttributeError) as exc:  # no mapped host memory, or no gate
+                self._ungated = True
+                logger.info("interval timers on %s run without a gate (%s): they count the "
+                            "host's enqueue time too", self.context.device.name, exc)
         return CudaIntervalTimer(self)
+
 
     def _mark(self) -> Marker:
         return CudaMarker(self)
@@ -371,6 +480,29 @@ class CudaContext(Context):
             if threading.current_thread() is threading.main_thread():
                 _pushed.append(self.cu_context)
         self.compiler = "nvrtc" if nvrtc.available() else "nvcc"
+        self._gate_function: Any = None
+        #: held around driver calls that may wait for all of the device's work (see _Gate)
+        self.device_wide = threading.Lock()
+        self._closed_gates: set[_Gate] = set()
+
+    @contextlib.contextmanager
+    def _waiting_for_the_device(self) -> Iterator[None]:
+        """Around a driver call that may wait for all of the device's work: no gate holds it."""
+        with self.device_wide:
+            for gate in list(self._closed_gates):
+                gate.open()
+            yield
+
+    def gate_function(self) -> Any:
+        """The timing gate's kernel (``gate.ptx``, loaded once; see :class:`_Gate`)."""
+        with self._programs_lock:
+            if self._gate_function is None:
+                with self.thread_scope(), self._waiting_for_the_device():
+                    module = drv.module_from_buffer(_GATE_PTX.read_bytes())
+                    function = module.get_function("autotune_gate")
+                    function.prepare("PIQ")
+                    self._gate_function = function
+            return self._gate_function
 
     @contextlib.contextmanager
     def thread_scope(self) -> Iterator[None]:
@@ -427,7 +559,7 @@ class CudaContext(Context):
         return CudaArray(self, shape, dtype)
 
     def empty_host(self, shape: int | Sequence[int], dtype: Any) -> np.ndarray:
-        with self.thread_scope():
+        with self.thread_scope(), self._waiting_for_the_device():
             return drv.pagelocked_empty(_as_shape(shape), np.dtype(dtype))
 
     SHARE_HANDLE_BYTES = 64  # a CUipcMemHandle

@@ -297,10 +297,11 @@ class IntervalTimer(ABC):
     :meth:`seconds` waits for it. One timer is reused for many intervals (start it again once
     read); at most one timer of a queue runs at a time. From :meth:`CommandQueue.interval_timer`.
 
-    The host's time enqueuing the work is not counted, even where the device waits for it
-    (OpenCL profiles the commands themselves; CUDA holds the queue at :meth:`start` until
-    :meth:`stop`, so the work runs back to back). So the work timed must not wait for itself:
-    a call that waits for the queue (``queue.finish()``, a blocking copy) lets it run first.
+    The device's wait for the host before the first command is not counted (OpenCL profiles
+    from the first command's start; CUDA holds the queue at :meth:`start` until :meth:`stop`,
+    so the work then runs back to back, gaps between its commands left out too). So the work
+    timed must not wait for itself: a call that waits for the queue (``queue.finish()``, a
+    blocking copy) lets it run first.
     """
 
     def _open(self) -> None:

@@ -4,10 +4,13 @@ An operator is any object with ``apply(out, inp)`` that enqueues ``out = A inp``
 vectors, plus ``context``, ``queue``, ``dtype`` and ``size`` (elements per vector). Every vector
 update and reduction is a fused tuned kernel from :mod:`operations.blas` / :mod:`operations.reduce`;
 per iteration only the reduction scalars cross to the host, and nothing is allocated in the loop.
+A solve's work vectors come from its :class:`VectorOps`'s pool and go back to it when the solve
+returns (:meth:`VectorOps.work`): a sequence of solves allocates them once.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -76,6 +79,8 @@ class VectorOps:
         #: are then summed over the ranks
         self.comm = comm
         self._passes: dict[tuple[str, str], Any] = {}
+        self._pool: list[accel.DeviceArray] = []  #: work vectors no solve holds now
+        self._pool_lock = threading.Lock()
 
     def fused(self, family: type, op: str) -> Any:
         """The instantiated pass of ``op`` (``family``: BlasTemplate or ReduceTemplate), made once."""
@@ -151,7 +156,27 @@ class VectorOps:
         inst.out.set(self.queue, np.array(parts, dtype=inst.out.dtype))
 
     def new(self) -> accel.DeviceArray:
+        """A new vector, the caller's to keep (a solution)."""
         return self.context.allocate(self.size, self.dtype)
+
+    def work(self) -> accel.DeviceArray:
+        """A work vector (contents undefined) for the solve running on this thread, given back
+        to this object's pool when that solve returns (see :func:`_solve`): the next solve
+        takes it again instead of allocating, and every free waits for the whole device. Up
+        to :data:`POOL_SIZE` are kept between solves; outside a solve, a new vector."""
+        with self._pool_lock:
+            vector = self._pool.pop() if self._pool else None
+        if vector is None:
+            vector = self.new()
+        frames = getattr(_solving, "frames", None)
+        if frames:
+            frames[-1].append((self, vector))
+        return vector
+
+    def _give_back(self, vector: accel.DeviceArray) -> None:
+        with self._pool_lock:
+            if len(self._pool) < POOL_SIZE:
+                self._pool.append(vector)
 
     def prepare(self, blas: tuple[str, ...] = (), reduce: tuple[str, ...] = ()) -> None:
         """Instantiate (compile, allocate) the passes a loop will use, before it starts."""
@@ -159,6 +184,35 @@ class VectorOps:
             self.fused(BlasTemplate, op)
         for op in reduce:
             self.fused(ReduceTemplate, op)
+
+
+#: Work vectors a :class:`VectorOps` keeps between solves: enough for any one solver here
+#: (mixed BiCGstab holds 6 in low precision), not GCR's whole basis.
+POOL_SIZE = 8
+_solving = threading.local()  #: per thread, a stack of the work vectors each running solve took
+
+
+def _solve(solver: Callable) -> Callable:
+    """Give the work vectors a solver takes (:meth:`VectorOps.work`) back to their pools when
+    it returns or raises; a solve nested inside another (an inner solve of a preconditioner)
+    gives back its own. The solution it returns comes from :meth:`VectorOps.new`, never from
+    a pool: the caller keeps it."""
+
+    @functools.wraps(solver)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        frames = getattr(_solving, "frames", None)
+        if frames is None:
+            frames = _solving.frames = []
+        taken: list[tuple[VectorOps, accel.DeviceArray]] = []
+        frames.append(taken)
+        try:
+            return solver(*args, **kwargs)
+        finally:
+            frames.pop()
+            for ops, vector in taken:  # later work on them runs after the solve's, in order
+                ops._give_back(vector)
+
+    return run
 
 
 def _tuning(A: LinearOperator) -> str | None:
@@ -286,6 +340,7 @@ def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
     return (pap.real if isinstance(pap, complex) else pap), rr_new
 
 
+@_solve
 def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
        x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """Conjugate gradients for a Hermitian positive-definite ``A``; stops at |r| / |b| < tol."""
@@ -295,7 +350,8 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     ops = vector_ops(A)
     ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
     dot = ops.fused(ReduceTemplate, "dot")
-    x, r, p, ap = ops.new(), ops.new(), ops.new(), ops.new()
+    x = ops.new()
+    r, p, ap = ops.work(), ops.work(), ops.work()
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
     if bb == 0:
@@ -355,6 +411,7 @@ def _bicgstab_omega_step(solver: str, A: LinearOperator, ops: VectorOps, x: acce
     return omega, rho_new, rr
 
 
+@_solve
 def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
              x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """BiCGstab for a general ``A``; breakdown (rho or omega zero) raises :class:`SolverBreakdown`."""
@@ -364,7 +421,8 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
     ops = vector_ops(A)
     ops.prepare(blas=("xmy_norm", "caxpy_norm", "cdot_norm", "bicgstab_xs", "bicgstab_p"),
                 reduce=("sumsq", "dot"))
-    x, r, r0, p, v, t = (ops.new() for _ in range(6))
+    x = ops.new()
+    r, r0, p, v, t = (ops.work() for _ in range(5))
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
     if bb == 0:
@@ -449,7 +507,7 @@ def _mixed_start(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
     lo.prepare(blas=blas_low, reduce=("dot",))
     queue = A.queue
     m = _Mixed(hi, lo, lo.converter(A.dtype), hi.converter(A_low.dtype), _flat(b), 0.0,
-               hi.new(), hi.new(), hi.new(), lo.new(), lo.new())
+               hi.new(), hi.work(), hi.work(), lo.work(), lo.work())
     m.bb = hi.reduce("sumsq", m.b)
     if m.bb != 0:
         m.x.zero(queue)
@@ -459,6 +517,7 @@ def _mixed_start(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
     return tol, maxiter, m
 
 
+@_solve
 def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10,
              maxiter: int = 10000, delta: float = 0.1) -> tuple[accel.DeviceArray, SolveInfo]:
     """CG iterating in ``A_low``'s (single) precision with reliable updates in ``A``'s (double).
@@ -475,7 +534,7 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     if bb == 0:
         return _zero_solution(queue, x, start)
     dot = lo.fused(ReduceTemplate, "dot")
-    ps, aps = lo.new(), lo.new()
+    ps, aps = lo.work(), lo.work()
     ps.copy_from(queue, rs)
     rr = bb
     r_max = rr
@@ -515,6 +574,7 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
                    history, start, maxiter, reliable_updates=updates)
 
 
+@_solve
 def bicgstab_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
                    tol: float = 1e-10, maxiter: int = 10000,
                    delta: float = 0.1) -> tuple[accel.DeviceArray, SolveInfo]:
@@ -532,7 +592,7 @@ def bicgstab_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArra
     queue = A.queue
     if bb == 0:
         return _zero_solution(queue, x, start)
-    r0, p, v, t = (lo.new() for _ in range(4))
+    r0, p, v, t = (lo.work() for _ in range(4))
     r0.copy_from(queue, rs)
     p.copy_from(queue, rs)
     rho = lo.reduce("dot", r0, rs)
@@ -613,8 +673,8 @@ class _GcrBasis:
             ops.multi("csubs_dot_norm", m)
         for m in range(1, min(nkrylov, MAX_VECTORS) + 1):
             ops.multi("caxpy_sums", m)
-        self.ps = [ops.new() for _ in range(nkrylov)]
-        self.aps = [ops.new() for _ in range(nkrylov)]
+        self.ps = [ops.work() for _ in range(nkrylov)]
+        self.aps = [ops.work() for _ in range(nkrylov)]
         self.norms = [0.0] * nkrylov  # |A p_i|^2, of the orthogonalised A p_i
         self.beta = np.zeros((nkrylov, nkrylov), dtype=np.complex128)  # beta[i, j], i < j
         self.alpha = np.zeros(nkrylov, dtype=np.complex128)  # the step lengths
@@ -673,6 +733,7 @@ class _GcrBasis:
         self.k = 0
 
 
+@_solve
 def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
         nkrylov: int = 16, preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None]
         | None = None, x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
@@ -695,7 +756,7 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
     ops = vector_ops(A)
     ops.prepare(blas=("xmy_norm",), reduce=("sumsq",))
     queue = A.queue
-    x, r = ops.new(), ops.new()
+    x, r = ops.new(), ops.work()
     b = _flat(b)
     bb = ops.reduce("sumsq", b)
     if bb == 0:
@@ -716,6 +777,7 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
                    history, start, maxiter)
 
 
+@_solve
 def gcr_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
               tol: float = 1e-10, maxiter: int = 10000, nkrylov: int = 16,
               preconditioner: Callable[[accel.DeviceArray, accel.DeviceArray], None]

@@ -222,3 +222,37 @@ def test_an_online_tuned_solve_is_right_and_its_tuning_serves_offline_calls(cont
                        queue=context.create_command_queue())
     with pytest.raises(ValueError, match="'online'"):
         WilsonOperator(context, u, KAPPA, "single", 12, tuning="later")
+
+
+@pytest.mark.parametrize("method,work", [("cg", 3), ("bicgstab", 5), ("gcr", 1 + 2 * 16)])
+def test_solves_take_their_work_vectors_from_a_pool(context, monkeypatch, method, work):
+    """A solve's work vectors go back to a pool when it returns: the next solve allocates only
+    its solution (GCR, whose basis is larger than the pool, what the pool did not keep), gets
+    the same answer, and leaves the first solution as it was."""
+    dims = (4, 4, 4, 4)
+    op = WilsonOperator(context, weak_field(dims, 0.1, 5), KAPPA, "double", 12)
+    A = WilsonLinearOperator(op, "MpcdagMpc" if method == "cg" else "Mpc")
+    rng = np.random.default_rng(6)
+    b = context.to_device(op.queue, (rng.standard_normal(A.size)
+                                     + 1j * rng.standard_normal(A.size)).astype(A.dtype))
+    solve = getattr(solvers, method)
+    sizes: list[int] = []
+    real = type(context).allocate
+
+    def counting(self, shape, dtype):  # the real allocation, counted
+        if int(np.prod(shape)) == A.size and np.dtype(dtype) == A.dtype:
+            sizes.append(1)
+        return real(self, shape, dtype)
+
+    monkeypatch.setattr(type(context), "allocate", counting)
+    first, info1 = solve(A, b, 1e-10, 500)
+    made_first = len(sizes)
+    kept = first.get(op.queue)
+    second, info2 = solve(A, b, 1e-10, 500)
+    made_second = len(sizes) - made_first
+    assert info1.converged and info2.converged and info1.iterations == info2.iterations
+    assert made_first == 1 + work
+    assert made_second == 1 + max(0, work - solvers.POOL_SIZE)
+    np.testing.assert_array_equal(first.get(op.queue), kept)  # the second solve left it alone
+    np.testing.assert_array_equal(second.get(op.queue), kept)  # the same kernels, the same data
+    assert len(solvers.vector_ops(A)._pool) == min(work, solvers.POOL_SIZE)

@@ -2,7 +2,7 @@
 
 Usage (GPU machine): python benchmarks/online_solver.py [--dims 24 24 24 48] [--solves 300]
     [--iterations 30] [--rounds 3] [--offline-db FILE] [--online-db FILE] [--json FILE]
-    [--keep DIR]
+    [--keep DIR] [--diagnose]
 
 Each round runs three fresh processes, one after another, each timing ``solves`` CG solves of ``iterations``
 iterations on M_pc^dag M_pc (single precision, 12-parameter links, a Haar-random gauge field,
@@ -68,7 +68,49 @@ def pin_main_thread() -> tuple[set[int], set[int]]:
     return core & allowed, others
 
 
-def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: bool = False) -> dict:
+class Diagnostics:
+    """Where an online run's extra time goes (``--diagnose``): wraps the online tuner's launch
+    bookkeeping (on the launching thread), its candidate preparation (CPU time of the build
+    threads, which hold the interpreter lock the launching thread needs while they run Python)
+    and the context's allocations, over the timed solves. Internal methods, wrapped from
+    outside: it adds a little host time to what it measures, in every run alike."""
+
+    def __init__(self) -> None:
+        from autotune.tune import online
+
+        self.totals: dict[str, list[float]] = {}
+        self._wrap(online.OnlineTuner, "_begin_launch", "tuner_begin_launch", time.perf_counter)
+        self._wrap(online.OnlineTuner, "_end_launch", "tuner_end_launch", time.perf_counter)
+        self._wrap(online.OnlineTuner, "_prepare_one", "build_thread_cpu", time.thread_time)
+
+    def _wrap(self, owner: type, name: str, key: str, clock) -> None:
+        original = getattr(owner, name)
+        entry = self.totals.setdefault(key, [0, 0.0])
+
+        def timed(*args, **kwargs):
+            start = clock()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                entry[0] += 1
+                entry[1] += clock() - start
+
+        setattr(owner, name, timed)
+
+    def allocations(self, context) -> None:
+        self._wrap(type(context), "allocate", "device_allocations", time.perf_counter)
+
+    def reset(self) -> None:
+        """Count from now on (the timed solves), not the setup."""
+        for entry in self.totals.values():
+            entry[:] = [0, 0.0]
+
+    def report(self) -> dict:
+        return {key: {"calls": int(n), "seconds": seconds} for key, (n, seconds) in self.totals.items()}
+
+
+def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: bool = False,
+          diagnose: bool = False) -> dict:
     from autotune import accel
     from operations import solvers
     from operations.lqcd import WilsonOperator, haar_field
@@ -78,6 +120,9 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
     if others:  # threads and helper processes started from here on inherit this
         os.sched_setaffinity(0, others)
     context = accel.create_some_context()
+    diagnostics = Diagnostics() if diagnose else None
+    if diagnostics is not None:
+        diagnostics.allocations(context)
     u = haar_field(dims, seed=7)
     made = time.perf_counter()
     op = WilsonOperator(context, u, KAPPA, "single", 12, check=False,
@@ -94,6 +139,8 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
         solvers.cg(A, b, 1e-300, 1)
         op.queue.finish()
         ready = time.perf_counter()
+        if diagnostics is not None:
+            diagnostics.reset()
         residuals, marks = [], [ready]
         for _ in range(solves):
             _, info = solvers.cg(A, b, 1e-300, iterations)
@@ -123,6 +170,7 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
                     "scan_seconds": t.scan_seconds,
                     "off_best_seconds": t.off_best_seconds,
                     "off_best_share": t.off_best_seconds / seconds} for name, t in tuners],
+        "diagnostics": diagnostics.report() if diagnostics is not None else None,
     }
 
 
@@ -141,6 +189,9 @@ def report(runs: dict, round_index: int) -> None:
         tenth = max(1, len(per) // 10)
         print(f"      first {tenth} solves {sum(per[:tenth]):.3f} s, the median solve after them "
               f"{1e3 * float(np.median(per[tenth:] or per)):.3f} ms")
+        if run.get("diagnostics"):
+            print("      " + ", ".join(f"{key} {d['calls']} x, {d['seconds'] * 1e3:.1f} ms"
+                                       for key, d in run["diagnostics"].items()))
         if not run["tuners"]:
             for name, params in run["parameters"].items():
                 print(f"      {name:32s} {params}")
@@ -180,12 +231,16 @@ def main() -> None:
     parser.add_argument("--pin", action="store_true", help="in every run, keep one CPU core "
                         "(with its SMT siblings) for the thread that launches the solves, and "
                         "every other thread and helper process off it")
+    parser.add_argument("--diagnose", action="store_true", help="time the online tuners' "
+                        "launch bookkeeping, the build threads' CPU and the device allocations "
+                        "in every run (wraps internal methods: a little overhead)")
     parser.add_argument("--keep", help="keep the runs' databases in this folder (made if "
                         "missing; default: a temporary folder, removed at the end)")
     args = parser.parse_args()
     dims = tuple(args.dims)
     if args.child:
-        print(json.dumps(child(args.child, dims, args.solves, args.iterations, args.pin)))
+        print(json.dumps(child(args.child, dims, args.solves, args.iterations, args.pin,
+                               args.diagnose)))
         return
     if args.online_db:
         refuse_this_lattice(args.online_db, dims)
@@ -205,7 +260,8 @@ def main() -> None:
             out = subprocess.run([sys.executable, __file__, "--child", mode, "--dims",
                                   *map(str, dims), "--solves", str(args.solves),
                                   "--iterations", str(args.iterations),
-                                  *(["--pin"] if args.pin else [])],
+                                  *(["--pin"] if args.pin else []),
+                                  *(["--diagnose"] if args.diagnose else [])],
                                  capture_output=True, text=True, env=env, check=False)
             if out.returncode != 0:
                 sys.exit(f"{mode} run failed:\n{out.stderr[-4000:]}")

@@ -238,6 +238,43 @@ def test_new_arguments_scan_first_what_this_device_chose_for_others(context, tmp
 
 
 @pytest.mark.force_autotune
+def test_a_scan_budget_leaves_out_what_is_not_built_in_time(context, tmp_path, one_round):
+    """With ``budget``, the candidates still being prepared when it is spent are left out of
+    the scan (the fastest among those built wins, the stored result says how many were left
+    out); they keep building, and the next scan, after ``period``, times every candidate."""
+    db = tmp_path / "t.db"
+    slow = threading.Event()
+
+    def prepare(params: dict) -> None:
+        if params["reps"] in (3, 100):  # the fastest candidate among them: built late
+            slow.wait(30)
+
+    space = {"reps": [300, 1000, 3, 100], "wgs": [32]}
+    with pytest.raises(tune.OnlineTuningError, match="budget"):
+        _tuner(context, db, space=space, budget=0.0, prepare=prepare)
+    with pytest.raises(tune.OnlineTuningError, match="without prepare"):
+        _tuner(context, db, space=space, budget=1.0)
+    tuner = _tuner(context, db, space=space, prepare=prepare, workers=4, samples=2,
+                   budget=0.3, period=0.5)
+    work = Work(context)
+    while tuner.scanning:
+        work.step(tuner)
+        time.sleep(0.002)
+    assert tuner.best == {"reps": 300, "wgs": 32} and tuner.left_out == 2
+    assert tuner.stored
+    record = ResultStore(f"sqlite:///{db}").get(tuner.key)
+    assert json.loads(record.search)["left_out"] == 2
+    assert len(ResultStore(f"sqlite:///{db}").trials(tuner.key)) == 2
+    slow.set()
+    time.sleep(0.5)  # the period: the next launch starts a scan, every candidate built by now
+    work.step(tuner)
+    assert tuner.scanning and tuner.wait_prepared(30)
+    while tuner.scanning:
+        work.step(tuner)
+    assert tuner.best == {"reps": 3, "wgs": 32} and tuner.left_out == 0 and tuner.scans == 2
+
+
+@pytest.mark.force_autotune
 def test_given_seeds_come_after_stored_choices_and_start_the_run(context, tmp_path):
     """Seeds given to the tuner (a parameter left out takes test='s value) are built and timed
     after what this device chose for other arguments and before the rest; until something is

@@ -150,7 +150,12 @@ class OnlineTuner:
     to build and time first, in order (a parameter left out takes the scan's value where the
     space fixes one, else its ``test=`` value), after what this device chose for the same
     function under other arguments; the first of :attr:`seeds` is what launches use while
-    nothing is timed yet (else ``test=``). The scan still visits every candidate. :meth:`for_template` makes a tuner that shares a template's
+    nothing is timed yet (else ``test=``). The scan still visits every candidate, unless
+    ``budget`` (seconds, with ``prepare``) is given: the candidates not prepared that long after
+    a scan started are left out of it once one is ready (they keep building, and the next scan,
+    after ``period``, takes them); the result stored says how many were left out. Slow builds
+    then bound the scan's length, at the risk of missing the best until the next scan: give
+    seeds. :meth:`for_template` makes a tuner that shares a template's
     offline key (and takes the template's ``autotune_online_seeds`` where it declares them).
 
     ``comm`` (an mpi4py communicator) makes the tuner *collective*: every rank of an SPMD
@@ -169,7 +174,8 @@ class OnlineTuner:
                  db: str | None = None, sources: Iterable[str | Path] = (),
                  prepare: Callable[[dict[str, Any]], Any] | None = None,
                  workers: int | None = None, comm: Any = None,
-                 seeds: Iterable[Mapping[str, Any]] = (), _key: TuningKey | None = None,
+                 seeds: Iterable[Mapping[str, Any]] = (), budget: float | None = None,
+                 _key: TuningKey | None = None,
                  _fingerprint: Fingerprint | None = None):
         device = getattr(context, "device", None)
         if comm is not None and prepare is not None:
@@ -194,6 +200,14 @@ class OnlineTuner:
             workers = max(1, min(4, (os.cpu_count() or 2) - 1))
         if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 64:
             raise OnlineTuningError(f"workers={workers!r}: give an int from 1 to 64")
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
+                                   or not (budget > 0 and math.isfinite(budget))):
+            raise OnlineTuningError(f"budget={budget!r}: give a positive number of seconds, or None "
+                                    "to scan every candidate")
+        if budget is not None and prepare is None:
+            raise OnlineTuningError(f"OnlineTuner {name}: budget= bounds the wait for candidates "
+                                    "being prepared; without prepare= every candidate is ready at "
+                                    "once: drop budget=")
         try:
             self.space = space if isinstance(space, Space) else Space(space)
             self.test = validate_test_parameters(test)
@@ -249,6 +263,9 @@ class OnlineTuner:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._prepared: set[str] = set()
         self._scan_started = 0.0
+        self._budget = budget
+        self._budget_at = math.inf  #: when this scan leaves out what is not prepared yet
+        self.left_out = 0  #: candidates the last scan left out (not prepared within its budget)
         self._locked: _Locked | None = None
         self._rescan_at = math.inf
         self.best_seconds: float | None = None
@@ -271,7 +288,8 @@ class OnlineTuner:
     def for_template(cls, template: type, context: accel.Context, *,
                      samples: int = DEFAULT_SAMPLES, period: float = DEFAULT_PERIOD,
                      db: str | None = None, prepare: Callable[[dict[str, Any]], Any] | None = None,
-                     workers: int | None = None, **arguments: Any) -> OnlineTuner:
+                     workers: int | None = None, budget: float | None = None,
+                     **arguments: Any) -> OnlineTuner:
         """A tuner under the key, ``test=`` and fingerprint of ``template``'s offline tuning
         for these arguments: an offline result (``warm``) starts it locked, and what it stores
         serves offline calls. It scans ``template.autotune_online_space(context, **arguments)``
@@ -303,6 +321,7 @@ class OnlineTuner:
                 seeds.append(seed)  # (a malformed one is the constructor's clear error)
         return cls(context, key.function, space, test, version=key.version, samples=samples,
                    period=period, db=db, prepare=prepare, workers=workers, seeds=seeds,
+                   budget=budget,
                    _key=key, _fingerprint=fingerprint)
 
     # -- public -------------------------------------------------------------------------------
@@ -372,6 +391,8 @@ class OnlineTuner:
         self._target = self.samples
         self.refined = 0
         self._scan_started = time.monotonic()
+        self._budget_at = self._scan_started + self._budget if self._budget else math.inf
+        self.left_out = 0
         self.scans += 1
         logger.info("online tuning %s on %s: scanning %d configurations, %d launches each",
                     self.name, self.key.device_name, len(self._candidates), self.samples)
@@ -430,6 +451,22 @@ class OnlineTuner:
                 return c
         return None  # those short of samples are still being prepared
 
+    def _spend_budget(self) -> None:
+        """The scan's budget is spent: leave out the candidates not prepared yet, once one is
+        (until then, keep waiting: a scan needs something to choose from)."""
+        if not any(c.ready and not c.failed for c in self._candidates):
+            return
+        self._budget_at = math.inf
+        for c in self._candidates:
+            if not c.ready and not c.failed:
+                c.retired = True
+                self.left_out += 1
+        if self.left_out:
+            self._fallbacks.clear()
+            self._epoch += 1
+            logger.info("online tuning %s: %d candidates not prepared within the budget of %.3g "
+                        "s are left out of this scan", self.name, self.left_out, self._budget)
+
     def _frequent_parts(self) -> dict[Hashable, float]:
         """The parts that are not rare, with their shares of the scan's launches."""
         total = sum(self._part_launches.values())
@@ -483,6 +520,8 @@ class OnlineTuner:
             if not self._candidates:  # another thread locked meanwhile
                 self._lock.release()
                 return self.measure(queue, part)
+            if time.monotonic() >= self._budget_at:
+                self._spend_budget()
             self._parts.setdefault(part, 0)
             self._part_launches[part] = self._part_launches.get(part, 0) + 1
             candidate = self._next_candidate(part)
@@ -801,7 +840,7 @@ class OnlineTuner:
             max_seconds=total(c, max), fingerprint=self.fingerprint)
             for c in candidates if c.samples or c.failed]
         search = {"strategy": "online", "samples": self.samples, "period": self.period,
-                  "refined": self.refined,
+                  "refined": self.refined, "left_out": self.left_out,
                   "configurations": len(candidates), "measured": len(scores),
                   "parts": len(shares),
                   "test": self.test, "test_seconds": scores.get(id(test)) if test else None,

@@ -2,7 +2,7 @@
 
 Usage (GPU machine): python benchmarks/online_solver.py [--dims 24 24 24 48] [--solves 300]
     [--iterations 30] [--rounds 3] [--offline-db FILE] [--online-db FILE] [--json FILE]
-    [--keep DIR] [--diagnose]
+    [--keep DIR] [--diagnose] [--budget SECONDS]
 
 Each round runs three fresh processes, one after another, each timing ``solves`` CG solves of ``iterations``
 iterations on M_pc^dag M_pc (single precision, 12-parameter links, a Haar-random gauge field,
@@ -110,8 +110,11 @@ class Diagnostics:
 
 
 def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: bool = False,
-          diagnose: bool = False) -> dict:
+          diagnose: bool = False, budget: float | None = None) -> dict:
     from autotune import accel
+    from autotune.tune import online
+
+    online.TEMPLATE_BUDGET = budget  # the online tuners' scan budget (None: every candidate)
     from operations import solvers
     from operations.lqcd import WilsonOperator, haar_field
     from operations.lqcd.wilson import WilsonLinearOperator
@@ -167,7 +170,7 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
         "solve_seconds": list(np.diff(marks)),
         "tuners": [{"name": name, "best": t.best, "scans": t.scans, "scanning": t.scanning,
                     "stored": t.stored, "best_seconds": t.best_seconds, "seeds": t.seeds,
-                    "scan_seconds": t.scan_seconds,
+                    "scan_seconds": t.scan_seconds, "left_out": t.left_out,
                     "off_best_seconds": t.off_best_seconds,
                     "off_best_share": t.off_best_seconds / seconds} for name, t in tuners],
         "diagnostics": diagnostics.report() if diagnostics is not None else None,
@@ -198,6 +201,7 @@ def report(runs: dict, round_index: int) -> None:
         for t in run["tuners"]:
             took = f"{t['scan_seconds']:.2f} s" if t["scan_seconds"] is not None else "-"
             seeds = f" seeds {len(t['seeds'])}" if t.get("seeds") else ""
+            seeds += f" left out {t['left_out']}" if t.get("left_out") else ""
             print(f"      {t['name']:32s} scans {t['scans']} (last took {took}) best {t['best']} "
                   f"off {t['off_best_seconds'] * 1e3:.3f} ms{seeds}")
 
@@ -234,13 +238,15 @@ def main() -> None:
     parser.add_argument("--diagnose", action="store_true", help="time the online tuners' "
                         "launch bookkeeping, the build threads' CPU and the device allocations "
                         "in every run (wraps internal methods: a little overhead)")
+    parser.add_argument("--budget", type=float, help="the online tuners' scan budget in "
+                        "seconds (OnlineTuner budget=; default: none, every candidate scanned)")
     parser.add_argument("--keep", help="keep the runs' databases in this folder (made if "
                         "missing; default: a temporary folder, removed at the end)")
     args = parser.parse_args()
     dims = tuple(args.dims)
     if args.child:
         print(json.dumps(child(args.child, dims, args.solves, args.iterations, args.pin,
-                               args.diagnose)))
+                               args.diagnose, args.budget)))
         return
     if args.online_db:
         refuse_this_lattice(args.online_db, dims)
@@ -261,7 +267,8 @@ def main() -> None:
                                   *map(str, dims), "--solves", str(args.solves),
                                   "--iterations", str(args.iterations),
                                   *(["--pin"] if args.pin else []),
-                                  *(["--diagnose"] if args.diagnose else [])],
+                                  *(["--diagnose"] if args.diagnose else []),
+                                  *(["--budget", str(args.budget)] if args.budget else [])],
                                  capture_output=True, text=True, env=env, check=False)
             if out.returncode != 0:
                 sys.exit(f"{mode} run failed:\n{out.stderr[-4000:]}")

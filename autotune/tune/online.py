@@ -75,6 +75,9 @@ IDLE_RECHECK = 32
 #: cost of launches of near-best candidates only.
 REFINE_MARGIN = 0.05
 REFINE_AT_MOST = 4
+#: The ``budget`` of tuners made by :meth:`OnlineTuner.for_template` with ``prepare`` and no
+#: budget of their own (None: scan every candidate); a benchmark sets it to measure one.
+TEMPLATE_BUDGET: float | None = None
 
 
 class OnlineTuningError(ValueError):
@@ -297,7 +300,8 @@ class OnlineTuner:
         space it declares for offline tuning; ``template.autotune_online_seeds(context,
         **arguments)``, where declared, gives the ``seeds`` (where to start on a device that
         has stored nothing for the template): those that are not candidates of the scan on
-        this device are left out."""
+        this device are left out. ``budget`` defaults to :data:`TEMPLATE_BUDGET` where
+        ``prepare`` is given."""
         tuned = tuner_of(template)
         try:
             key, test, fingerprint = tuned.online_setup(template, context, arguments)
@@ -321,7 +325,7 @@ class OnlineTuner:
                 seeds.append(seed)  # (a malformed one is the constructor's clear error)
         return cls(context, key.function, space, test, version=key.version, samples=samples,
                    period=period, db=db, prepare=prepare, workers=workers, seeds=seeds,
-                   budget=budget,
+                   budget=budget if budget is not None or prepare is None else TEMPLATE_BUDGET,
                    _key=key, _fingerprint=fingerprint)
 
     # -- public -------------------------------------------------------------------------------

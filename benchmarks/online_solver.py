@@ -113,11 +113,11 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
           diagnose: bool = False, budget: float | None = None) -> dict:
     from autotune import accel
     from autotune.tune import online
-
-    online.TEMPLATE_BUDGET = budget  # the online tuners' scan budget (None: every candidate)
     from operations import solvers
     from operations.lqcd import WilsonOperator, haar_field
     from operations.lqcd.wilson import WilsonLinearOperator
+
+    online.TEMPLATE_BUDGET = budget  # the online tuners' scan budget (None: every candidate)
 
     core, others = pin_main_thread() if pin else (set(), set())
     if others:  # threads and helper processes started from here on inherit this

@@ -200,7 +200,7 @@ class DeviceArray(ABC):
             raise ValueError("an asynchronous copy needs a C-contiguous host array")
         host = np.ascontiguousarray(host)
         queue._wait_turn()
-        queue._before_host_copy()
+        queue._before_waiting()
         if self.nbytes:
             queue._record(self._upload(queue, host))
             if wait:
@@ -221,7 +221,7 @@ class DeviceArray(ABC):
             if not out.flags.c_contiguous:
                 raise ValueError("out must be C-contiguous")
         queue._wait_turn()
-        queue._before_host_copy()
+        queue._before_waiting()
         if self.nbytes:
             queue._record(self._download(queue, out))
             if wait:
@@ -235,7 +235,7 @@ class DeviceArray(ABC):
             raise IndexError(f"range {start}:{stop} is outside an array of {self.size} elements")
         out = np.empty(stop - start, self.dtype)
         queue._wait_turn()
-        queue._before_host_copy()
+        queue._before_waiting()
         if stop > start:
             queue._record(self._download_range(queue, out, start * self.dtype.itemsize))
             queue.finish()
@@ -304,12 +304,12 @@ class IntervalTimer(ABC):
     blocking copy) lets it run first.
     """
 
-    def _open(self) -> None:
-        """Let the timed work run now (before a wait for the queue); nothing where it runs."""
-
     def __init__(self, queue: CommandQueue):
         self.queue = queue
         self.running = False
+
+    def _open(self) -> None:
+        """Let the timed work run now (before a wait for the queue); nothing where it runs."""
 
     def start(self) -> None:
         if self.running:
@@ -469,13 +469,13 @@ class CommandQueue(ABC):
     def finish(self) -> None:
         """Wait until everything enqueued so far has completed."""
         self._wait_turn()
-        if self._interval is not None:
-            self._interval._open()
+        self._before_waiting()
         self._finish()
 
-    def _before_host_copy(self) -> None:
-        """A copy between host and device may wait for the queue (from pageable host memory,
-        or when asked to): the running interval's work may run now."""
+    def _before_waiting(self) -> None:
+        """Before anything that may wait for this queue (finish, a marker's wait, a copy
+        between host and device: from pageable host memory the driver waits): the running
+        interval's work may run now."""
         if self._interval is not None:
             self._interval._open()
 

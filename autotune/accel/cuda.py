@@ -374,7 +374,7 @@ class CudaIntervalTimer(IntervalTimer):
     @_in_context
     def _seconds(self) -> float:
         self._end.synchronize()
-        if self._target is not None and self.queue._gate is not None:
+        if self._target is not None:  # gated: the queue has its gate
             self.queue._gate.check(self._target)
             self._target = None
         return self._end.time_since(self._begin) * 1e-3
@@ -399,8 +399,7 @@ class CudaMarker(Marker):
 
     @_in_context
     def wait(self) -> None:
-        if self.queue._interval is not None:  # its gate would hold the work before the marker
-            self.queue._interval._open()
+        self.queue._before_waiting()  # a gate would hold the work before the marker
         self._event.synchronize()
 
 
@@ -440,7 +439,6 @@ class CudaQueue(CommandQueue):
                 logger.info("interval timers on %s run without a gate (%s): they count the "
                             "host's enqueue time too", self.context.device.name, exc)
         return CudaIntervalTimer(self)
-
 
     def _mark(self) -> Marker:
         return CudaMarker(self)

@@ -108,7 +108,9 @@ class _Candidate:
     ready: bool = True  #: prepared (compiled) and so launchable in the scan
     failed: str = ""
     status: TrialStatus = TrialStatus.OK
-    retired: bool = False  #: out of the scan's second round (its samples still count)
+    #: out of the rest of the scan: not among the closest after the first round, or not
+    #: prepared within the budget (samples it has still count)
+    retired: bool = False
 
     def short(self, part: Hashable, samples: int) -> bool:
         return self.launched.get(part, 0) < samples

@@ -85,6 +85,26 @@ def list_devices() -> list[tuple[int, DeviceIdentity]]:
     return [(i, _identity(drv.Device(i))) for i in range(drv.Device.count())]
 
 
+try:
+    from pycuda._pvt_struct import pack as _pack_arguments
+except ImportError:  # no pycuda here, or a release without it: prepared_async_call packs
+    _pack_arguments = None
+#: launch through pycuda's Function._launch_kernel with the arguments packed here: what its
+#: prepared_async_call does, less ~1.3 us of Python a launch (H200 host), which a host-bound
+#: solver launching every few microseconds pays on every launch
+_DIRECT_LAUNCH = _pack_arguments is not None and hasattr(getattr(drv, "Function", None),
+                                                          "_launch_kernel")
+
+
+def _enqueue(function: Any, grid: tuple[int, ...], block: tuple[int, ...], stream: Any,
+             fmt: str, values: Sequence[Any]) -> None:
+    """Launch a prepared function (``prepare(fmt)`` done) on ``stream``, no dynamic shared memory."""
+    if _DIRECT_LAUNCH:
+        function._launch_kernel(grid, block, _pack_arguments(fmt, *values), 0, stream)
+    else:
+        function.prepared_async_call(grid, block, stream, *values)
+
+
 def _in_context(method: Callable) -> Callable:
     """Run a method of an array or queue with its context current: a process may hold contexts
     on several GPUs, and the driver applies a call to whichever is current on the thread."""
@@ -266,6 +286,7 @@ GATE_TIMEOUT = 0.002
 #: for itself every time, not once in a while.
 GATE_TIMEOUTS_ALLOWED = 8
 _GATE_PTX = Path(__file__).with_name("gate.ptx")
+GATE_FORMAT = "PIQ"  #: the gate kernel's arguments: the counters' address, target, timeout (ns)
 
 
 class _Gate:
@@ -312,8 +333,8 @@ class _Gate:
             return None
         try:
             self.count = (self.count + 1) & 0xFFFFFFFF
-            self.function.prepared_async_call((1, 1, 1), (1, 1, 1), stream, self.pointer,
-                                              np.uint32(self.count), self.timeout)
+            _enqueue(self.function, (1, 1, 1), (1, 1, 1), stream, GATE_FORMAT,
+                     (self.pointer, self.count, self.timeout))
             self.closed = self.count
             self.context._closed_gates.add(self)
         finally:
@@ -423,7 +444,7 @@ class CudaQueue(CommandQueue):
         block = tuple(local_size) + (1,) * (3 - len(local_size))
         grid = tuple(g // b for g, b in zip(global_size, local_size)) + (1,) * (3 - len(global_size))
         values = [a.pointer if isinstance(a, DeviceArray) else a for a in args]
-        kernel.handle.prepared_async_call(grid, block, self.stream, *values)
+        _enqueue(kernel.handle, grid, block, self.stream, fmt, values)
 
     @_in_context
     def _finish(self) -> None:
@@ -498,7 +519,7 @@ class CudaContext(Context):
                 with self.thread_scope(), self._waiting_for_the_device():
                     module = drv.module_from_buffer(_GATE_PTX.read_bytes())
                     function = module.get_function("autotune_gate")
-                    function.prepare("PIQ")
+                    function.prepare(GATE_FORMAT)
                     self._gate_function = function
             return self._gate_function
 

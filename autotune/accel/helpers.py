@@ -60,7 +60,10 @@ def active() -> bool:
 
 
 def _write(stream: BinaryIO, obj: Any) -> None:
-    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    _send(stream, pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _send(stream: BinaryIO, data: bytes) -> None:
     stream.write(_HEADER.pack(len(data)) + data)
     stream.flush()
 
@@ -83,9 +86,10 @@ class _Helper:
             [sys.executable, "-m", "autotune.accel.helper_process"], stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, env=env)
 
-    def call(self, request: tuple) -> Any:
+    def call(self, request: bytes) -> Any:
+        """Send a pickled request; the unpickled reply."""
         assert self.process.stdin is not None and self.process.stdout is not None
-        _write(self.process.stdin, request)
+        _send(self.process.stdin, request)
         return _read(self.process.stdout)
 
     def close(self) -> None:
@@ -127,7 +131,7 @@ def start(nvrtc_target: tuple[tuple[int, int], tuple[str, ...]] | None = None) -
 
 def _warm(helper: _Helper, nvrtc_target: Any) -> None:
     try:
-        helper.call(("warm", nvrtc_target))
+        helper.call(pickle.dumps(("warm", nvrtc_target), protocol=pickle.HIGHEST_PROTOCOL))
     except (OSError, EOFError, pickle.PickleError):
         with _lock:
             if helper in _started:
@@ -140,12 +144,12 @@ def _warm(helper: _Helper, nvrtc_target: Any) -> None:
 def run(request: tuple) -> Any:
     """Send ``request`` to a helper and return its reply; None if no helper could answer."""
     try:
-        pickle.dumps(request)
+        data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
     except Exception:  # noqa: BLE001 (render arguments that cannot travel: build here)
         return None
     helper = _take()
     try:
-        reply = helper.call(request)
+        reply = helper.call(data)
     except (OSError, EOFError, pickle.PickleError):
         with _lock:
             if helper in _started:

@@ -104,6 +104,7 @@ class _Candidate:
     params: Mapping[str, Any]
     fixed: _Locked  #: an untimed launch with these parameters
     samples: dict[Hashable, list[float]] = field(default_factory=dict)  #: per part
+    medians: dict[Hashable, float] = field(default_factory=dict)  #: of the samples, per part
     launched: dict[Hashable, int] = field(default_factory=dict)  #: per part
     ready: bool = True  #: prepared (compiled) and so launchable in the scan
     failed: str = ""
@@ -254,14 +255,19 @@ class OnlineTuner:
         self._lock = threading.Lock()
         self._launch = _ScanLaunch(self)
         self._timers: dict[int, list[accel.IntervalTimer]] = {}
-        self._pending: deque[tuple[_Candidate, Hashable, accel.IntervalTimer]] = deque()
+        #: timings in flight, per queue (id) in launch order
+        self._pending: dict[int, deque[tuple[_Candidate, Hashable, accel.IntervalTimer]]] = {}
         self._candidates: list[_Candidate] = []
-        self._parts: dict[Hashable, int] = {}  #: part -> its round-robin position
+        #: part -> the candidates of its current round not launched in it yet (see _next_candidate)
+        self._rounds: dict[Hashable, deque[_Candidate]] = {}
         self._part_launches: dict[Hashable, int] = {}  #: part -> launches this scan, any kind
         self._fallbacks: dict[Hashable, _Locked] = {}
+        self._fastest: dict[Hashable, _Candidate] = {}  #: part -> the timed fallback's candidate
         #: part -> [epoch, launches left]: the part found nothing to time at that epoch
         self._idle: dict[Hashable, list[int]] = {}
-        self._epoch = 0  #: bumped whenever what a scan launch can pick may have changed
+        #: bumped whenever which candidate a scan launch can pick may have changed (a timing
+        #: read changes only the part's fallback, which the read updates itself)
+        self._epoch = 0
         self._prepare = prepare
         self._workers = workers
         self._comm = comm
@@ -389,9 +395,10 @@ class OnlineTuner:
     def _start_scan(self) -> None:
         self._candidates = [_Candidate(MappingProxyType(dict(c)), _Locked(MappingProxyType(dict(c))))
                             for c in self._configurations]
-        self._parts = {}
+        self._rounds = {}
         self._part_launches = {}
         self._fallbacks = {}
+        self._fastest = {}
         self._idle = {}
         self._epoch += 1
         self._target = self.samples
@@ -442,20 +449,29 @@ class OnlineTuner:
         more than one launch ahead of a candidate still being prepared: the samples of every
         candidate are then taken in the same stretch of the run, and a drift in the device's
         speed (clocks rising as a process starts) affects them alike. (Each prepared candidate
-        is timed once at once, for the fallback's choice.)"""
-        candidates = self._candidates
-        fewest = min((c.launched.get(part, 0) for c in candidates if not (c.failed or c.retired)),
-                     default=self._target)
-        if fewest >= self._target:
-            return None
-        start = self._parts.get(part, 0)
-        for offset in range(len(candidates)):
-            index = (start + offset) % len(candidates)
-            c = candidates[index]
-            if not (c.failed or c.retired) and c.ready and c.launched.get(part, 0) == fewest:
-                self._parts[part] = (index + 1) % len(candidates)
+        is timed once at once, for the fallback's choice.)
+
+        A round holds the candidates with the fewest launches in the part; each launch takes
+        the first prepared one, so a launch costs O(1) while the candidates are ready."""
+        waiting = self._rounds.get(part)
+        if not waiting:
+            active = [c for c in self._candidates if not (c.failed or c.retired)]
+            fewest = min((c.launched.get(part, 0) for c in active), default=self._target)
+            if fewest >= self._target:
+                return None
+            waiting = self._rounds[part] = deque(c for c in active if c.launched.get(part, 0) == fewest)
+        for _ in range(len(waiting)):
+            c = waiting[0]
+            if c.failed or c.retired:
+                waiting.popleft()
+            elif c.ready:
+                waiting.popleft()
                 return c
-        return None  # those short of samples are still being prepared
+            else:
+                waiting.rotate(-1)
+        if not waiting:  # the rest of the round failed or was retired: the next round
+            return self._next_candidate(part)
+        return None  # those left in the round are still being prepared
 
     def _spend_budget(self) -> None:
         """The scan's budget is spent: leave out the candidates not prepared yet, once one is
@@ -468,7 +484,6 @@ class OnlineTuner:
                 c.retired = True
                 self.left_out += 1
         if self.left_out:
-            self._fallbacks.clear()
             self._epoch += 1
             logger.info("online tuning %s: %d candidates not prepared within the budget of %.3g "
                         "s are left out of this scan", self.name, self.left_out, self._budget)
@@ -497,9 +512,10 @@ class OnlineTuner:
         prepared, or their timings are in flight): the fastest so far there, else ``test=``."""
         found = self._fallbacks.get(part)
         if found is None:
-            timed = [c for c in self._candidates if not c.failed and c.samples.get(part)]
+            timed = [c for c in self._candidates if not c.failed and part in c.medians]
             if timed:
-                found = min(timed, key=lambda c: statistics.median(c.samples[part])).fixed
+                fastest = self._fastest[part] = min(timed, key=lambda c: c.medians[part])
+                found = fastest.fixed
             else:  # the first seed (first in the scan's order), else test=
                 start = self.seeds[0] if self.seeds else self.test
                 first = next((c for c in self._candidates if dict(c.params) == start), None)
@@ -528,7 +544,6 @@ class OnlineTuner:
                 return self.measure(queue, part)
             if time.monotonic() >= self._budget_at:
                 self._spend_budget()
-            self._parts.setdefault(part, 0)
             self._part_launches[part] = self._part_launches.get(part, 0) + 1
             candidate = self._next_candidate(part)
             if candidate is None:
@@ -563,9 +578,13 @@ class OnlineTuner:
                                self.name, dict(candidate.params), candidate.failed)
                 self._release(timer)
                 self._fallbacks.clear()
+                self._fastest.clear()
                 self._epoch += 1
             else:
-                self._pending.append((candidate, launch.part, timer))
+                waiting = self._pending.get(id(timer.queue))
+                if waiting is None:
+                    waiting = self._pending[id(timer.queue)] = deque()
+                waiting.append((candidate, launch.part, timer))
             # the scan can only be complete once some candidate completes a part
             if (error is not None or candidate.launched[launch.part] >= self._target) \
                     and self._all_launched():
@@ -579,8 +598,7 @@ class OnlineTuner:
         pool = self._timers.setdefault(id(queue), [])
         if pool:
             return pool.pop()
-        in_flight = sum(1 for _, _, t in self._pending if t.queue is queue)
-        if in_flight >= TIMERS_PER_QUEUE:
+        if len(self._pending.get(id(queue), ())) >= TIMERS_PER_QUEUE:
             self._collect(wait=True, queue=queue, one=True)
             return pool.pop()
         return queue.interval_timer()
@@ -590,25 +608,36 @@ class OnlineTuner:
 
     def _collect(self, *, wait: bool, queue: accel.CommandQueue | None = None,
                  one: bool = False) -> None:
-        """Read finished timings (in launch order); ``wait``: also wait for unfinished ones."""
-        kept: deque[tuple[_Candidate, Hashable, accel.IntervalTimer]] = deque()
-        blocked: set[int] = set()  # a queue runs in order: after one unfinished timing of a
-        while self._pending:       # queue, its later ones are unfinished too (not asked)
-            candidate, part, timer = self._pending.popleft()
-            skip = (queue is not None and timer.queue is not queue) or id(timer.queue) in blocked
-            if skip or not (wait or timer.ready()):
-                if not skip:
-                    blocked.add(id(timer.queue))
-                kept.append((candidate, part, timer))
-                continue
-            candidate.samples.setdefault(part, []).append(timer.seconds())
-            self._fallbacks.pop(part, None)
-            self._epoch += 1
-            self._release(timer)
+        """Read finished timings (each queue's in launch order; a queue runs in order, so its
+        first unfinished timing ends the look); ``wait``: also wait for unfinished ones."""
+        for key in [id(queue)] if queue is not None else list(self._pending):
+            waiting = self._pending.get(key)
+            while waiting:
+                candidate, part, timer = waiting[0]
+                if not (wait or timer.ready()):
+                    break
+                waiting.popleft()
+                self._record(candidate, part, timer.seconds())
+                self._release(timer)
+                if one:
+                    break
+            if not waiting:
+                self._pending.pop(key, None)
             if one:
-                break
-        kept.extend(self._pending)
-        self._pending = kept
+                return
+
+    def _record(self, candidate: _Candidate, part: Hashable, seconds: float) -> None:
+        """Add a sample; the part's fallback follows the fastest median."""
+        samples = candidate.samples.setdefault(part, [])
+        samples.append(seconds)
+        median = candidate.medians[part] = statistics.median(samples)
+        if candidate.failed or part not in self._fallbacks:
+            return  # (a fallback not chosen yet is chosen from the medians when needed)
+        fastest = self._fastest.get(part)
+        if fastest is None or median < fastest.medians[part]:
+            self._fastest[part], self._fallbacks[part] = candidate, candidate.fixed
+        elif fastest is candidate:  # its median rose: choose again at the next look
+            del self._fallbacks[part]
 
     def _maybe_lock(self) -> None:
         if not self._candidates or self._pending or not self._all_launched():
@@ -624,7 +653,7 @@ class OnlineTuner:
                            self.name, self.key.device_name, self.test)
             self._lock_on(dict(self.test), time.monotonic() + self.period)
             return
-        medians = {id(c): {p: statistics.median(c.samples[p]) for p in parts} for c in timed}
+        medians = {id(c): {p: c.medians[p] for p in parts} for c in timed}
         scores = {id(c): sum(shares[p] * m for p, m in medians[id(c)].items()) for c in timed}
         if self._refine(candidates, timed, scores):
             self._candidates = candidates  # a second round for the closest: not locked yet
@@ -670,7 +699,6 @@ class OnlineTuner:
             c.retired = id(c) not in kept
         self.refined = len(close)
         self._target = 2 * self.samples
-        self._fallbacks.clear()
         self._epoch += 1
         logger.info("online tuning %s: timing %d close candidates again: %s", self.name,
                     len(close), [dict(c.params) for c in close])

@@ -285,11 +285,12 @@ def test_given_seeds_come_after_stored_choices_and_start_the_run(context, tmp_pa
     from autotune.tune import TuningRecord, encode_arguments
 
     db = tmp_path / "t.db"
-    space = {"reps": [300, 3, 30, 100], "wgs": [32, 64]}
+    # a hundred times apart: on a many-core CPU, kernels of 3 and 30 are both mostly launch cost
+    space = {"reps": [3000, 3, 300, 1000], "wgs": [32, 64]}
     probe = _tuner(context, db, space=space, arguments={"n": 1})
     ResultStore(f"sqlite:///{db}").put(TuningRecord(
         replace(probe.key, arguments=encode_arguments({"n": 2})),
-        json.dumps({"reps": 100, "wgs": 32}), 1e-4, "test", fingerprint=probe.fingerprint))
+        json.dumps({"reps": 1000, "wgs": 32}), 1e-4, "test", fingerprint=probe.fingerprint))
     gate = threading.Event()
     prepared: list[dict] = []
 
@@ -297,12 +298,12 @@ def test_given_seeds_come_after_stored_choices_and_start_the_run(context, tmp_pa
         prepared.append(params)
         gate.wait(30)
 
-    tuner = _tuner(context, db, space=space, seeds=[{"reps": 30}, {"reps": 3, "wgs": 32}],
+    tuner = _tuner(context, db, space=space, seeds=[{"reps": 300}, {"reps": 3, "wgs": 32}],
                    prepare=prepare, workers=1, samples=2)
-    assert tuner.seeds == [{"reps": 100, "wgs": 32}, {"reps": 30, "wgs": 64},
+    assert tuner.seeds == [{"reps": 1000, "wgs": 32}, {"reps": 300, "wgs": 64},
                            {"reps": 3, "wgs": 32}]
     work = Work(context)
-    assert work.step(tuner) == {"reps": 100, "wgs": 32}  # nothing prepared: the first seed
+    assert work.step(tuner) == {"reps": 1000, "wgs": 32}  # nothing prepared: the first seed
     gate.set()
     assert tuner.wait_prepared(30)
     assert prepared[:3] == tuner.seeds and len(prepared) == 8

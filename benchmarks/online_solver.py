@@ -286,8 +286,14 @@ def main() -> None:
               f"{100 * off:.3f}%  first tenth of the solves {first:.3f} s")
         if mode != "offline":  # each round against its own offline run: the drift between rounds cancels
             ratios = [r[mode]["seconds"] / r["offline"]["seconds"] for r in rounds]
+            totals = sum(r[mode]["seconds"] for r in rounds) / sum(r["offline"]["seconds"] for r in rounds)
+            # the scans' cost shows in the first solves; a process's steady state varies by itself
+            third = args.solves // 3
+            beyond = statistics.median(sum(r[mode]["solve_seconds"][:third])
+                                       - sum(r["offline"]["solve_seconds"][:third]) for r in rounds)
             print(f"           per round {', '.join(f'{x:.3f}' for x in ratios)}: median "
-                  f"{statistics.median(ratios):.4f}")
+                  f"{statistics.median(ratios):.4f}; by totals {totals:.4f}; the first {third} "
+                  f"solves {beyond:+.3f} s beyond offline's (median)")
     if args.json:
         Path(args.json).write_text(json.dumps(rounds, indent=1))
     if not args.keep:

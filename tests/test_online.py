@@ -476,6 +476,36 @@ def test_a_candidate_prepared_while_others_wait_is_timed_at_its_next_launch(cont
     assert tuner.best is not None
 
 
+@pytest.mark.force_autotune
+def test_while_a_candidate_is_prepared_launches_use_the_fastest_timed_so_far(context, tmp_path):
+    """Each prepared candidate is timed once; while one is still being prepared the launches use
+    the fastest of those timed (not test=, not the last timed), and the scan then finishes."""
+    gate = threading.Event()
+
+    def prepare(params: dict) -> None:
+        if params["reps"] == 1000:
+            gate.wait(30)
+
+    tuner = _tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 3000, 1000], "wgs": [32]},
+                   samples=2, prepare=prepare, workers=2)
+    deadline = time.monotonic() + 30
+    while not all(c.ready for c in tuner._candidates if c.params["reps"] != 1000):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    work = Work(context)
+    picks = []
+    for _ in range(2 * tune.online.IDLE_RECHECK):
+        picks.append(work.step(tuner)["reps"])
+        work.queue.finish()
+    assert sorted(picks[:3]) == [3, 300, 3000]  # each prepared candidate once, in the scan's order
+    assert set(picks[3:]) == {3}, picks  # then the fastest timed (not the last: 3000)
+    gate.set()
+    while tuner.scanning:
+        work.step(tuner)
+        work.queue.finish()
+    assert tuner.best == {"reps": 3, "wgs": 32}
+
+
 @pytest.mark.autotune_database
 def test_a_template_tuner_shares_offline_keys_both_ways(context):
     from operations.scale import ScaleTemplate

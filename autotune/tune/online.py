@@ -653,8 +653,7 @@ class OnlineTuner:
                            self.name, self.key.device_name, self.test)
             self._lock_on(dict(self.test), time.monotonic() + self.period)
             return
-        medians = {id(c): {p: c.medians[p] for p in parts} for c in timed}
-        scores = {id(c): sum(shares[p] * m for p, m in medians[id(c)].items()) for c in timed}
+        scores = {id(c): sum(shares[p] * c.medians[p] for p in parts) for c in timed}
         if self._refine(candidates, timed, scores):
             self._candidates = candidates  # a second round for the closest: not locked yet
             return
@@ -666,7 +665,7 @@ class OnlineTuner:
         self.best_seconds = scores[id(best)]
         self.scan_seconds = time.monotonic() - self._scan_started
         for p in parts:
-            reference = medians[id(best)][p]
+            reference = best.medians[p]
             self.off_best_seconds += sum(s - reference for c in timed if c is not best
                                          for s in c.samples[p] if s > reference)
         self._lock_on(dict(best.params), time.monotonic() + self.period)

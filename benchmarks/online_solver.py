@@ -23,7 +23,11 @@ kappa 0.12), on one timed queue:
 Each run first does one 1-iteration solve (untimed: it builds the kernels the first iteration
 launches, tuned ones or ``test=``), then times the solves. Reported per run: the timed seconds,
 and for the online runs each tuner's scans, choice and device time spent beyond the chosen
-parameters' (the off-optimal time) as a share of the timed run. The rounds interleave the
+parameters' (the off-optimal time) as a share of the timed run, the launching thread's time off
+its CPU over the timed solves (CUDA's waits for the device spin, so on CUDA this is time blocked
+on a lock, mostly the interpreter's while other threads run Python: the online tuners' builds
+and database writes), and the operator alone, applied back to back after the solves (the GPU's
+own speed in that process). The rounds interleave the
 three (the GPU's speed drifts by a few percent between processes); the summary gives medians,
 and for the online runs also each round's ratio to its own offline run and their median.
 """
@@ -142,6 +146,7 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
         solvers.cg(A, b, 1e-300, 1)
         op.queue.finish()
         ready = time.perf_counter()
+        epoch, cpu = time.time(), time.thread_time()
         if diagnostics is not None:
             diagnostics.reset()
         residuals, marks = [], [ready]
@@ -151,6 +156,17 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
             marks.append(time.perf_counter())
         op.queue.finish()
         done = time.perf_counter()
+        cpu = time.thread_time() - cpu
+        # the operator alone, back to back (bound by the GPU, not the host): the device's own
+        # speed in this process, beside the solves' (which wait for it twice an iteration)
+        y = solvers.vector_ops(A).new()
+        applies = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(40):
+                A.apply(y, b)
+            op.queue.finish()
+            applies.append((time.perf_counter() - start) / 40)
     passes = solvers.vector_ops(A)._passes  # the solves' passes, kept per queue
     tuners = []
     if op.template.online is not None:
@@ -168,6 +184,10 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
         "setup_seconds": ready - made, "final_residual": residuals[-1], "parameters": used,
         "pinned": sorted(core),
         "solve_seconds": list(np.diff(marks)),
+        # when the timed solves started (seconds since the epoch: to match outside logs, such
+        # as the GPU's clocks) and the launching thread's CPU time over them (work, not waits)
+        "timed_from": epoch, "launching_thread_cpu_seconds": cpu,
+        "apply_seconds": statistics.median(applies),
         "tuners": [{"name": name, "best": t.best, "scans": t.scans, "scanning": t.scanning,
                     "stored": t.stored, "best_seconds": t.best_seconds, "seeds": t.seeds,
                     "scan_seconds": t.scan_seconds, "left_out": t.left_out,
@@ -188,6 +208,10 @@ def report(runs: dict, round_index: int) -> None:
         print(f"  {mode:8s} {run['seconds']:8.3f} s  ({run['seconds'] / base:.4f} of offline)  "
               f"off-optimal {off * 1e3:.2f} ms ({100 * off / run['seconds']:.3f}%)  "
               f"setup {run['setup_seconds']:.2f} s")
+        blocked = run["seconds"] - run["launching_thread_cpu_seconds"]
+        print(f"      launching thread off its CPU {blocked * 1e3:.1f} ms (blocked on a lock, "
+              f"the interpreter's included, or on the device where waits block; CUDA's spin), "
+              f"operator alone {run['apply_seconds'] * 1e6:.1f} us an application")
         per = run["solve_seconds"]
         tenth = max(1, len(per) // 10)
         print(f"      first {tenth} solves {sum(per[:tenth]):.3f} s, the median solve after them "
@@ -282,8 +306,11 @@ def main() -> None:
         off = statistics.median(sum(t["off_best_seconds"] for t in r[mode]["tuners"]) / r[mode]["seconds"]
                                 for r in rounds)
         first = statistics.median(sum(r[mode]["solve_seconds"][:args.solves // 10]) for r in rounds)
+        blocked = statistics.median(r[mode]["seconds"] - r[mode]["launching_thread_cpu_seconds"]
+                                    for r in rounds)
         print(f"  {mode:8s} {seconds:8.3f} s  {seconds / base:.4f} of offline  off-optimal share "
-              f"{100 * off:.3f}%  first tenth of the solves {first:.3f} s")
+              f"{100 * off:.3f}%  first tenth of the solves {first:.3f} s  launching thread off "
+              f"its CPU {blocked * 1e3:.1f} ms")
         if mode != "offline":  # each round against its own offline run: the drift between rounds cancels
             ratios = [r[mode]["seconds"] / r["offline"]["seconds"] for r in rounds]
             totals = sum(r[mode]["seconds"] for r in rounds) / sum(r["offline"]["seconds"] for r in rounds)

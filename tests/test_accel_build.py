@@ -187,6 +187,27 @@ def test_rendered_lines_map_back_to_the_template(tmp_path):
         assert any(origin[0].endswith("portability.mako") for origin in source.origins)
 
 
+def test_a_rendered_source_travels_between_processes_with_its_line_map(tmp_path):
+    import pickle
+
+    body = "".join(f"% for i in range({n}):\nfloat a{n}_${{i}};\n% endfor\n" for n in (50, 100))
+    path = _write(tmp_path, "many.mako", "// top\n" + body)
+    source = accel.render(path, "cuda", {})
+    data = pickle.dumps(source, protocol=pickle.HIGHEST_PROTOCOL)
+    back = pickle.loads(data)  # as a helper's reply arrives
+    assert back == source and back.text == source.text
+    assert len(back.origins) == len(source.text.splitlines()) > 150
+    assert list(back.origins) == list(source.origins)
+    lines = source.text.splitlines()
+    for number in (lines.index("float a50_3;") + 1, lines.index("float a100_99;") + 1):
+        assert back.origin(number) == source.origin(number)
+    assert back.origin(lines.index("float a100_99;") + 1) == (str(path), 6)
+    assert back.origins[-2:] == source.origins[-2:]
+    assert "many.mako:6" in back.map_log(f"many.cu({lines.index('float a100_0;') + 1}): error")
+    # the map is two arrays, not a tuple a line: a few bytes a line beside the text
+    assert len(pickle.dumps(source.origins, protocol=pickle.HIGHEST_PROTOCOL)) < 10 * len(lines)
+
+
 @pytest.mark.cuda_only
 def test_cuda_compiles_in_process_with_nvrtc(context, tmp_path):
     path = _write(tmp_path, "fast.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${v}; }\n")

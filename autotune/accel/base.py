@@ -7,8 +7,10 @@ user or an operation touches (argument checks, caching, timing rules) lives here
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
+import os
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -524,13 +526,27 @@ def _frozen(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
+def _resolved(template: str) -> str:
+    """The template's real path (a few system calls a folder: cached for absolute paths, as
+    templates name themselves, and builds in background threads hold the interpreter lock
+    while they look it up)."""
+    if not os.path.isabs(template):
+        return str(Path(template).resolve())
+    return _resolved_absolute(template)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved_absolute(template: str) -> str:
+    return str(Path(template).resolve())
+
+
 def _build_key(template: str | Path, render_kws: dict[str, Any] | None,
                extra_dirs: tuple[str | Path, ...], options: Sequence[str]) -> tuple | None:
     """What identifies a build without rendering it, or None where that cannot be told: objects
     other than plain values could change behind an equal-looking key. (A cached build is reused
     only while every template file it was rendered from is unchanged.)"""
     try:
-        return (str(Path(template).resolve()), _frozen(render_kws or {}),
+        return (_resolved(str(template)), _frozen(render_kws or {}),
                 tuple(str(d) for d in extra_dirs), tuple(options))
     except TypeError:
         return None

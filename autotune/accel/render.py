@@ -7,6 +7,7 @@ generated text.
 
 from __future__ import annotations
 
+import array
 import bisect
 import functools
 import json
@@ -15,6 +16,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from .errors import CompileError
@@ -128,13 +130,63 @@ class _MappingBuffer:
         return "".join(self.parts)
 
 
+class Origins(Sequence):
+    """The template ``(file, line)`` of each generated line, kept as two integer arrays and the
+    file names: a rendered source travels from a helper process to the process that loads it
+    (see :mod:`.helpers`), and thousands of small tuples would take that process's interpreter
+    lock for a quarter of a millisecond to unpickle; arrays are copied as bytes."""
+
+    __slots__ = ("_names", "_files", "_lines")
+
+    def __init__(self, origins: Iterable[tuple[str, int]]):
+        index: dict[str, int] = {}
+        files, lines = array.array("I"), array.array("I")
+        for name, line in origins:
+            files.append(index.setdefault(name, len(index)))
+            lines.append(line)
+        self._names, self._files, self._lines = tuple(index), files, lines
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        return (self._names[self._files[i]], self._lines[i])
+
+    def __iter__(self) -> Iterator[tuple[str, int]]:
+        names = self._names
+        return ((names[f], line) for f, line in zip(self._files, self._lines))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Origins):
+            return (self._names, self._files, self._lines) == (other._names, other._files,
+                                                               other._lines)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self._names, self._files.tobytes(), self._lines.tobytes()))
+
+    def __repr__(self) -> str:
+        return f"<Origins of {len(self)} lines from {len(self._names)} files>"
+
+    def __reduce__(self) -> tuple:
+        return (_origins_from_arrays, (self._names, self._files, self._lines))
+
+
+def _origins_from_arrays(names: tuple[str, ...], files: array.array, lines: array.array) -> Origins:
+    origins = Origins(())
+    origins._names, origins._files, origins._lines = names, files, lines
+    return origins
+
+
 @dataclass(frozen=True)
 class RenderedSource:
     """Kernel source text plus, for each of its lines, the template file and line it came from,
     and the template files it was rendered from."""
 
     text: str
-    origins: tuple[tuple[str, int], ...]
+    origins: Origins  #: (template file, line) of each generated line
     template: str
     files: tuple[SourceFile, ...] = ()  #: every template file the render read, by name
 
@@ -213,4 +265,4 @@ def render(
     origins = list(buf.origins)
     n_lines = text.count("\n") + (0 if text.endswith("\n") else 1)
     origins += [("<unknown>", 0)] * max(0, n_lines - len(origins))
-    return RenderedSource(text=text, origins=tuple(origins), template=str(path), files=files)
+    return RenderedSource(text=text, origins=Origins(origins), template=str(path), files=files)

@@ -175,7 +175,7 @@ class Origins(Sequence):
 
 
 def _origins_from_arrays(names: tuple[str, ...], files: array.array, lines: array.array) -> Origins:
-    origins = Origins(())
+    origins = Origins.__new__(Origins)
     origins._names, origins._files, origins._lines = names, files, lines
     return origins
 

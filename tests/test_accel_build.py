@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -82,6 +84,40 @@ def test_an_edited_template_is_rendered_again(context, tmp_path):
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 2 * 10**9))  # Mako checks whole seconds
     second = context.build(path, {"value": "1.0f"})
     assert second is not first and "3.0f * 1.0f" in second.source.text
+
+
+def test_the_same_build_in_several_threads_at_once_is_done_once(context, tmp_path):
+    """Threads asking for one build at the same time (online tuning prepares candidates that
+    differ only in launch parameters together) wait for the first thread's, which renders and
+    compiles once; a build that fails there fails in every thread with its own error."""
+    log = tmp_path / "renders.log"
+    path = _write(tmp_path, "counted.mako",
+                  "<% open(log, 'a').write('rendered\\n') %>"
+                  "KERNEL void k(GLOBAL float *y) { y[0] = ${value}; }\n")
+    bad = _write(tmp_path, "failing.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${value} }\n")
+    for template, kws in ((path, {"log": str(log), "value": "1.0f"}), (bad, {"value": "1.0f"})):
+        start = threading.Barrier(4)
+        got: list = []
+
+        def build(template=template, kws=kws, start=start, got=got) -> None:
+            with context.thread_scope() if hasattr(context, "thread_scope") else nullcontext():
+                start.wait()
+                try:
+                    got.append(context.build(template, kws))
+                except accel.CompileError as exc:
+                    got.append(exc)
+
+        threads = [threading.Thread(target=build) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert len(got) == 4
+        if template == path:
+            assert all(p is got[0] for p in got) and isinstance(got[0], accel.Program)
+            assert log.read_text() == "rendered\n"
+        else:
+            assert all(isinstance(e, accel.CompileError) and "failing.mako" in str(e) for e in got)
 
 
 def test_builds_with_non_plain_arguments_are_rendered_every_time(context, tmp_path):

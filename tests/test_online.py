@@ -188,6 +188,27 @@ def test_a_stored_result_starts_the_next_process_locked(context, tmp_path, one_r
 
 
 @pytest.mark.force_autotune
+def test_finished_scans_are_written_by_one_thread_that_started_before_them(context, tmp_path,
+                                                                            one_round):
+    """The launch that ends a scan hands the write to the process's writer thread, started
+    when the tuners were made: no thread starts on the launching thread (a thread's start
+    makes the starting thread wait for it), and every tuner's result lands."""
+    db = tmp_path / "t.db"
+    tuners = [_tuner(context, db, name=f"tests.Busy.written{i}", samples=2) for i in range(3)]
+    writers = [t for t in threading.enumerate() if t.name.startswith("autotune-online-store")]
+    assert len(writers) == 1 and writers[0].is_alive()
+    work = Work(context)
+    threads_before = set(threading.enumerate())
+    for _ in range(40):
+        for tuner in tuners:
+            work.step(tuner)
+        assert set(threading.enumerate()) <= threads_before  # no thread started by a launch
+    assert all(tuner.best is not None and tuner.stored for tuner in tuners)
+    stored = {r.key.function: r.origin for r in ResultStore(f"sqlite:///{db}").records()}
+    assert stored == {f"tests.Busy.written{i}": "online" for i in range(3)}
+
+
+@pytest.mark.force_autotune
 def test_new_arguments_scan_first_what_this_device_chose_for_others(context, tmp_path):
     """No result for the key, but results of the same function for other arguments on this
     device: their choices are built and timed first (and so soon serve the untimed launches),

@@ -562,6 +562,8 @@ class Context(ABC):
         self._programs: dict[tuple[str, tuple[str, ...]], Program] = {}
         #: build() arguments -> (program, the template files it was rendered from)
         self._built: dict[tuple, tuple[Program, tuple]] = {}
+        #: build() arguments another thread is building -> set when that build is over
+        self._building: dict[tuple, threading.Event] = {}
         self._programs_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -572,12 +574,41 @@ class Context(ABC):
               extra_dirs: tuple[str | Path, ...] = (), options: Sequence[str] = ()) -> Program:
         """Render a ``.mako`` kernel template for this device and compile it (cached)."""
         key = _build_key(template, render_kws, extra_dirs, options)
-        if key is not None:  # skip re-rendering: a template's construction stays cheap in loops
+        if key is None:
+            return self._build(template, render_kws, extra_dirs, options)[0]
+        while True:  # skip re-rendering: a template's construction stays cheap in loops
             with self._programs_lock:
                 built = self._built.get(key)
+                busy = self._building.get(key)
             if built is not None and all(f.unchanged() for f in built[1]):
                 note_used(built[1])
                 return built[0]
+            if busy is not None:
+                # the same build is under way in another thread (online tuning prepares
+                # candidates that differ only in launch parameters at once): use its program,
+                # or build here if it failed (this thread then reports its own error)
+                busy.wait()
+                continue
+            with self._programs_lock:
+                if key in self._building:  # another thread started it meanwhile
+                    continue
+                done = self._building[key] = threading.Event()
+            break
+        try:
+            program, files = self._build(template, render_kws, extra_dirs, options)
+            with self._programs_lock:  # with the files of this render
+                self._built[key] = (program, files)
+        finally:
+            with self._programs_lock:
+                del self._building[key]
+            done.set()
+        return program
+
+    def _build(self, template: str | Path, render_kws: dict[str, Any] | None,
+               extra_dirs: tuple[str | Path, ...], options: Sequence[str]
+               ) -> tuple[Program, tuple]:
+        """Render and compile (in a helper process where this thread builds in helpers):
+        the program and the template files it was rendered from (it may be an equal one's)."""
         source = program = None
         if helpers.active():
             source, program = self._build_in_helper(template, render_kws, extra_dirs, options)
@@ -586,10 +617,7 @@ class Context(ABC):
                             header_kws={"backend": self.backend})
         if program is None:
             program = self.compile(source, options)
-        if key is not None:  # with the files of this render (the program may be an equal one's)
-            with self._programs_lock:
-                self._built[key] = (program, source.files)
-        return program
+        return program, source.files
 
     def compile(self, source: RenderedSource, options: Sequence[str] = ()) -> Program:
         """Compile rendered source; identical (source, options) pairs are compiled once."""

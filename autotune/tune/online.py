@@ -282,7 +282,7 @@ class OnlineTuner:
         self.best_seconds: float | None = None
         self.scans = 0
         self._stored = False
-        self._store_thread: threading.Thread | None = None
+        self._store_done: concurrent.futures.Future | None = None  #: the last scan's write
         self.off_best_seconds = 0.0  #: device time of scan launches beyond the best's time
         self.scan_seconds: float | None = None  #: how long the last finished scan took
         if test_mode.active and not (test_mode.force or test_mode.cached):
@@ -348,11 +348,11 @@ class OnlineTuner:
     @property
     def stored(self) -> bool:
         """Whether the last scan's result is in the database (waits for it to be written: the
-        write runs in a thread of its own, so that the launching thread never waits on the
+        process's writer thread writes it, so that the launching thread never waits on the
         database)."""
-        thread = self._store_thread
-        if thread is not None:
-            thread.join()
+        done = self._store_done
+        if done is not None:
+            concurrent.futures.wait([done])
         return self._stored
 
     @property
@@ -674,11 +674,13 @@ class OnlineTuner:
                     time.monotonic() - self._scan_started)
         if self._comm is not None and self._comm.rank != 0:
             return  # rank 0 stores for all
-        previous = self._store_thread
-        self._store_thread = threading.Thread(
-            target=self._store, args=(best, candidates, scores, shares, previous),
-            name=f"online-store-{self.name}")
-        self._store_thread.start()
+        try:
+            self._store_done = _results_writer().submit(self._store, best, candidates, scores, shares)
+        except RuntimeError:  # the interpreter is shutting down: no new threads, write here
+            self._store_done = None
+            self._store(best, candidates, scores, shares)
+        else:
+            self._store_done.add_done_callback(self._report_store_failure)
 
     def _refine(self, candidates: list[_Candidate], timed: list[_Candidate],
                 scores: dict[int, float]) -> bool:
@@ -848,16 +850,25 @@ class OnlineTuner:
     def _prepare_store(self) -> None:
         """Ready the database for this scan's write now, while nothing runs yet: a first write
         loads the SQL layer and may create the tables, a few hundred milliseconds of work that
-        would hold the interpreter lock the launching thread needs."""
+        would hold the interpreter lock the launching thread needs; and start the writer thread
+        now, not when the scan ends (a thread's start makes the starting thread wait for it)."""
         try:
             get_store(self._url).prepare_writes()
         except StoreError as exc:  # the result is then kept in this process (see _store)
             logger.info("online tuning %s: the database cannot be written (%s)", self.name, exc)
+        with contextlib.suppress(RuntimeError):  # (at interpreter shutdown: written in place)
+            _results_writer().submit(_nothing)
+
+    def _report_store_failure(self, done: concurrent.futures.Future) -> None:
+        error = done.exception()
+        if error is not None:  # (a database error is the writer's warning; this is a bug)
+            logger.error("online tuning %s: writing the result failed (%s: %s); it is used in "
+                         "this process only", self.name, type(error).__name__, error)
 
     def _store(self, best: _Candidate, candidates: list[_Candidate], scores: dict[int, float],
-               shares: dict[Hashable, float], previous: threading.Thread | None) -> None:
-        if previous is not None:  # the scans' results are written in order
-            previous.join()
+               shares: dict[Hashable, float]) -> None:
+        """Write a finished scan's result and trials (on the writer thread; scans' results are
+        written in the order they finished)."""
         store = get_store(self._url)
         writer = _TrialWriter(store, self.key, self.fingerprint)
         test = next((c for c in candidates if dict(c.params) == self.test), None)
@@ -885,6 +896,26 @@ class OnlineTuner:
             search=json.dumps(search, sort_keys=True, separators=(",", ":")),
             origin=ResultOrigin.ONLINE.value)
         self._stored = writer.finish(record, dict(best.params))
+
+
+def _nothing() -> None:
+    """(Starts the writer thread.)"""
+
+
+_writer_lock = threading.Lock()
+_writer: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _results_writer() -> concurrent.futures.ThreadPoolExecutor:
+    """The one thread of this process that writes online tuners' results, in the order their
+    scans finish; at exit, it finishes the writes handed to it. A forked child makes its own
+    (the parent's thread is not in it)."""
+    global _writer
+    with _writer_lock:
+        if _writer is None or _writer[0] != os.getpid():
+            _writer = (os.getpid(), concurrent.futures.ThreadPoolExecutor(
+                1, thread_name_prefix="autotune-online-store"))
+        return _writer[1]
 
 
 def _fixed(space: Space) -> dict[str, Any]:

@@ -92,7 +92,7 @@ def test_the_same_build_in_several_threads_at_once_is_done_once(context, tmp_pat
     compiles once; a build that fails there fails in every thread with its own error."""
     log = tmp_path / "renders.log"
     path = _write(tmp_path, "counted.mako",
-                  "<% open(log, 'a').write('rendered\\n') %>"
+                  "<% with open(log, 'a') as f: f.write('rendered\\n') %>"
                   "KERNEL void k(GLOBAL float *y) { y[0] = ${value}; }\n")
     bad = _write(tmp_path, "failing.mako", "KERNEL void k(GLOBAL float *y) { y[0] = ${value} }\n")
     for template, kws in ((path, {"log": str(log), "value": "1.0f"}), (bad, {"value": "1.0f"})):

@@ -899,7 +899,7 @@ class OnlineTuner:
 
 
 def _nothing() -> None:
-    """(Starts the writer thread.)"""
+    """A task that does nothing: handing it to the writer starts the writer's thread."""
 
 
 _writer_lock = threading.Lock()

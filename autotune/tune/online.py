@@ -675,7 +675,8 @@ class OnlineTuner:
         if self._comm is not None and self._comm.rank != 0:
             return  # rank 0 stores for all
         try:
-            self._store_done = _results_writer().submit(self._store, best, candidates, scores, shares)
+            self._store_done = _results_writer().submit(self._store, best, candidates, scores,
+                                                        shares)
         except RuntimeError:  # the interpreter is shutting down: no new threads, write here
             self._store_done = None
             self._store(best, candidates, scores, shares)

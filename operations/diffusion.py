@@ -90,12 +90,12 @@ def restrictions(device: accel.DeviceIdentity) -> list:
     """What a launch must satisfy: blocks and tiles in range, and the device's work-group size
     and local memory."""
     return [
-        tune.restriction(f"blocks of 1 to {MAX_BLOCK} items a side",
-                         lambda p: all(1 <= p[n] <= MAX_BLOCK for n in ("block_x", "block_y"))),
-        tune.restriction(f"tiles of 1 to {MAX_TILE} points a side",
-                         lambda p: all(1 <= p[n] <= MAX_TILE for n in ("tile_x", "tile_y"))),
-        tune.restriction(f"a work-group and its local memory fit {device.name}",
-                         lambda p: device_limit_exceeded(device, p) is None),
+        tune.limit(f"blocks of 1 to {MAX_BLOCK} items a side",
+                   lambda p: all(1 <= p[n] <= MAX_BLOCK for n in ("block_x", "block_y"))),
+        tune.limit(f"tiles of 1 to {MAX_TILE} points a side",
+                   lambda p: all(1 <= p[n] <= MAX_TILE for n in ("tile_x", "tile_y"))),
+        tune.limit(f"a work-group and its local memory fit {device.name}",
+                   lambda p: device_limit_exceeded(device, p) is None),
     ]
 
 

@@ -100,14 +100,14 @@ def restrictions(context: accel.Context, dtype: np.dtype) -> list:
     limit = min(1024, context.device.max_work_group_size)
     cuda = context.backend == "cuda"
     return [
-        tune.restriction(f"wgs a power of two up to {limit} (the device's limit)",
-                         lambda p: 1 <= p["wgs"] <= limit and p["wgs"] & (p["wgs"] - 1) == 0),
-        tune.restriction("ipt is 1, 2, 4, 8 or 16", lambda p: p["ipt"] in (1, 2, 4, 8, 16)),
-        tune.restriction("groups_per_cu from 1 to 64", lambda p: 1 <= p["groups_per_cu"] <= 64),
-        tune.restriction("vec is 1, 2 or 4, loading at most 16 bytes",
-                         lambda p: p["vec"] in (1, 2, 4) and p["vec"] * dtype.itemsize <= 16),
-        tune.restriction("warp shuffles need CUDA and a work-group of at least 64",
-                         lambda p: not p["shuffle"] or (cuda and p["wgs"] >= 64)),
+        tune.limit(f"wgs a power of two up to {limit} (the device's limit)",
+                   lambda p: 1 <= p["wgs"] <= limit and p["wgs"] & (p["wgs"] - 1) == 0),
+        tune.limit("ipt is 1, 2, 4, 8 or 16", lambda p: p["ipt"] in (1, 2, 4, 8, 16)),
+        tune.limit("groups_per_cu from 1 to 64", lambda p: 1 <= p["groups_per_cu"] <= 64),
+        tune.limit("vec is 1, 2 or 4, loading at most 16 bytes",
+                   lambda p: p["vec"] in (1, 2, 4) and p["vec"] * dtype.itemsize <= 16),
+        tune.limit("warp shuffles need CUDA and a work-group of at least 64",
+                   lambda p: not p["shuffle"] or (cuda and p["wgs"] >= 64)),
     ]
 
 

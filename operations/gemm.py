@@ -62,30 +62,30 @@ def restrictions(device: accel.DeviceIdentity, dtype: Any) -> list:
         return p["MDIMC"] * p["NDIMC"]
 
     return [
-        tune.restriction("every size is a positive int, flags 0 or 1",
-                         lambda p: all(p[n] >= 1 for n in NAMES[:10])
-                         and all(p[n] in (0, 1) for n in NAMES[10:])),
-        tune.restriction("vector widths are 1, 2, 4 or 8",
-                         lambda p: p["VWM"] in (1, 2, 4, 8) and p["VWN"] in (1, 2, 4, 8)),
-        tune.restriction(f"a work-group of MDIMC x NDIMC fits {device.name}",
-                         lambda p: threads(p) <= device.max_work_group_size),
-        tune.restriction("KWI divides KWG", lambda p: p["KWG"] % p["KWI"] == 0),
-        tune.restriction("MDIMC x VWM divides MWG and NDIMC x VWN divides NWG",
-                         lambda p: p["MWG"] % (p["MDIMC"] * p["VWM"]) == 0
-                         and p["NWG"] % (p["NDIMC"] * p["VWN"]) == 0),
-        tune.restriction("the loading layout of A fits its tile (or A is not staged: MDIMA = MDIMC)",
-                         lambda p: (threads(p) % p["MDIMA"] == 0 and p["KWG"] % (threads(p) // p["MDIMA"]) == 0
+        tune.limit("every size is a positive int, flags 0 or 1",
+                   lambda p: all(p[n] >= 1 for n in NAMES[:10])
+                   and all(p[n] in (0, 1) for n in NAMES[10:])),
+        tune.limit("vector widths are 1, 2, 4 or 8",
+                   lambda p: p["VWM"] in (1, 2, 4, 8) and p["VWN"] in (1, 2, 4, 8)),
+        tune.limit(f"a work-group of MDIMC x NDIMC fits {device.name}",
+                   lambda p: threads(p) <= device.max_work_group_size),
+        tune.limit("KWI divides KWG", lambda p: p["KWG"] % p["KWI"] == 0),
+        tune.limit("MDIMC x VWM divides MWG and NDIMC x VWN divides NWG",
+                   lambda p: p["MWG"] % (p["MDIMC"] * p["VWM"]) == 0
+                   and p["NWG"] % (p["NDIMC"] * p["VWN"]) == 0),
+        tune.limit("the loading layout of A fits its tile (or A is not staged: MDIMA = MDIMC)",
+                   lambda p: (threads(p) % p["MDIMA"] == 0 and p["KWG"] % (threads(p) // p["MDIMA"]) == 0
                                     and p["MWG"] % (p["MDIMA"] * p["VWM"]) == 0) if p["SA"]
                          else p["MDIMA"] == p["MDIMC"]),
-        tune.restriction("the loading layout of B fits its tile (or B is not staged: NDIMB = NDIMC)",
-                         lambda p: (threads(p) % p["NDIMB"] == 0 and p["KWG"] % (threads(p) // p["NDIMB"]) == 0
+        tune.limit("the loading layout of B fits its tile (or B is not staged: NDIMB = NDIMC)",
+                   lambda p: (threads(p) % p["NDIMB"] == 0 and p["KWG"] % (threads(p) // p["NDIMB"]) == 0
                                     and p["NWG"] % (p["NDIMB"] * p["VWN"]) == 0) if p["SB"]
                          else p["NDIMB"] == p["NDIMC"]),
-        tune.restriction(f"at most {MAX_ACCUMULATORS[dtype]} accumulators per work-item",
-                         lambda p: (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"])
-                         <= MAX_ACCUMULATORS[dtype]),
-        tune.restriction(f"the staged tiles fit {device.name}'s local memory",
-                         lambda p: local_bytes(p, dtype) <= min(device.local_memory, 48 * 1024)),
+        tune.preference(f"at most {MAX_ACCUMULATORS[dtype]} accumulators per work-item",
+                        lambda p: (p["MWG"] // p["MDIMC"]) * (p["NWG"] // p["NDIMC"])
+                        <= MAX_ACCUMULATORS[dtype]),
+        tune.limit(f"the staged tiles fit {device.name}'s local memory",
+                   lambda p: local_bytes(p, dtype) <= min(device.local_memory, 48 * 1024)),
     ]
 
 

@@ -38,8 +38,8 @@ class ScaleTemplate:
         """Work-group sizes from 32 to 1024 that the device allows."""
         limit = context.device.max_work_group_size
         return tune.Space({"wgs": [32, 64, 128, 256, 512, 1024]},
-                          [tune.restriction(f"wgs from 1 to {limit} (the device's limit)",
-                                            lambda p: 1 <= p["wgs"] <= limit)])
+                          [tune.limit(f"wgs from 1 to {limit} (the device's limit)",
+                                      lambda p: 1 <= p["wgs"] <= limit)])
 
     @classmethod
     @tune.autotuner(test={"wgs": 64})

@@ -28,8 +28,9 @@ def postgres_server():
         with warnings.catch_warnings():  # platformdirs warns where XDG_RUNTIME_DIR is unset
             warnings.simplefilter("ignore")
             import pgserver
-    except ImportError:
-        pytest.fail("the PostgreSQL tests need the test extra's pgserver: "
+        import psycopg  # noqa: F401 - the driver of the URLs below
+    except ImportError as exc:
+        pytest.skip(f"the PostgreSQL tests need the test extra's pgserver and psycopg ({exc}): "
                     "pip install -e '.[opencl,test]'")
     # short: the socket's path must fit in 107 bytes
     folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))

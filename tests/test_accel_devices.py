@@ -164,7 +164,10 @@ def test_a_cuda_gate_that_times_out_is_given_up(context):
     from autotune.accel import cuda
 
     queue, launch, _ = _busy(context)
+    launch(2)  # the kernel's first launch loads it (CUDA loads modules lazily): not in the test
+    queue.finish()
     timer = queue.interval_timer()
+    intervals = []
     for i in range(cuda.GATE_TIMEOUTS_ALLOWED):
         assert queue._gate.enabled
         timer.start()
@@ -174,7 +177,10 @@ def test_a_cuda_gate_that_times_out_is_given_up(context):
             drv.Context.synchronize()
         assert time.perf_counter() - began >= cuda.GATE_TIMEOUT * 0.9
         timer.stop()
-        assert timer.seconds() < cuda.GATE_TIMEOUT / 2  # the gate's wait is not counted
+        intervals.append(timer.seconds())
+    # the gate's wait is not counted: were it, every interval would hold it (another process's
+    # work on a shared GPU, such as the suite's other workers, may lengthen a few of them)
+    assert min(intervals) < cuda.GATE_TIMEOUT / 2, intervals
     assert not queue._gate.enabled and queue._gate.timeouts == cuda.GATE_TIMEOUTS_ALLOWED
     timer.start()
     time.sleep(0.02)

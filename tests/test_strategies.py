@@ -5,6 +5,8 @@ nearest devices' stored trials."""
 
 from __future__ import annotations
 
+import importlib.util
+
 import json
 import math
 import sqlite3
@@ -105,7 +107,13 @@ def test_without_a_budget_the_default_is_exhaustive():
     assert result.best == {"a": 5, "b": 2, "c": False}
 
 
-@pytest.mark.parametrize("strategy", ["local", "annealing", "genetic", "bayes"])
+#: the bayes strategy is Optuna's: without the extra that brings it, its tests skip
+needs_optuna = pytest.mark.skipif(importlib.util.find_spec("optuna") is None,
+                                  reason="the bayes strategy needs Optuna: pip install -e '.[bayes]'")
+
+
+@pytest.mark.parametrize("strategy", ["local", "annealing", "genetic",
+                                      pytest.param("bayes", marks=needs_optuna)])
 def test_guided_strategies_beat_random_sampling_on_a_structured_landscape(strategy):
     def best_found(name, seed):
         return tune.search(counting(Counter()), SPACE, strategy=name, max_evals=25, seed=seed,
@@ -255,6 +263,7 @@ def test_warm_takes_a_budget_and_reports_progress(capsys, tmp_path):
     assert code == 2 and "max_evals must be an int >= 1" in capsys.readouterr().err
 
 
+@needs_optuna
 def test_the_bayes_strategy_uses_other_devices_results():
     land = _landscape()
     ranked = sorted((t, k) for k, t in land.times.items() if t is not None)

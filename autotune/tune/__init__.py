@@ -63,7 +63,7 @@ from .search import (
     search_settings,
 )
 from .strategies import STRATEGIES
-from .space import Space, SpaceError, at_most, restriction
+from .space import RestrictionKind, Space, SpaceError, at_most, limit, preference, restriction
 from .store import (
     MergeCounts,
     MergePolicy,
@@ -155,6 +155,9 @@ __all__ = [
     "changed_sources",
     "recorded_test",
     "restriction",
+    "limit",
+    "preference",
+    "RestrictionKind",
     "at_most",
     "search",
     "sqlite_file",

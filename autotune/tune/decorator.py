@@ -410,8 +410,8 @@ class TunedFunction:
         if problem:
             return Verdict(record, Freshness.INVALID, problem)
         params = validate_parameters(decode_parameters(record.parameters), self._test)
-        if fingerprint.space is not None:
-            why = fingerprint.space.why_not(params)
+        if fingerprint.space is not None:  # listed values that run (preferences aside)
+            why = fingerprint.space.why_not(params, preferences=False)
             if why is not None:
                 return Verdict(record, Freshness.INVALID,
                                f"not valid on {call.key.device_name}: {why}")
@@ -789,9 +789,10 @@ def autotuner(test: dict[str, Any], *, space: Any = None, sources: Iterable[str 
 
 def checked_tuning(template: type, context: Any, tuning: Any, **arguments: Any) -> dict[str, Any]:
     """Explicit tuning parameters for ``template`` on ``context``, checked: the names and kinds
-    of its ``test=``, and allowed by the restrictions of the space it declares for these
+    of its ``test=``, and allowed by the limits of the space it declares for these
     ``arguments`` (the device's limits among them). Returns a clean copy; ValueError naming
-    the problem otherwise. Values need not be among the searched lists."""
+    the problem otherwise. Values need not be among the searched lists, and a preference they
+    break (a shape not worth searching) is logged at INFO, not refused."""
     tuner = tuner_of(template)
     try:
         clean = validate_parameters(tuning, tuner.test)
@@ -799,10 +800,14 @@ def checked_tuning(template: type, context: Any, tuning: Any, **arguments: Any) 
         raise ValueError(f"{template.__name__}: tuning {tuning!r}: {exc}") from None
     space = tuner.declared_space(template, context, arguments)
     if space is not None:
-        why = space.why_not(clean, members=False)
+        why = space.runs(clean)
         if why is not None:
             raise ValueError(f"{template.__name__}: tuning {clean} cannot run on "
                              f"{context.device.name}: {why}")
+        broken = space.preference_broken(clean)
+        if broken is not None:
+            logger.info("%s: tuning %s is used as given although the preference %s would not "
+                        "search it on %s", template.__name__, clean, broken, context.device.name)
     return clean
 
 

@@ -770,7 +770,7 @@ class OnlineTuner:
             params = validate_parameters(decode_parameters(record.parameters), self.test)
         except InvalidParametersError as exc:
             return {}, str(exc)
-        return params, space.why_not(params)
+        return params, space.why_not(params, preferences=False)  # listed values that run
 
     def _declared_seeds(self, name: str, seeds: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """The ``seeds`` argument as full configurations of the scan (a parameter a seed leaves

@@ -248,7 +248,7 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     baseline = run.baseline
     reference = None  # the baseline, timed for the speed-up but outside the space: never wins
     if baseline is not None and set(baseline) == set(space.names) and \
-            space.why_not(baseline, members=False) is None:
+            space.runs(baseline) is None:
         reference = dict(baseline) if space.why_not(baseline) is not None else None
     else:
         baseline = None

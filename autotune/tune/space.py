@@ -7,6 +7,12 @@
 
 A template declares its space once (``autotune_space``); the tuner searches it, and checks
 every stored, nearest-matched or imported value against it before the value is used.
+
+Restrictions are of two kinds. A *limit* says the device cannot run a configuration (its
+work-group and local-memory limits, what the kernel assumes); a *preference* says it is not worth
+searching (whole warps, preferred shapes). Searches prune both; an explicit ``tuning=``, a stored
+row and an imported row are checked against the limits only, so that a configuration that runs
+is accepted on every device.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ import hashlib
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from .encoding import is_identifier, is_plain_parameter, plain
@@ -23,16 +31,63 @@ from .encoding import is_identifier, is_plain_parameter, plain
 Restriction = Callable[[dict[str, Any]], bool]
 
 
-def restriction(description: str, predicate: Restriction) -> Restriction:
+class RestrictionKind(Enum):
+    """What a restriction says of the configurations it excludes."""
+
+    #: the device cannot run them (resources, work-group and local-memory limits, what the
+    #: kernel assumes): every configuration used is checked against limits
+    LIMIT = "limit"
+    #: they are not worth searching (whole warps, preferred shapes): searches skip them, but an
+    #: explicit, stored or imported configuration that breaks one is still used
+    PREFERENCE = "preference"
+
+
+@dataclass(frozen=True)
+class DescribedRestriction:
+    """A restriction with a description that error messages quote, and its kind."""
+
+    predicate: Restriction
+    description: str
+    kind: RestrictionKind = RestrictionKind.LIMIT
+
+    def __call__(self, config: dict[str, Any]) -> bool:
+        return bool(self.predicate(config))
+
+
+def restriction(description: str, predicate: Restriction,
+                kind: RestrictionKind | str = RestrictionKind.LIMIT) -> DescribedRestriction:
     """``predicate`` with a description, which error messages quote when it excludes a
-    configuration (``"a work-group fits the device"`` says more than ``<lambda>``)."""
-    predicate.description = description  # type: ignore[attr-defined]
-    return predicate
+    configuration (``"a work-group fits the device"`` says more than ``<lambda>``), and its
+    kind: a limit (the default: the device cannot run what it excludes) or a preference."""
+    if not callable(predicate):
+        raise SpaceError(f"restriction {description!r}: {predicate!r} is not callable")
+    try:
+        kind = RestrictionKind(kind.value if isinstance(kind, RestrictionKind) else kind)
+    except ValueError:
+        raise SpaceError(f"restriction {description!r}: kind {kind!r} is not one of "
+                         f"{[k.value for k in RestrictionKind]}") from None
+    return DescribedRestriction(predicate, str(description), kind)
 
 
-def at_most(name: str, limit: int, what: str = "the device's limit") -> Restriction:
-    """The restriction ``1 <= config[name] <= limit`` (a work-group size and its device's
-    maximum, say), described for error messages."""
+def limit(description: str, predicate: Restriction) -> DescribedRestriction:
+    """A restriction the device cannot run past (checked for every configuration used)."""
+    return restriction(description, predicate, RestrictionKind.LIMIT)
+
+
+def preference(description: str, predicate: Restriction) -> DescribedRestriction:
+    """A restriction saying what is not worth searching (searches skip what it excludes; an
+    explicit, stored or imported configuration that breaks it is still used)."""
+    return restriction(description, predicate, RestrictionKind.PREFERENCE)
+
+
+def kind_of(restriction: Restriction) -> RestrictionKind:
+    """The kind of a restriction: a plain callable is a limit."""
+    return getattr(restriction, "kind", RestrictionKind.LIMIT)
+
+
+def at_most(name: str, limit: int, what: str = "the device's limit") -> DescribedRestriction:
+    """The limit ``1 <= config[name] <= limit`` (a work-group size and its device's maximum,
+    say), described for error messages."""
     return restriction(f"{name} from 1 to {limit} ({what})", lambda p: 1 <= p[name] <= limit)
 
 
@@ -133,12 +188,16 @@ class Space:
             self._valid = [c for c in self.product() if self._allowed(c)]
         return [dict(c) for c in self._valid]
 
-    def why_not(self, config: Any, *, members: bool = True) -> str | None:
+    def why_not(self, config: Any, *, members: bool = True,
+                preferences: bool = True) -> str | None:
         """Why ``config`` is not a valid configuration of this space, or None if it is.
 
         ``members=False`` checks the names and the restrictions only, not that each value is
-        one of the listed ones: what an explicit choice (``test=``, a user's ``tuning=``) must
-        satisfy, where the lists say what is worth searching on this device.
+        one of the listed ones; ``preferences=False`` checks the limits only (see
+        :class:`RestrictionKind`). A user's explicit ``tuning=`` must satisfy
+        ``members=False, preferences=False`` (:meth:`runs`); a stored or imported row, which is
+        data, ``preferences=False``: only listed values reach kernel source from a database.
+        The preferences say what is worth searching on this device, not what runs.
         """
         if not isinstance(config, dict):
             return f"{config!r} is not a dict of parameters"
@@ -150,12 +209,31 @@ class Space:
                 return f"{name}={value!r} is not one of {list(values)}"
         clean = {name: plain(config[name]) for name in self.parameters}
         for restriction in self.restrictions:
+            if not preferences and kind_of(restriction) is RestrictionKind.PREFERENCE:
+                continue
             try:
                 allowed = restriction(clean)
             except Exception as exc:  # a restriction that cannot judge it does not allow it
                 return f"restriction {_name(restriction)} failed on it: {type(exc).__name__}: {exc}"
             if not allowed:
                 return f"restriction {_name(restriction)} excludes it"
+        return None
+
+    def runs(self, config: Any) -> str | None:
+        """Why the device cannot run ``config`` (a limit it breaks, or a malformed config), or
+        None: the check for explicit, stored and imported configurations."""
+        return self.why_not(config, members=False, preferences=False)
+
+    def preference_broken(self, config: dict[str, Any]) -> str | None:
+        """The first preference a (runnable) ``config`` breaks, described, or None."""
+        clean = {name: plain(config[name]) for name in self.parameters}
+        for restriction in self.restrictions:
+            if kind_of(restriction) is RestrictionKind.PREFERENCE:
+                try:
+                    if not restriction(clean):
+                        return _name(restriction)
+                except Exception:  # noqa: BLE001 - a preference that cannot judge is not broken
+                    continue
         return None
 
     def __contains__(self, config: Any) -> bool:

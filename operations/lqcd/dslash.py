@@ -399,12 +399,13 @@ class DslashTemplate:
             "min_blocks": [0, 1, 2, 4] if cuda else [0],
             "carveout": [-1, 0, 100] if cuda else [-1],
         }, [tune.at_most("wgs", min(device.max_work_group_size, 1024)),
-            tune.restriction("min_blocks x wgs at most 2048 threads per multiprocessor",
-                             lambda p: p["min_blocks"] * p["wgs"] <= 2048),
-            tune.restriction(f"each direction part of a work-group whole warps of {warp}",
-                             lambda p: p["wgs"] // p["dir_split"] % warp == 0),
-            tune.restriction(f"local memory within the device's {device.local_memory} bytes",
-                             lambda p: local_bytes(precision, p) <= device.local_memory)])
+            tune.limit("dir_split divides wgs", lambda p: p["wgs"] % p["dir_split"] == 0),
+            tune.limit("min_blocks x wgs at most 2048 threads per multiprocessor",
+                       lambda p: p["min_blocks"] * p["wgs"] <= 2048),
+            tune.preference(f"each direction part of a work-group whole warps of {warp}",
+                            lambda p: p["wgs"] // p["dir_split"] % warp == 0),
+            tune.limit(f"local memory within the device's {device.local_memory} bytes",
+                       lambda p: local_bytes(precision, p) <= device.local_memory)])
 
     @classmethod
     def autotune_online_space(cls, context: accel.Context, dims: tuple[int, int, int, int],

@@ -113,8 +113,8 @@ class SchwarzMRTemplate:
         return tune.Space({"wgs": sizes,
                            "splits": [2 ** i for i in range(11)] if gpu else [1, 4, 16]},
                           [tune.at_most("wgs", context.device.max_work_group_size),
-                           tune.restriction("wgs x splits at most the block's sites",
-                                            lambda p: p["wgs"] * p["splits"] <= volume)])
+                           tune.limit("wgs x splits at most the block's sites",
+                                      lambda p: p["wgs"] * p["splits"] <= volume)])
 
     @classmethod
     @tune.autotuner(test={"wgs": 128, "splits": 1})

@@ -220,6 +220,17 @@ def bytes_per_site(precision: str, reconstruct: int) -> int:
     return (8 * 24 + 8 * reconstruct + 24) * real
 
 
+def least_bytes_per_site(precision: str, reconstruct: int) -> int:
+    """The least memory traffic of one output site of a single-parity application: its eight
+    links, and the input and output spinors once each (every other read served by caches);
+    half precision: 2 bytes a number and a 4-byte norm per spinor. Divided into the copy
+    bandwidth, it gives the dslash's roofline."""
+    if precision == "half":
+        return 8 * reconstruct * 2 + 2 * (24 * 2 + 4)
+    real = np.dtype(PRECISIONS[precision][0]).itemsize
+    return (8 * reconstruct + 2 * 24) * real
+
+
 class DslashTemplate:
     """Kernels ``dslash_p{0,1}[_dag][_xpay]`` for one lattice, precision and link compression."""
 

@@ -236,6 +236,27 @@ def test_a_later_process_is_served_from_the_database(context, tmp_path):
     assert done.stdout.split()[0] == "True"
 
 
+@pytest.mark.autotune_database
+def test_kernel_tuner_strategy_names_and_budget(context, trials_seen):
+    source, _ = _sources(context)
+    args, expected = _vector_data(6)
+    found = tune.tune_kernel("vector_add", source, N, args, {"block_size_x": [16, 32, 64, 128]},
+                             answer=[expected, None, None, None], strategy="random_sample",
+                             strategy_options={"max_fevals": 2}, context=context)
+    assert found.env["search"]["strategy"] == "random" and found.env["search"]["max_evals"] == 2
+    assert len(found.results) == 2 == len(trials_seen)
+    assert found.best in [{"block_size_x": r["block_size_x"]} for r in found.results]
+    with pytest.raises(ValueError, match=r"strategy_options \['iterations'\] are not supported"):
+        tune.tune_kernel("vector_add", source, N, args, {"block_size_x": [16]},
+                         strategy_options={"iterations": 7}, context=context)
+    with pytest.raises(ValueError, match="unknown strategy 'pso'"):
+        tune.tune_kernel("vector_add", source, N, args, {"block_size_x": [16]}, strategy="pso",
+                         context=context)
+    with pytest.raises(ValueError, match="max_evals must be an int >= 1"):
+        tune.tune_kernel("vector_add", source, N, args, {"block_size_x": [16]}, max_evals=0,
+                         context=context)
+
+
 def test_test_mode_serves_the_first_allowed_configuration(context, trials_seen):
     source, _ = _sources(context)
     args, expected = _vector_data()

@@ -96,9 +96,11 @@ def check_backend(source: KernelSource, context: accel.Context) -> None:
     """A CUDA source needs a CUDA context and an OpenCL source an OpenCL one."""
     if source.lang != context.backend:
         want = {"cuda": "CUDA", "opencl": "OpenCL"}
+        article = {"cuda": "a", "opencl": "an"}
         raise ValueError(
             f"kernel source {source.name} is {want[source.lang]} but the device "
-            f"{context.device.name} is a {want[context.backend]} device; open a "
+            f"{context.device.name} is {article[context.backend]} {want[context.backend]} device; "
+            f"open {article[source.lang]} "
             f"{want[source.lang]} context (AUTOTUNE_DEVICE={source.lang}) or pass "
             f"{want[context.backend]} source (lang= says which language it is)")
 

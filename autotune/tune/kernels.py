@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import accel
 from .decorator import TunedFunction, get_store, test_mode
+from .evaluation import Budget
 from .encoding import InvalidParametersError, decode_parameters, validate_parameters
 from .expressions import ExpressionError, parse_expression
 from .kernel_source import (GRID_SIZE_NAMES, MARKER_DEFINE, ArgumentSpec, Geometry, KernelSource,
@@ -40,6 +41,7 @@ from .kernel_source import (GRID_SIZE_NAMES, MARKER_DEFINE, ArgumentSpec, Geomet
                             read_source, settings_digest, with_defines)
 from .measurement import make_measure
 from .search import AutotuneError, search
+from .strategies import STRATEGIES
 from .space import Space, SpaceError, limit
 from .store import StoreError, database_url, display
 from .validation import trial_problem
@@ -239,6 +241,40 @@ def _tuning_function(prepared: KernelSetup, data: _TuningData) -> Callable[..., 
     return tune_kernel_search
 
 
+# -- Kernel Tuner's strategy names and options -------------------------------------------------
+
+#: Kernel Tuner's names of the strategies that have a counterpart here.
+KERNEL_TUNER_STRATEGIES = {"brute_force": "brute_force", "random_sample": "random",
+                           "simulated_annealing": "annealing", "genetic_algorithm": "genetic",
+                           "greedy_ils": "local", "bayes_opt": "bayes"}
+#: Kernel Tuner's ``strategy_options`` that have a counterpart here, and its name.
+KERNEL_TUNER_OPTIONS = {"max_fevals": "max_evals", "time_limit": "max_seconds"}
+
+
+def search_choice(strategy: Any, strategy_options: Any, max_evals: Any,
+                  max_seconds: Any) -> tuple[str | None, Any, Any]:
+    """(strategy, max_evals, max_seconds) from ours or Kernel Tuner's names and options."""
+    if strategy is not None:
+        if not isinstance(strategy, str) or (strategy not in STRATEGIES
+                                             and strategy not in KERNEL_TUNER_STRATEGIES):
+            raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)} "
+                             f"(or Kernel Tuner's {', '.join(KERNEL_TUNER_STRATEGIES)})")
+        strategy = KERNEL_TUNER_STRATEGIES.get(strategy, strategy)
+    if strategy_options is not None:
+        if not isinstance(strategy_options, dict):
+            raise TypeError(f"strategy_options must be a dict, got {strategy_options!r}")
+        unknown = sorted(set(strategy_options) - set(KERNEL_TUNER_OPTIONS))
+        if unknown:
+            raise ValueError(f"strategy_options {unknown} are not supported; use "
+                             f"{', '.join(KERNEL_TUNER_OPTIONS)} (or max_evals=, max_seconds=)")
+        if max_evals is None:
+            max_evals = strategy_options.get("max_fevals")
+        if max_seconds is None:
+            max_seconds = strategy_options.get("time_limit")
+    Budget(max_evals, max_seconds)  # a bad budget is an error now, not when a search starts
+    return strategy, max_evals, max_seconds
+
+
 # -- the default context -----------------------------------------------------------------------
 
 _contexts: dict[str, accel.Context] = {}
@@ -344,7 +380,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
                 grid_div_y: Any = None, grid_div_z: Any = None,
                 block_size_names: Sequence[str] | None = None, lang: str | None = None,
                 compiler_options: Sequence[str] | None = None, strategy: str | None = None,
-                max_evals: int | None = None, max_seconds: float | None = None,
+                strategy_options: dict[str, Any] | None = None, max_evals: int | None = None,
+                max_seconds: float | None = None,
                 context: accel.Context | None = None) -> KernelTuning:
     """Tune a CUDA or OpenCL kernel in Kernel Tuner's calling convention, or serve the result
     stored for the same source, problem size, argument types and device.
@@ -367,7 +404,8 @@ def tune_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argumen
     if verify is not None and (not callable(verify) or checked is None):
         raise ValueError("verify= needs a callable verify(answer, result, atol=...) and answer= "
                          "(the expected outputs it is given)")
-    data = _TuningData(list(arguments), checked, verify, float(atol), strategy, max_evals, max_seconds)
+    data = _TuningData(list(arguments), checked, verify, float(atol),
+                       *search_choice(strategy, strategy_options, max_evals, max_seconds))
     tuned, params = _resolve(context, setup, data)
     key = tuned.key(context, **setup.key_arguments())
     if data.search is not None:
@@ -437,8 +475,8 @@ def tuned_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argume
                  grid_div_x: Any = None, grid_div_y: Any = None, grid_div_z: Any = None,
                  block_size_names: Sequence[str] | None = None, lang: str | None = None,
                  compiler_options: Sequence[str] | None = None, strategy: str | None = None,
-                 max_evals: int | None = None, max_seconds: float | None = None,
-                 context: accel.Context | None = None,
+                 strategy_options: dict[str, Any] | None = None, max_evals: int | None = None,
+                 max_seconds: float | None = None, context: accel.Context | None = None,
                  tuning: dict[str, Any] | None = None) -> TunedKernel:
     """The kernel of :func:`tune_kernel` (the same arguments, less the answer), compiled with
     the parameters stored for it (tuned now on ``arguments`` if none are), or with ``tuning=``
@@ -457,7 +495,8 @@ def tuned_kernel(kernel_name: str, kernel_source: Any, problem_size: Any, argume
         if why is not None:
             raise ValueError(f"{kernel_name}: tuning {params} cannot be used: {why}")
     else:
-        data = _TuningData(list(arguments), None, None, 1e-6, strategy, max_evals, max_seconds)
+        data = _TuningData(list(arguments), None, None, 1e-6,
+                           *search_choice(strategy, strategy_options, max_evals, max_seconds))
         params = _resolve(context, setup, data)[1]
     return TunedKernel(context, setup, params)
 

@@ -326,6 +326,14 @@ def test_bad_calls_say_what_to_fix(context):
     with pytest.raises(ValueError, match=r"answer\[3\] is given but argument 3 is a scalar"):
         tune.tune_kernel("vector_add", source, N, args, {"block_size_x": [32]},
                          answer=[None, None, None, np.int32(1)], context=context)
+    with pytest.raises(ValueError, match="kernel_name 'vector_sub' does not appear in kernel source"):
+        tune.tune_kernel("vector_sub", source, N, args, {"block_size_x": [32]}, context=context)
+    with pytest.raises(ValueError, match="kernel_name must be the kernel function's name"):
+        tune.tune_kernel("vector add", source, N, args, {"block_size_x": [32]}, context=context)
+    one_line = "/*" + "x" * 300 + "*/ " + " ".join(source.split())  # longer than a file name
+    assert "\n" not in one_line
+    assert tune.tune_kernel("vector_add", one_line, N, args, {"block_size_x": [32]},
+                            context=context).best == {"block_size_x": 32}
     with pytest.raises(FileNotFoundError, match="is not a file"):
         tune.tune_kernel("vector_add", "missing/vector_add.cl", N, args, {"block_size_x": [32]},
                          context=context)

@@ -48,9 +48,15 @@ class KernelSource:
 
 
 def _looks_like_path(source: str) -> bool:
-    return "\n" not in source and len(source) < 4096 and (
-        Path(source).suffix.lower() in (*_EXTENSIONS, ".c", ".cpp", ".h", ".txt")
-        or Path(source).is_file())
+    """A string without line breaks that names a file, or ends like a kernel file's name."""
+    if "\n" in source or len(source) >= 4096:
+        return False
+    if Path(source).suffix.lower() in (*_EXTENSIONS, ".c", ".cpp", ".h", ".txt"):
+        return True
+    try:
+        return Path(source).is_file()
+    except (OSError, ValueError):  # a one-line source too long for a file name, a NUL byte
+        return False
 
 
 def read_source(kernel_source: Any, lang: str | None) -> KernelSource:
@@ -325,11 +331,15 @@ def compiler_options(options: Any) -> tuple[str, ...]:
     return tuple(options)
 
 
-def check_kernel_name(kernel_name: Any) -> str:
+def check_kernel_name(kernel_name: Any, source: KernelSource) -> str:
+    """``kernel_name`` if it is an identifier that the source names."""
     if not isinstance(kernel_name, str) or not _IDENTIFIER.fullmatch(kernel_name) \
             or len(kernel_name) > 200:
         raise ValueError(f"kernel_name must be the kernel function's name (a C identifier), got "
                          f"{kernel_name!r}")
+    if re.search(rf"\b{kernel_name}\b", source.text) is None:
+        raise ValueError(f"kernel_name {kernel_name!r} does not appear in kernel source "
+                         f"{source.name}; pass the name of a kernel it defines")
     return kernel_name
 
 

@@ -123,8 +123,8 @@ def prepare(context: accel.Context, kernel_name: Any, kernel_source: Any, proble
             grid_div_y: Any = None, grid_div_z: Any = None, block_size_names: Any = None,
             lang: Any = None, compiler_options_: Any = None) -> KernelSetup:
     """Check a call's description of the kernel and make its :class:`KernelSetup`."""
-    name = check_kernel_name(kernel_name)
     source = read_source(kernel_source, lang)
+    name = check_kernel_name(kernel_name, source)
     check_backend(source, context)
     options = compiler_options(compiler_options_)
     blocks = block_names(block_size_names)

@@ -279,6 +279,9 @@ def test_hostile_restriction_strings_are_refused(context, hostile):
     with pytest.raises(ValueError, match="restriction .*(not allowed|not a tunable parameter)"):
         tune.tune_kernel("vector_add", _sources(context)[0], N, args, {"block_size_x": [32]},
                          restrictions=[hostile], context=context)
+    with pytest.raises(ValueError, match="grid_div_x entry .*(not allowed|not a tunable parameter)"):
+        tune.tune_kernel("vector_add", _sources(context)[0], N, args, {"block_size_x": [32]},
+                         grid_div_x=["block_size_x", hostile], context=context)
 
 
 def test_restriction_strings_evaluate_like_python():

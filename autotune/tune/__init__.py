@@ -44,6 +44,8 @@ from .encoding import (
     encode_parameters,
     validate_parameters,
 )
+from .expressions import ExpressionError
+from .kernels import KernelTuning, TunedKernel, tune_kernel, tuned_kernel
 from .frames import export_rows, results_frame, trials_frame
 from .measurement import Measurement, WrongResult, make_measure
 from .records import TRIAL_STATUSES, ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
@@ -84,6 +86,11 @@ from .store import (
 from .validation import changed_sources, parameters_problem, record_problem, recorded_test, trial_problem
 
 __all__ = [
+    "ExpressionError",
+    "KernelTuning",
+    "TunedKernel",
+    "tune_kernel",
+    "tuned_kernel",
     "OnlineTuner",
     "OnlineTuningError",
     "ENV_MATCH",

@@ -33,6 +33,7 @@ import autotune
 
 from .. import accel
 from . import search as _search
+from .devices import device_key
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
@@ -222,13 +223,7 @@ class _Call:
         if len(items) <= position:
             raise TypeError(f"{tuned.__qualname__} needs a context argument")
         self.context = items[position][1]
-        device = getattr(self.context, "device", None)
-        if not isinstance(device, accel.DeviceIdentity):
-            raise TypeError(
-                f"{tuned.__qualname__}: the argument after the class must be an accel.Context "
-                f"(its device is part of the tuning key), got {type(self.context).__name__} for "
-                f"{items[position][0]!r}; write def autotune(cls, context, ...) with "
-                "@classmethod above @tune.autotuner, or def autotune(context, ...) for a function")
+        self.device = device_key(self.context, tuned.__qualname__, items[position][0])
         rest = dict(items[position + 1:])
         for name, param in tuned.signature.parameters.items():
             if param.kind is inspect.Parameter.VAR_KEYWORD and name in rest:
@@ -238,9 +233,9 @@ class _Call:
         self.key = TuningKey(
             function=tuned.name(self.owner),
             version=tuned.version(self.owner),
-            device_name=device.name,
-            device_platform=device.platform,
-            driver_version=device.driver_version,
+            device_name=self.device.name,
+            device_platform=self.device.platform,
+            driver_version=self.device.driver_version,
             arguments=encode_arguments(rest),
         )
 
@@ -462,7 +457,7 @@ class TunedFunction:
         for, so not announced as a wait the user did not expect."""
         key = call.key
         fingerprint = self._fingerprint(call)
-        device = call.context.device
+        gpu = call.device.is_gpu is not False  # a stand-in that does not say: a thread pool
         writer = _TrialWriter(store, key, fingerprint.digest)
         seeds, prior = warm_start(store, key, fingerprint.space)
         resumed = (interrupted_trials(store, key, fingerprint.digest)
@@ -473,7 +468,7 @@ class TunedFunction:
         run = _search.TuningRun(
             on_trial=writer.add,
             thread_scope=getattr(call.context, "thread_scope", None),
-            parallel=bool(device.is_gpu),
+            parallel=gpu,
             baseline=self.test,
             space=fingerprint.space,
             seeds=seeds,
@@ -483,7 +478,7 @@ class TunedFunction:
         if explicit:
             logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
         else:
-            _announce(store, key, fingerprint.space, bool(device.is_gpu))
+            _announce(store, key, fingerprint.space, gpu)
         started = time.perf_counter()
         with accel.recording() as rendered, _search.tuning_run(run):
             try:

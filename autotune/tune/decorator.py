@@ -43,6 +43,7 @@ from .encoding import (
     validate_parameters,
     validate_test_parameters,
 )
+from .rendered import RENDERED, beyond_declared, rendered_changes, template_dirs
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space, SpaceError
 from .store import ReadOnlyStoreError, ResultStore, StoreBusyError, StoreError, database_url, display
@@ -412,6 +413,11 @@ class TunedFunction:
                                f"not valid on {call.key.device_name}: {why}")
         if record.fingerprint != fingerprint.digest:
             return Verdict(record, Freshness.STALE, _stale_reason(record, fingerprint), params)
+        changed = rendered_changes(record.search, fingerprint.sources, template_dirs(
+            call.owner, self.function, self.source_templates(call.owner)))
+        if changed:
+            return Verdict(record, Freshness.STALE, "its kernel sources changed since it was "
+                           f"tuned ({', '.join(changed)})", params)
         return Verdict(record, Freshness.FRESH, "", params)
 
     def _lookup(self, store: ResultStore, call: _Call, mode: str) -> dict[str, Any] | None:
@@ -504,6 +510,9 @@ class TunedFunction:
                        # the template
                        "test": json.loads(encode_parameters(self.test)),
                        "test_seconds": baseline.median_seconds if baseline else None}
+        built = beyond_declared(rendered, fingerprint.sources)
+        if built:  # what the declared sources miss: an edit to it expires the result too
+            search_info[RENDERED] = built
         record = TuningRecord(
             key=key, parameters=encode_parameters(params), score=score,
             package_version=autotune.__version__, fingerprint=fingerprint.digest,
@@ -525,13 +534,13 @@ class TunedFunction:
             return
         _warned_sources.add(name)
         if not fingerprint.sources:
-            logger.warning("%s declares no autotune_sources, so edits to its kernels (%s) will not "
-                           "expire its stored results; declare the .mako templates it renders",
-                           name, ", ".join(uncovered))
+            logger.info("%s declares no autotune_sources; the kernel files it rendered (%s) are "
+                        "recorded with its results, and an edit to one expires them", name,
+                        ", ".join(uncovered))
         else:
-            logger.warning("%s rendered %s, which its autotune_sources do not cover: edits to it "
-                           "will not expire stored results; add it to autotune_sources",
-                           name, ", ".join(uncovered))
+            logger.info("%s rendered %s, which its autotune_sources do not cover; it is recorded "
+                        "with its results, and an edit to it expires them", name,
+                        ", ".join(uncovered))
 
 
 #: How many of the nearest devices' best configurations a search measures first.

@@ -32,6 +32,7 @@ from typing import Any
 import autotune
 
 from .. import accel
+from . import nearest
 from . import search as _search
 from .devices import device_key
 from .encoding import (
@@ -434,22 +435,20 @@ class TunedFunction:
                 stale = verdict
         if mode != MatchMode.NEAREST.value:
             return None
-        for relaxed, device_filter in _nearest_steps(key):
-            for candidate in store.find(key.function, key.version, key.arguments, **device_filter):
-                if candidate.key == key:
-                    continue
-                verdict = self._judge(candidate, call, fingerprint)
-                if verdict.freshness is Freshness.FRESH:
-                    logger.warning(
-                        "AUTOTUNE_MATCH=nearest: no result for %s on %s; using the one tuned on "
-                        "%s [%s, driver %s] (ignoring %s)", key.function, key.device_name,
-                        candidate.key.device_name, candidate.key.device_platform,
-                        candidate.key.driver_version, relaxed)
-                    return verdict.parameters
-                logger.info("AUTOTUNE_MATCH=nearest: skipping the result of %s on %s: %s: %s",
-                            key.function, candidate.key.device_name, verdict.freshness, verdict.reason)
-                if stale is None and verdict.freshness is Freshness.STALE:
-                    stale = verdict
+        for relaxed, candidate in nearest.ranked(
+                store.find(key.function, key.version, key.arguments), key, call.device):
+            verdict = self._judge(candidate, call, fingerprint)
+            if verdict.freshness is Freshness.FRESH:
+                logger.warning(
+                    "AUTOTUNE_MATCH=nearest: no result for %s on %s; using the one tuned on "
+                    "%s [%s, driver %s] (ignoring %s)", key.function, key.device_name,
+                    candidate.key.device_name, candidate.key.device_platform,
+                    candidate.key.driver_version, relaxed)
+                return verdict.parameters
+            logger.info("AUTOTUNE_MATCH=nearest: skipping the result of %s on %s: %s: %s",
+                        key.function, candidate.key.device_name, verdict.freshness, verdict.reason)
+            if stale is None and verdict.freshness is Freshness.STALE:
+                stale = verdict
         if stale is not None:
             logger.warning("AUTOTUNE_MATCH=nearest: serving a stale result for %s (tuned on %s): "
                            "%s", key.function, stale.record.key.device_name, stale.reason)
@@ -510,6 +509,7 @@ class TunedFunction:
                        # the template
                        "test": json.loads(encode_parameters(self.test)),
                        "test_seconds": baseline.median_seconds if baseline else None}
+        search_info[nearest.DEVICE] = nearest.summary(call.device)
         built = beyond_declared(rendered, fingerprint.sources)
         if built:  # what the declared sources miss: an edit to it expires the result too
             search_info[RENDERED] = built
@@ -678,14 +678,6 @@ def _log_unusable(verdict: Verdict, *, re_tune: bool) -> None:
     else:
         logger.info("stored tuning result for %s on %s (%s) is stale: %s%s", key.function,
                     key.device_name, key.arguments, verdict.reason, then)
-
-
-def _nearest_steps(key: TuningKey) -> list[tuple[str, dict[str, str]]]:
-    return [
-        ("driver version", {"device_name": key.device_name, "device_platform": key.device_platform}),
-        ("platform", {"device_name": key.device_name}),
-        ("device", {}),
-    ]
 
 
 class _TrialWriter:

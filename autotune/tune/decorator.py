@@ -462,6 +462,9 @@ class TunedFunction:
         for, so not announced as a wait the user did not expect."""
         key = call.key
         fingerprint = self._fingerprint(call)
+        if fingerprint.space is not None and set(self._test) != set(fingerprint.space.names):
+            raise InvalidParametersError(
+                f"{key.function}: {_search.names_differ(self._test, fingerprint.space)}")
         gpu = call.device.is_gpu is not False  # a stand-in that does not say: a thread pool
         writer = _TrialWriter(store, key, fingerprint.digest)
         seeds, prior = warm_start(store, key, fingerprint.space)

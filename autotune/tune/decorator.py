@@ -415,7 +415,8 @@ class TunedFunction:
         if record.fingerprint != fingerprint.digest:
             return Verdict(record, Freshness.STALE, _stale_reason(record, fingerprint), params)
         changed = rendered_changes(record.search, fingerprint.sources, template_dirs(
-            call.owner, self.function, self.source_templates(call.owner)))
+            call.owner, self.function, self.source_templates(call.owner))) \
+            if RENDERED in record.search else []
         if changed:
             return Verdict(record, Freshness.STALE, "its kernel sources changed since it was "
                            f"tuned ({', '.join(changed)})", params)

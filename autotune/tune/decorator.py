@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import enum
 import functools
-import hashlib
 import inspect
 import json
 import logging
@@ -34,12 +33,11 @@ import autotune
 from .. import accel
 from . import nearest
 from . import search as _search
-from .devices import device_key
+from .calls import Call as _Call
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
     describe_arguments,
-    encode_arguments,
     encode_parameters,
     validate_parameters,
     validate_test_parameters,
@@ -48,7 +46,15 @@ from .rendered import RENDERED, beyond_declared, rendered_changes, template_dirs
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space, SpaceError
 from .store import ReadOnlyStoreError, ResultStore, StoreBusyError, StoreError, database_url, display
-from .validation import changed_sources, record_problem, trial_problem
+from .validation import record_problem, trial_problem
+from .verdicts import (
+    Fingerprint,
+    Freshness,
+    TuningOutcome,
+    Verdict,
+    _stale_reason,
+    make_fingerprint,
+)
 
 logger = logging.getLogger("autotune.tune")
 
@@ -144,102 +150,6 @@ def function_name(fn: Callable, owner: Any = None) -> str:
     if isinstance(owner, type):
         return f"{owner.__module__}.{owner.__qualname__}.{fn.__name__}"
     return f"{fn.__module__}.{fn.__qualname__}"
-
-
-class Freshness(str, enum.Enum):
-    """What a stored result is worth here."""
-
-    FRESH = "fresh"  #: well formed, fits, tuned against the current sources and space
-    STALE = "stale"  #: well formed and fits, but tuned against other sources or another space
-    INVALID = "invalid"  #: malformed, or its parameters are not valid here: never used
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A stored result judged for one call: its freshness, why, and its clean parameters."""
-
-    record: TuningRecord
-    freshness: Freshness
-    reason: str = ""
-    parameters: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What a result is tuned against: the kernel sources and the declared space."""
-
-    digest: str
-    sources: dict[str, str]  #: template file name -> SHA-256 of its contents
-    space: Space | None
-
-    @property
-    def sources_json(self) -> str:
-        return json.dumps(self.sources, sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class TuningOutcome:
-    """What :meth:`TunedFunction.retune` did."""
-
-    key: TuningKey
-    parameters: dict[str, Any]
-    score: float  #: median seconds per call of the winner (``inf`` if not timed)
-    test_score: float | None  #: the ``test=`` parameters' median, if timed
-    stored: bool  #: False if the database could not take it (kept in this process)
-    trials: int
-
-    @property
-    def speedup(self) -> float | None:
-        """How much faster the result is than ``test=``, if both were timed."""
-        if self.test_score and math.isfinite(self.score) and self.score > 0:
-            return self.test_score / self.score
-        return None
-
-
-def make_fingerprint(files: Iterable[accel.SourceFile], space: Space | None) -> Fingerprint:
-    """What a result is tuned against: the digests of its kernel template files and of the
-    space searched (offline and online tuning compute it alike)."""
-    sources = {f.name: f.digest for f in files}
-    text = json.dumps({"sources": sources, "space": space.digest() if space else ""},
-                      sort_keys=True, separators=(",", ":"))
-    return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), sources, space)
-
-
-class _Call:
-    """What one call tells: the owner class, the context, the key's arguments and the key."""
-
-    def __init__(self, tuned: TunedFunction, args: tuple, kwargs: dict):
-        try:
-            bound = tuned.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{tuned.__qualname__}: {exc}") from None
-        bound.apply_defaults()
-        items = list(bound.arguments.items())
-        first = items[0][1] if items else None
-        has_owner = isinstance(first, type)  # called through @classmethod: the class comes first
-        self.owner = first if has_owner else None
-        position = 1 if has_owner else 0
-        if len(items) <= position:
-            raise TypeError(f"{tuned.__qualname__} needs a context argument")
-        self.context = items[position][1]
-        self.device = device_key(self.context, tuned.__qualname__, items[position][0])
-        rest = dict(items[position + 1:])
-        for name, param in tuned.signature.parameters.items():
-            if param.kind is inspect.Parameter.VAR_KEYWORD and name in rest:
-                rest.update(rest.pop(name))
-        self.arguments = rest
-        self.args, self.kwargs = args, kwargs
-        self.key = TuningKey(
-            function=tuned.name(self.owner),
-            version=tuned.version(self.owner),
-            device_name=self.device.name,
-            device_platform=self.device.platform,
-            driver_version=self.device.driver_version,
-            arguments=encode_arguments(rest),
-        )
 
 
 class TunedFunction:
@@ -662,15 +572,6 @@ def _announce(store: ResultStore, key: TuningKey, space: Space | None, gpu: bool
     logger.warning("tuning %s (%s) on %s %s%s%s; pre-tune with `python -m "
                    "autotune warm` to tune ahead of use", key.function,
                    describe_arguments(key.arguments), key.device_name, when, what, how_long)
-
-
-def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:
-    if not record.fingerprint:
-        return "it was stored without a fingerprint (tuned by an older autotune)"
-    changed = changed_sources(record, fingerprint.sources)
-    if changed:
-        return f"its kernel sources changed since it was tuned ({', '.join(changed)})"
-    return "the space it searched changed since it was tuned"
 
 
 def _log_unusable(verdict: Verdict, *, re_tune: bool) -> None:

@@ -27,16 +27,20 @@ def _rows(context):
     key = tuner.key(ScaleTemplate, context, np.dtype(np.float32))
     digest = tuner.fingerprint(ScaleTemplate, context, np.dtype(np.float32)).digest
     me = context.device
-    gpu_search = json.dumps({"device": {"backend": "opencl", "gpu": True}})
-    cpu_search = json.dumps({"device": {"backend": "opencl", "gpu": me.is_gpu}})
-    other_platform = "Another OpenCL" if me.platform != "Another OpenCL" else "Yet another"
+    backend = context.backend
+    like = json.dumps({"device": {"backend": backend, "gpu": me.is_gpu}})
+    other_type = json.dumps({"device": {"backend": backend, "gpu": not me.is_gpu}})
+    other_platform = "Another platform" if me.platform != "Another platform" else "Yet another"
+    # a device unlike this one, told only by its identity (as in rows of older autotunes)
+    unlike = (("pthread-Some CPU", "Portable Computing Language") if me.is_gpu
+              else ("NVIDIA H100 80GB HBM3", "CUDA"))
     identities = [  # (name, platform, driver, search), nearest first
         (me.name, me.platform, me.driver_version + "-older", ""),
         (me.name, "Other platform", me.driver_version, ""),
         ("Another device, same platform", me.platform, "1.0", ""),
-        ("Another device, same kind", other_platform, "1.0", cpu_search),
-        ("A GPU on OpenCL", other_platform, "1.0", gpu_search),
-        ("NVIDIA H100 80GB HBM3", "CUDA", "13.0", ""),
+        ("Another device, same kind", other_platform, "1.0", like),
+        ("A device of the other type", other_platform, "1.0", other_type),
+        (*unlike, "13.0", ""),
     ]
     now = utcnow()
     rows = []

@@ -35,12 +35,22 @@ _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}(/[A-Za-z0-9_][A-Za-z0-9_
 _HEX = re.compile(r"[0-9a-f]{64}")
 
 
+#: At most this many files are recorded, with paths of at most MAX_PATH characters (a longer
+#: one is left out: the file is then found by name), so the row's search JSON stays within the
+#: stored-JSON size limit.
+MAX_FILES = 64
+MAX_PATH = 512
+
+
 def beyond_declared(rendered: Iterable[accel.SourceFile], declared: dict[str, str]
-              ) -> dict[str, dict[str, str]]:
+                    ) -> dict[str, dict[str, str]]:
     """The files a run rendered that the declared sources (name -> digest) do not cover."""
-    found = {f.name: {"digest": f.digest, "path": str(Path(f.path).resolve())}
-             for f in rendered if declared.get(f.name) != f.digest}
-    return {name: found[name] for name in sorted(found)}
+    found = {}
+    for f in rendered:
+        if declared.get(f.name) != f.digest and _NAME.fullmatch(f.name):
+            path = str(Path(f.path).resolve())
+            found[f.name] = {"digest": f.digest, "path": path if len(path) <= MAX_PATH else ""}
+    return {name: found[name] for name in sorted(found)[:MAX_FILES]}
 
 
 def stored_rendered(search: str) -> dict[str, dict[str, str]]:

@@ -12,7 +12,6 @@ source (``diffusion.mako``) with both tuners.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from autotune import accel, tune
+
+from .scalars import finite_real_scalar
 
 TEMPLATE = Path(__file__).with_name("diffusion.mako")
 DTYPE = np.dtype(np.float32)
@@ -131,10 +132,7 @@ class DiffusionTemplate:
                  tuning: dict[str, Any] | None = None):
         self.context = context
         self.nx, self.ny = check_size(nx, ny)
-        if isinstance(dt, bool) or not isinstance(dt, (int, float, np.integer, np.floating)) \
-                or not math.isfinite(dt):
-            raise ValueError(f"dt must be a finite number, got {dt!r}")
-        self.dt = float(dt)
+        self.dt = finite_real_scalar("diffusion", "dt", dt, np.float32)  # a float32 kernel argument
         if tuning is None:
             tuning = self.autotune(context, self.nx, self.ny)
         self.tuning = tune.checked_tuning(DiffusionTemplate, context, tuning, nx=self.nx, ny=self.ny)

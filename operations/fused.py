@@ -20,6 +20,8 @@ import numpy as np
 
 from autotune import accel, tune
 
+from .scalars import finite_complex_scalar, finite_real_scalar
+
 TEMPLATE = Path(__file__).with_name("fused.mako")
 
 #: The element types of fused passes.
@@ -562,67 +564,3 @@ def outputs_close(got: tuple, expected: tuple, dtype: np.dtype, combine: str) ->
     return True
 
 
-def _scalar_type_error(op: str, what: str, value: Any) -> TypeError:
-    if value is None:
-        return TypeError(f"{op}: {what} is None; pass a finite number")
-    if isinstance(value, np.ndarray):
-        return TypeError(f"{op}: {what} is an array of shape {value.shape}, not a number; "
-                         "pass a finite number")
-    return TypeError(f"{op}: {what} is a {type(value).__name__} ({value!r}), not a number; "
-                     "pass a finite number")
-
-
-def _out_of_range(op: str, what: str, value: float | complex, real: type) -> ValueError:
-    name = np.dtype(real).name
-    parts = (value.real, value.imag) if isinstance(value, complex) else (value,)
-    if not all(math.isfinite(part) for part in parts):
-        return ValueError(f"{op}: {what} is {value}; pass a finite number")
-    return ValueError(f"{op}: {what} = {value:g} overflows {name} (largest "
-                      f"{float(np.finfo(real).max):.4g}); pass a finite number in range")
-
-
-def _scalar_value(value: Any) -> Any:
-    """A 0-d numpy array's element; anything else as is."""
-    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
-
-
-def finite_real_scalar(op: str, what: str, value: Any, real: type, dtype: np.dtype) -> float:
-    """``value`` as a float that ``real`` (np.float32 or np.float64) holds finitely.
-
-    TypeError for None, non-numbers and complex numbers (``dtype`` is the data's, for the
-    message); ValueError for NaN, infinities and magnitudes beyond ``real``'s range. ``what``
-    names the scalar in messages ("scalar a").
-    """
-    value = _scalar_value(value)
-    if isinstance(value, (complex, np.complexfloating)):
-        raise TypeError(f"{op}: {what} must be real for {dtype} data, got {value!r}")
-    if not isinstance(value, (int, float, np.integer, np.floating)):
-        if isinstance(value, (str, bytes, np.ndarray)) or not hasattr(value, "__float__"):
-            raise _scalar_type_error(op, what, value)
-    try:
-        number = float(value)
-    except OverflowError:  # an int beyond any float
-        raise ValueError(f"{op}: {what} = {value} overflows {np.dtype(real).name}; pass a "
-                         "finite number in range") from None
-    if not abs(number) <= float(np.finfo(real).max):
-        raise _out_of_range(op, what, number, real)
-    return number
-
-
-def finite_complex_scalar(op: str, what: str, value: Any, real: type) -> complex:
-    """``value`` as a complex number whose parts ``real`` holds finitely (TypeError for None and
-    non-numbers, ValueError for a NaN or infinite part, or one beyond ``real``'s range)."""
-    value = _scalar_value(value)
-    if not isinstance(value, (int, float, complex, np.number)):
-        if isinstance(value, (str, bytes, np.ndarray)) or not (
-                hasattr(value, "__complex__") or hasattr(value, "__float__")):
-            raise _scalar_type_error(op, what, value)
-    try:
-        number = complex(value)
-    except OverflowError:
-        raise ValueError(f"{op}: {what} = {value} overflows {np.dtype(real).name}; pass a "
-                         "finite number in range") from None
-    limit = float(np.finfo(real).max)
-    if not (abs(number.real) <= limit and abs(number.imag) <= limit):
-        raise _out_of_range(op, what, number, real)
-    return number

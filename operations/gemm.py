@@ -26,6 +26,8 @@ import numpy as np
 
 from autotune import accel, tune
 
+from .scalars import finite_real_scalar
+
 TEMPLATE = Path(__file__).with_name("gemm.mako")
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 NAMES = ("MWG", "NWG", "KWG", "MDIMC", "NDIMC", "MDIMA", "NDIMB", "KWI", "VWM", "VWN",
@@ -254,10 +256,8 @@ class Gemm:
 
     def __call__(self, c: Any, at: Any, b: Any, alpha: float = 1.0, beta: float = 0.0) -> None:
         t = self.template
-        for name, value in (("alpha", alpha), ("beta", beta)):
-            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) \
-                    or not math.isfinite(value):
-                raise ValueError(f"gemm: {name} must be a finite real number, got {value!r}")
+        alpha, beta = (finite_real_scalar("gemm", name, value, t.dtype.type, t.dtype)
+                       for name, value in (("alpha", alpha), ("beta", beta)))
         c = self._check("c", c, (t.m, t.n))
         at = self._check("at", at, (t.k, t.m))
         b = self._check("b", b, (t.k, t.n))

@@ -9,6 +9,8 @@ import numpy as np
 
 from autotune import accel, tune
 
+from .scalars import finite_real_scalar
+
 TEMPLATE = Path(__file__).with_name("scale.mako")
 DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
@@ -79,7 +81,8 @@ class Scale:
         self.template = template
         self.queue = queue
         self.n = n
-        self.alpha = template.dtype.type(alpha)
+        self.alpha = template.dtype.type(finite_real_scalar("scale", "alpha", alpha,
+                                                              template.dtype.type, template.dtype))
         self.kernel = template.program.get_kernel("scale")
         self.x = template.context.allocate(n, template.dtype)
         self.y = template.context.allocate(n, template.dtype)

@@ -119,8 +119,11 @@ def test_wilson_operator_refuses_a_non_finite_kappa(context, links):
     for kappa in (math.nan, math.inf, -np.inf, np.float32("nan")):
         with pytest.raises(ValueError, match=r"^kappa is -?(nan|inf); pass a finite hopping parameter"):
             WilsonOperator(context, links, kappa)
-    for kappa in ("0.12", None, 0.12 + 0j):
-        with pytest.raises(TypeError, match=r"^kappa must be a real number"):
+    for kappa, message in (("0.12", r"^kappa is a str \('0.12'\), not a number; pass a finite "
+                                    r"hopping parameter \(such as 0.12\)$"),
+                           (None, r"^kappa is None; pass a finite hopping parameter"),
+                           (0.12 + 0j, r"^kappa must be real, got \(0.12\+0j\)$")):
+        with pytest.raises(TypeError, match=message):
             WilsonOperator(context, links, kappa)
 
 
@@ -248,3 +251,78 @@ def test_scale_refuses_lengths_past_its_32_bit_index(context, command_queue):
     fn.x.set(command_queue, np.arange(100, dtype=np.float32))
     fn()
     np.testing.assert_array_equal(fn.y.get(command_queue), 3 * np.arange(100, dtype=np.float32))
+
+
+# 3. Every scalar of a shipped operation: one check -------------------------------------------------
+BAD_SCALARS = [
+    (None, TypeError, "{op}: {what} is None; pass a finite number"),
+    (math.nan, ValueError, "{op}: {what} is nan; pass a finite number"),
+    (-math.inf, ValueError, "{op}: {what} is -inf; pass a finite number"),
+    (True, TypeError, "{op}: {what} is a bool (True), not a number; pass a finite number"),
+    ("2", TypeError, "{op}: {what} is a str ('2'), not a number; pass a finite number"),
+]
+
+
+def _refuses(call, op, what, value, kind, message):
+    with pytest.raises(kind) as info:
+        call(value)
+    assert str(info.value) == message.format(op=op, what=what)
+
+
+@pytest.mark.parametrize("value,kind,message", BAD_SCALARS)
+def test_scale_refuses_a_bad_alpha(context, command_queue, value, kind, message):
+    template = ScaleTemplate(context, np.float32)
+    _refuses(lambda v: template.instantiate(command_queue, 10, alpha=v), "scale", "alpha", value,
+             kind, message)
+
+
+def test_scale_refuses_an_alpha_its_dtype_cannot_hold_and_computes_a_good_one(context, command_queue):
+    template = ScaleTemplate(context, np.float32)
+    with pytest.raises(ValueError, match=r"^scale: alpha = 1e\+39 overflows float32 \(largest "
+                                         r"3.403e\+38\); pass a finite number in range$"):
+        template.instantiate(command_queue, 10, alpha=1e39)
+    fn = template.instantiate(command_queue, 10, alpha=np.float64(1e38))  # float32 holds it
+    x = np.linspace(-1, 1, 10, dtype=np.float32)
+    fn.x.set(command_queue, x)
+    fn()
+    np.testing.assert_array_equal(fn.y.get(command_queue), np.float32(1e38) * x)
+
+
+@pytest.mark.parametrize("value,kind,message", BAD_SCALARS)
+@pytest.mark.parametrize("what", ["alpha", "beta"])
+def test_gemm_refuses_a_bad_alpha_or_beta(context, command_queue, value, kind, message, what):
+    from operations.gemm import GemmTemplate
+
+    gemm = GemmTemplate(context, np.float32, 8, 8, 8).instantiate(command_queue)
+    x = context.allocate((8, 8), np.float32)
+    _refuses(lambda v: gemm(x, x, x, **{what: v}), "gemm", what, value, kind, message)
+
+
+@pytest.mark.parametrize("value,kind,message", BAD_SCALARS)
+def test_diffusion_refuses_a_bad_dt(context, value, kind, message):
+    from operations.diffusion import DiffusionTemplate
+
+    _refuses(lambda v: DiffusionTemplate(context, 10, 10, dt=v), "diffusion", "dt", value, kind,
+             message)
+
+
+@pytest.mark.parametrize("value,kind,message", BAD_SCALARS)
+def test_dslash_refuses_a_bad_coefficient(context, links, value, kind, message):
+    op = WilsonOperator(context, links, KAPPA)
+    lattice = Lattice(DIMS)
+    half = context.allocate((lattice.half_volume, 4, 3), np.complex64 if op.precision == "single"
+                            else np.complex128)
+    _refuses(lambda v: op.dslash_parity(half, half, 0, x=half, a=v), "dslash", "a", value, kind,
+             message)
+
+
+@pytest.mark.parametrize("value,kind,shown", [(None, TypeError, "None"),
+                                               (math.nan, ValueError, "(nan+0j)"),
+                                               (complex(1, math.inf), ValueError, "(1+infj)")])
+def test_half_blas_refuses_a_bad_coefficient(value, kind, shown):
+    from operations.lqcd.half_blas import _coefficient
+
+    with pytest.raises(kind) as info:
+        _coefficient(value)
+    assert str(info.value) == f"half BLAS: coefficient is {shown}; pass a finite number"
+    assert _coefficient(1 - 2j) == [np.float32(1), np.float32(-2)]

@@ -43,6 +43,19 @@ def test_devices_lists_identities(capsys):
     assert "platform" in out and "driver" in out
 
 
+def test_warm_with_only_a_template_option_warms_only_that_template(capsys, db):
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", FAKE, "--quiet")
+    assert code == 0 and out.count("would tune") == 3
+    assert {line.split()[0] for line in out.splitlines() if "would tune" in line} == {
+        "FakeTimedTemplate"}
+    # named operations still choose among the registered templates and the given ones
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", FAKE, "--quiet", "scale",
+                       "FakeTimedTemplate")
+    assert code == 0 and out.count("would tune") == 5  # 3 of its own, float32 and float64 of scale
+    assert {line.split()[0] for line in out.splitlines() if "would tune" in line} == {
+        "FakeTimedTemplate", "scale"}
+
+
 def test_warm_then_show_then_skip(capsys, db):
     code, out, _ = run(capsys, "warm", "--dry-run", "--template", FAKE, "--quiet", "FakeTimedTemplate")
     assert code == 0 and out.count("would tune") == 3

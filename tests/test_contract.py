@@ -4,6 +4,7 @@ katsdpsigproc tuner behaviours our API must keep."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -96,6 +97,64 @@ def test_editing_a_kernel_expires_its_results(context, tmp_path, monkeypatch, ca
     assert calls["edited"] == 4
     assert ResultStore.open().get(key).fingerprint != row.fingerprint
     assert tune.tuner_of(Edited).judge(Edited, context, 1000).freshness is tune.Freshness.FRESH
+
+
+@pytest.mark.autotune_database
+@pytest.mark.parametrize("edit", ["template", "include"])
+def test_an_undeclared_template_goes_stale_when_a_kernel_it_rendered_changes(context, tmp_path, edit):
+    Edited, kernel, include = _edited_template(tmp_path)
+
+    class Undeclared(Edited):
+        autotune_sources = None  # declares nothing: what it renders is recorded instead
+
+    calls.clear()
+    tuner = tune.tuner_of(Undeclared)
+    first = Undeclared.autotune(context, 1000)
+    assert calls["edited"] == 2
+    row = ResultStore.open().get(tuner.key(Undeclared, context, 1000))
+    rendered = json.loads(row.search)["rendered"]
+    assert set(rendered) == {"edit_me.mako", "edit_me_too.mako", "portability.mako"}
+    assert rendered["edit_me.mako"]["path"] == str(kernel.resolve())
+    assert json.loads(row.sources) == {}
+    tune.clear_memo()
+    assert Undeclared.autotune(context, 1000) == first and calls["edited"] == 2  # fresh: served
+    target = kernel if edit == "template" else include
+    target.write_text(target.read_text() + "/* edited */\n")
+    verdict = tuner.judge(Undeclared, context, 1000)
+    assert verdict.freshness is tune.Freshness.STALE
+    assert verdict.reason == f"its kernel sources changed since it was tuned ({target.name})"
+    tune.clear_memo()
+    Undeclared.autotune(context, 1000)  # exact mode: tuned again, the new result replaces it
+    assert calls["edited"] == 4
+    assert tuner.judge(Undeclared, context, 1000).freshness is tune.Freshness.FRESH
+    # a declared template's row records nothing beyond its declaration
+    Edited.autotune(context, 1000)
+    declared = ResultStore.open().get(tune.tuner_of(Edited).key(Edited, context, 1000))
+    assert "rendered" not in json.loads(declared.search)
+
+
+@pytest.mark.autotune_database
+def test_a_rendered_file_is_found_by_name_when_its_stored_path_is_elsewhere(context, tmp_path):
+    Edited, kernel, include = _edited_template(tmp_path)
+
+    class Undeclared(Edited):
+        autotune_sources = None
+
+    tuner = tune.tuner_of(Undeclared)
+    Undeclared.autotune(context, 1000)
+    store = ResultStore.open()
+    row = store.get(tuner.key(Undeclared, context, 1000))
+    search = json.loads(row.search)
+    # tuned on another machine: the paths differ; the portability header is found by its name
+    search["rendered"] = {"portability.mako": {**search["rendered"]["portability.mako"],
+                                               "path": "/elsewhere/portability.mako"},
+                          "gone.mako": {"digest": "0" * 64, "path": "../../etc/passwd"}}
+    store.put(dataclasses.replace(row, search=json.dumps(search)))
+    verdict = tuner.judge(Undeclared, context, 1000)
+    assert verdict.freshness is tune.Freshness.STALE and verdict.reason.endswith("(gone.mako)")
+    del search["rendered"]["gone.mako"]
+    store.put(dataclasses.replace(row, search=json.dumps(search)))
+    assert tuner.judge(Undeclared, context, 1000).freshness is tune.Freshness.FRESH
 
 
 def test_changed_sources_names_every_file_that_differs():

@@ -13,6 +13,7 @@ import numpy as np
 
 from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
                    Program)
+from .capture import native_stderr, pass_on
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .render import RenderedSource
@@ -269,22 +270,28 @@ class OpenCLContext(Context):
     def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
         for attempt in range(1 + BUILD_RETRIES):
             program = cl.Program(self.cl_context, source.text)
-            with warnings.catch_warnings():
-                # pyopencl repeats a non-empty build log as a warning; we log it mapped instead.
+            failure = None
+            # pyopencl repeats a non-empty build log as a warning (we log it mapped instead);
+            # the compiler's own writes to stderr go into the error, not once per candidate
+            with warnings.catch_warnings(), native_stderr() as printed:
                 warnings.simplefilter("ignore")
                 try:
                     program.build(options=list(options))
-                    break
                 except cl.RuntimeError as exc:
-                    if attempt < BUILD_RETRIES and not _diagnosed(self._build_log(program)):
-                        logger.warning("OpenCL build of %s failed without a diagnostic (%s); "
-                                       "building it again", source.template,
-                                       str(exc).splitlines()[0])
-                        continue
-                    log = source.map_log(str(exc))
-                    raise CompileError(
-                        f"OpenCL build of {source.template} failed:\n{log}", log, source.text
-                    ) from None
+                    failure = exc
+            if failure is None:
+                pass_on(printed)
+                break
+            if attempt < BUILD_RETRIES and not _diagnosed(self._build_log(program)):
+                logger.warning("OpenCL build of %s failed without a diagnostic (%s); "
+                               "building it again", source.template, str(failure).splitlines()[0])
+                continue
+            log = source.map_log(str(failure))
+            if printed.text.strip() and printed.text.strip() not in log:
+                log = f"{log}\n{source.map_log(printed.text.strip())}"
+            raise CompileError(
+                f"OpenCL build of {source.template} failed:\n{log}", log, source.text
+            ) from None
         seconds = time.perf_counter() - start
         raw = self._build_log(program)
         log = source.map_log(raw.strip()) if raw.strip() else ""

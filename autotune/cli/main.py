@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     warm.add_argument("--jobs", type=int, default=1, metavar="N",
                       help="tune on N devices at once (with --all-devices)")
     warm.add_argument("--template", action="append", default=[], metavar="MODULE:CLASS",
-                      help="also warm a template that is not registered (repeatable)")
+                      help="warm a template that is not registered (repeatable); with no "
+                           "operation named, only these are warmed")
     warm.add_argument("--quiet", action="store_true", help="no progress output")
     warm.add_argument("--strategy", choices=sorted(STRATEGIES),
                       help="search strategy for every key (default: each template's own, "

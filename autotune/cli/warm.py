@@ -255,7 +255,12 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
 
 
 def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemplate]:
-    templates = registered_templates() + [load_template(s) for s in extra]
+    """The templates to warm: those named (registered, or given with ``--template``); with no
+    name, the ``--template`` ones alone if any, else every registered template."""
+    loaded = [load_template(s) for s in extra]
+    if not names and loaded:
+        return loaded
+    templates = registered_templates() + loaded
     if names:
         known = {t.name: t for t in templates}
         missing = [n for n in names if n not in known]

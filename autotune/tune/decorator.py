@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import enum
 import functools
-import hashlib
 import inspect
 import json
 import logging
@@ -32,20 +31,30 @@ from typing import Any
 import autotune
 
 from .. import accel
+from . import nearest
 from . import search as _search
+from .calls import Call as _Call
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
     describe_arguments,
-    encode_arguments,
     encode_parameters,
     validate_parameters,
     validate_test_parameters,
 )
+from .rendered import RENDERED, beyond_declared, rendered_changes, template_dirs
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space, SpaceError
 from .store import ReadOnlyStoreError, ResultStore, StoreBusyError, StoreError, database_url, display
-from .validation import changed_sources, record_problem, trial_problem
+from .validation import record_problem, trial_problem
+from .verdicts import (
+    Fingerprint,
+    Freshness,
+    TuningOutcome,
+    Verdict,
+    _stale_reason,
+    make_fingerprint,
+)
 
 logger = logging.getLogger("autotune.tune")
 
@@ -141,108 +150,6 @@ def function_name(fn: Callable, owner: Any = None) -> str:
     if isinstance(owner, type):
         return f"{owner.__module__}.{owner.__qualname__}.{fn.__name__}"
     return f"{fn.__module__}.{fn.__qualname__}"
-
-
-class Freshness(str, enum.Enum):
-    """What a stored result is worth here."""
-
-    FRESH = "fresh"  #: well formed, fits, tuned against the current sources and space
-    STALE = "stale"  #: well formed and fits, but tuned against other sources or another space
-    INVALID = "invalid"  #: malformed, or its parameters are not valid here: never used
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A stored result judged for one call: its freshness, why, and its clean parameters."""
-
-    record: TuningRecord
-    freshness: Freshness
-    reason: str = ""
-    parameters: dict[str, Any] | None = None
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """What a result is tuned against: the kernel sources and the declared space."""
-
-    digest: str
-    sources: dict[str, str]  #: template file name -> SHA-256 of its contents
-    space: Space | None
-
-    @property
-    def sources_json(self) -> str:
-        return json.dumps(self.sources, sort_keys=True, separators=(",", ":"))
-
-
-@dataclass(frozen=True)
-class TuningOutcome:
-    """What :meth:`TunedFunction.retune` did."""
-
-    key: TuningKey
-    parameters: dict[str, Any]
-    score: float  #: median seconds per call of the winner (``inf`` if not timed)
-    test_score: float | None  #: the ``test=`` parameters' median, if timed
-    stored: bool  #: False if the database could not take it (kept in this process)
-    trials: int
-
-    @property
-    def speedup(self) -> float | None:
-        """How much faster the result is than ``test=``, if both were timed."""
-        if self.test_score and math.isfinite(self.score) and self.score > 0:
-            return self.test_score / self.score
-        return None
-
-
-def make_fingerprint(files: Iterable[accel.SourceFile], space: Space | None) -> Fingerprint:
-    """What a result is tuned against: the digests of its kernel template files and of the
-    space searched (offline and online tuning compute it alike)."""
-    sources = {f.name: f.digest for f in files}
-    text = json.dumps({"sources": sources, "space": space.digest() if space else ""},
-                      sort_keys=True, separators=(",", ":"))
-    return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), sources, space)
-
-
-class _Call:
-    """What one call tells: the owner class, the context, the key's arguments and the key."""
-
-    def __init__(self, tuned: TunedFunction, args: tuple, kwargs: dict):
-        try:
-            bound = tuned.signature.bind(*args, **kwargs)
-        except TypeError as exc:
-            raise TypeError(f"{tuned.__qualname__}: {exc}") from None
-        bound.apply_defaults()
-        items = list(bound.arguments.items())
-        first = items[0][1] if items else None
-        has_owner = isinstance(first, type)  # called through @classmethod: the class comes first
-        self.owner = first if has_owner else None
-        position = 1 if has_owner else 0
-        if len(items) <= position:
-            raise TypeError(f"{tuned.__qualname__} needs a context argument")
-        self.context = items[position][1]
-        device = getattr(self.context, "device", None)
-        if not isinstance(device, accel.DeviceIdentity):
-            raise TypeError(
-                f"{tuned.__qualname__}: the argument after the class must be an accel.Context "
-                f"(its device is part of the tuning key), got {type(self.context).__name__} for "
-                f"{items[position][0]!r}; write def autotune(cls, context, ...) with "
-                "@classmethod above @tune.autotuner, or def autotune(context, ...) for a function")
-        rest = dict(items[position + 1:])
-        for name, param in tuned.signature.parameters.items():
-            if param.kind is inspect.Parameter.VAR_KEYWORD and name in rest:
-                rest.update(rest.pop(name))
-        self.arguments = rest
-        self.args, self.kwargs = args, kwargs
-        self.key = TuningKey(
-            function=tuned.name(self.owner),
-            version=tuned.version(self.owner),
-            device_name=device.name,
-            device_platform=device.platform,
-            driver_version=device.driver_version,
-            arguments=encode_arguments(rest),
-        )
 
 
 class TunedFunction:
@@ -417,6 +324,12 @@ class TunedFunction:
                                f"not valid on {call.key.device_name}: {why}")
         if record.fingerprint != fingerprint.digest:
             return Verdict(record, Freshness.STALE, _stale_reason(record, fingerprint), params)
+        changed = rendered_changes(record.search, fingerprint.sources, template_dirs(
+            call.owner, self.function, self.source_templates(call.owner))) \
+            if RENDERED in record.search else []
+        if changed:
+            return Verdict(record, Freshness.STALE, "its kernel sources changed since it was "
+                           f"tuned ({', '.join(changed)})", params)
         return Verdict(record, Freshness.FRESH, "", params)
 
     def _lookup(self, store: ResultStore, call: _Call, mode: str) -> dict[str, Any] | None:
@@ -433,22 +346,20 @@ class TunedFunction:
                 stale = verdict
         if mode != MatchMode.NEAREST.value:
             return None
-        for relaxed, device_filter in _nearest_steps(key):
-            for candidate in store.find(key.function, key.version, key.arguments, **device_filter):
-                if candidate.key == key:
-                    continue
-                verdict = self._judge(candidate, call, fingerprint)
-                if verdict.freshness is Freshness.FRESH:
-                    logger.warning(
-                        "AUTOTUNE_MATCH=nearest: no result for %s on %s; using the one tuned on "
-                        "%s [%s, driver %s] (ignoring %s)", key.function, key.device_name,
-                        candidate.key.device_name, candidate.key.device_platform,
-                        candidate.key.driver_version, relaxed)
-                    return verdict.parameters
-                logger.info("AUTOTUNE_MATCH=nearest: skipping the result of %s on %s: %s: %s",
-                            key.function, candidate.key.device_name, verdict.freshness, verdict.reason)
-                if stale is None and verdict.freshness is Freshness.STALE:
-                    stale = verdict
+        for relaxed, candidate in nearest.ranked(
+                store.find(key.function, key.version, key.arguments), key, call.device):
+            verdict = self._judge(candidate, call, fingerprint)
+            if verdict.freshness is Freshness.FRESH:
+                logger.warning(
+                    "AUTOTUNE_MATCH=nearest: no result for %s on %s; using the one tuned on "
+                    "%s [%s, driver %s] (ignoring %s)", key.function, key.device_name,
+                    candidate.key.device_name, candidate.key.device_platform,
+                    candidate.key.driver_version, relaxed)
+                return verdict.parameters
+            logger.info("AUTOTUNE_MATCH=nearest: skipping the result of %s on %s: %s: %s",
+                        key.function, candidate.key.device_name, verdict.freshness, verdict.reason)
+            if stale is None and verdict.freshness is Freshness.STALE:
+                stale = verdict
         if stale is not None:
             logger.warning("AUTOTUNE_MATCH=nearest: serving a stale result for %s (tuned on %s): "
                            "%s", key.function, stale.record.key.device_name, stale.reason)
@@ -462,7 +373,10 @@ class TunedFunction:
         for, so not announced as a wait the user did not expect."""
         key = call.key
         fingerprint = self._fingerprint(call)
-        device = call.context.device
+        if fingerprint.space is not None and set(self._test) != set(fingerprint.space.names):
+            raise InvalidParametersError(
+                f"{key.function}: {_search.names_differ(self._test, fingerprint.space)}")
+        gpu = call.device.is_gpu is not False  # a stand-in that does not say: a thread pool
         writer = _TrialWriter(store, key, fingerprint.digest)
         seeds, prior = warm_start(store, key, fingerprint.space)
         resumed = (interrupted_trials(store, key, fingerprint.digest)
@@ -473,7 +387,7 @@ class TunedFunction:
         run = _search.TuningRun(
             on_trial=writer.add,
             thread_scope=getattr(call.context, "thread_scope", None),
-            parallel=bool(device.is_gpu),
+            parallel=gpu,
             baseline=self.test,
             space=fingerprint.space,
             seeds=seeds,
@@ -483,7 +397,7 @@ class TunedFunction:
         if explicit:
             logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
         else:
-            _announce(store, key, fingerprint.space, bool(device.is_gpu))
+            _announce(store, key, fingerprint.space, gpu)
         started = time.perf_counter()
         with accel.recording() as rendered, _search.tuning_run(run):
             try:
@@ -509,6 +423,10 @@ class TunedFunction:
                        # the template
                        "test": json.loads(encode_parameters(self.test)),
                        "test_seconds": baseline.median_seconds if baseline else None}
+        search_info[nearest.DEVICE] = nearest.summary(call.device)
+        built = beyond_declared(rendered, fingerprint.sources)
+        if built:  # what the declared sources miss: an edit to it expires the result too
+            search_info[RENDERED] = built
         record = TuningRecord(
             key=key, parameters=encode_parameters(params), score=score,
             package_version=autotune.__version__, fingerprint=fingerprint.digest,
@@ -530,13 +448,13 @@ class TunedFunction:
             return
         _warned_sources.add(name)
         if not fingerprint.sources:
-            logger.warning("%s declares no autotune_sources, so edits to its kernels (%s) will not "
-                           "expire its stored results; declare the .mako templates it renders",
-                           name, ", ".join(uncovered))
+            logger.info("%s declares no autotune_sources; the kernel files it rendered (%s) are "
+                        "recorded with its results, and an edit to one expires them", name,
+                        ", ".join(uncovered))
         else:
-            logger.warning("%s rendered %s, which its autotune_sources do not cover: edits to it "
-                           "will not expire stored results; add it to autotune_sources",
-                           name, ", ".join(uncovered))
+            logger.info("%s rendered %s, which its autotune_sources do not cover; it is recorded "
+                        "with its results, and an edit to it expires them", name,
+                        ", ".join(uncovered))
 
 
 #: How many of the nearest devices' best configurations a search measures first.
@@ -656,15 +574,6 @@ def _announce(store: ResultStore, key: TuningKey, space: Space | None, gpu: bool
                    describe_arguments(key.arguments), key.device_name, when, what, how_long)
 
 
-def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:
-    if not record.fingerprint:
-        return "it was stored without a fingerprint (tuned by an older autotune)"
-    changed = changed_sources(record, fingerprint.sources)
-    if changed:
-        return f"its kernel sources changed since it was tuned ({', '.join(changed)})"
-    return "the space it searched changed since it was tuned"
-
-
 def _log_unusable(verdict: Verdict, *, re_tune: bool) -> None:
     key = verdict.record.key
     then = "; it will be re-tuned" if re_tune else ""
@@ -674,14 +583,6 @@ def _log_unusable(verdict: Verdict, *, re_tune: bool) -> None:
     else:
         logger.info("stored tuning result for %s on %s (%s) is stale: %s%s", key.function,
                     key.device_name, key.arguments, verdict.reason, then)
-
-
-def _nearest_steps(key: TuningKey) -> list[tuple[str, dict[str, str]]]:
-    return [
-        ("driver version", {"device_name": key.device_name, "device_platform": key.device_platform}),
-        ("platform", {"device_name": key.device_name}),
-        ("device", {}),
-    ]
 
 
 class _TrialWriter:

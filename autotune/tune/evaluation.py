@@ -15,6 +15,7 @@ import contextvars
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -42,12 +43,39 @@ class BudgetExhausted(Exception):
 FAIL_FAST = 32
 
 
-class FailingFast(Exception):
-    """The first :data:`FAIL_FAST` candidates failed alike (``error`` is the last)."""
+#: A search whose first this many candidates fail to compile with the same error, once their
+#: configuration values are taken out of it, stops: the kernel is broken whatever the values.
+SAME_COMPILE_ERROR = 3
 
-    def __init__(self, error: BaseException):
+
+class FailingFast(Exception):
+    """The first ``count`` candidates failed alike (``error`` is the last)."""
+
+    def __init__(self, error: BaseException, count: int = FAIL_FAST):
         super().__init__(str(error))
         self.error = error
+        self.count = count
+
+
+def failure_signature(exc: BaseException, params: Mapping[str, Any]) -> tuple[type, str, str]:
+    """What makes two failures the same: the exception type and its message, and for a compile
+    error also the message with this candidate's configuration values taken out (a kernel that
+    fails the same way for every value is broken whatever the search tries)."""
+    message = normalised = str(exc)
+    if isinstance(exc, CompileError):
+        for name, value in params.items():
+            for text in {str(value), str(value).lower()}:
+                if text:
+                    normalised = re.sub(rf"(?<![\w.]){re.escape(text)}(?![\w.])", f"<{name}>",
+                                        normalised)
+    return type(exc), message, normalised
+
+
+def all_alike(signatures: list[tuple[type, str, str]]) -> bool:
+    """True if every failure has one type and one message, as raised or with the
+    configuration values taken out (a small value may also stand for a line number)."""
+    return len({(t, m) for t, m, _ in signatures}) == 1 or \
+        len({(t, n) for t, _, n in signatures}) == 1
 
 
 class InvalidConfiguration(ValueError):
@@ -273,7 +301,7 @@ class DeviceEvaluator(Evaluator):
         self._pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
         self._turns = _Turns() if self._pool is not None else None
         self._index = 0
-        self._same_failures: list[tuple[type, str]] = []
+        self._same_failures: list[tuple[type, str, str]] = []
 
     def close(self) -> None:
         if self._pool is not None:
@@ -343,9 +371,10 @@ class DeviceEvaluator(Evaluator):
         self._trial(Trial(params, classify(exc), f"{type(exc).__name__}: {exc}"))
         self._record(key, None)
         if self.evals == 0:
-            self._same_failures.append((type(exc), str(exc)))
-            if len(self._same_failures) >= FAIL_FAST and len(set(self._same_failures)) == 1:
-                raise FailingFast(exc)
+            self._same_failures.append(failure_signature(exc, params))
+            limit = SAME_COMPILE_ERROR if isinstance(exc, CompileError) else FAIL_FAST
+            if len(self._same_failures) >= limit and all_alike(self._same_failures):
+                raise FailingFast(exc, len(self._same_failures))
 
     def _outcome(self, key: Key, outcome: Any) -> None:
         params = self.config(key)

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from .evaluation import (
-    FAIL_FAST,
     Budget,
     BudgetExhausted,
     DeviceEvaluator,
@@ -35,6 +34,7 @@ from .evaluation import (
     classify,
     default_workers,
 )
+from ..accel import CompileError
 from .measurement import MIN_BATCHES, Measure, check_batches
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
@@ -204,6 +204,17 @@ def _space(space: Space | None, restrictions: Sequence[Restriction],
         raise AutotuneError(str(exc)) from None
 
 
+def names_differ(test: dict[str, Any], space: Space) -> str:
+    """The error for a ``test=`` whose names are not the space's (found before any candidate:
+    every result must have ``test=``'s names, so no search of that space could be stored)."""
+    missing = sorted(set(space.names) - set(test))
+    extra = sorted(set(test) - set(space.names))
+    parts = ([f"the space's {', '.join(missing)} missing from test="] if missing else []) + \
+            ([f"test='s {', '.join(extra)} not in the space"] if extra else [])
+    return (f"test= names {sorted(test)} differ from the space's parameters {list(space.names)} "
+            f"({'; '.join(parts)}); give test= one value for each parameter of the space")
+
+
 def _summarise_failures(trials: list[Trial], total: int, seen: int) -> str:
     failed = [t for t in trials if t.status is not TrialStatus.OK]
     counts = Counter(t.status for t in failed)
@@ -287,9 +298,11 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         STRATEGIES[strategy](context)
     except BudgetExhausted:
         pass
-    except FailingFast:
-        stopped = (f"; stopped after the first {FAIL_FAST} candidates all failed with "
-                   f"{type(evaluator.last_error).__name__}")
+    except FailingFast as fast:
+        alike = (" (configuration values aside)"
+                 if isinstance(fast.error, CompileError) else "")
+        stopped = (f"; stopped after the first {fast.count} candidates all failed with the same "
+                   f"{type(fast.error).__name__}{alike}")
     finally:
         evaluator.close()
     best = evaluator.best()

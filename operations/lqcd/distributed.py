@@ -23,6 +23,8 @@ import numpy as np
 
 from autotune import accel, tune
 
+from ..scalars import finite_real_scalar
+
 from . import gauge as gauge_fields
 from .dslash import TEMPLATE as DSLASH_TEMPLATE
 from .dslash import DslashTemplate
@@ -219,6 +221,7 @@ class DistributedWilsonOperator(WilsonOperator):
                       dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
         """out = D_{parity,1-parity} inp on this rank's block (x + a D inp with ``x``), the
         neighbours' faces of ``inp`` exchanged first."""
+        a = finite_real_scalar("dslash", "a", a, self.template.real_dtype.type)
         args = [out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
                 self.transport.ghost, self._ghost_links, self._no_sites, np.uint32(0)]
         variant = (parity, bool(dagger), x is not None)

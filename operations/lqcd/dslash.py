@@ -11,6 +11,8 @@ import numpy as np
 
 from autotune import accel, tune
 
+from ..scalars import finite_real_scalar
+
 from . import gauge as gauge_fields
 from . import half as half_storage
 from . import reference
@@ -549,6 +551,7 @@ class Dslash:
         Half precision: each of ``out``, ``inp`` and ``x`` is a :class:`.half.HalfSpinor` (16
         bits) or a single precision (complex64) array; the arithmetic is single precision."""
         key: tuple = (parity, bool(dagger), x is not None)
+        a = finite_real_scalar("dslash", "a", a, self.template.real_dtype.type)
         if self.template.half:
             sites = self.template.lattice.half_volume
             codes, args = zip(*(half_storage.kernel_args(f, sites)

@@ -14,13 +14,15 @@ import numpy as np
 
 from autotune import accel, tune
 
+from ..scalars import finite_complex_scalar
+
 from .half import HALF_MAX, HalfSpinor, site_launcher, spinor_from_half, spinor_to_half
 
 TEMPLATE = Path(__file__).with_name("half_blas.mako")
 
 
 def _coefficient(value: complex) -> list[np.float32]:
-    value = complex(value)
+    value = finite_complex_scalar("half BLAS", "coefficient", value, np.float32)
     return [np.float32(value.real), np.float32(value.imag)]
 
 

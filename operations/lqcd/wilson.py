@@ -16,6 +16,8 @@ import numpy as np
 
 from autotune import accel
 
+from ..scalars import finite_real_scalar
+
 from . import half as half_storage
 from . import schwarz as schwarz_module
 from .dslash import DslashTemplate, check_options
@@ -55,11 +57,7 @@ def link_array(U: Any) -> np.ndarray:
 def check_links(U: np.ndarray, kappa: Any, reconstruct: int, check: bool, unitarity_tol: Any) -> None:
     """``kappa`` and, when ``check``, the links' values (see :class:`WilsonOperator`);
     ValueError or TypeError naming the problem."""
-    if isinstance(kappa, bool) or not isinstance(kappa, (int, float, np.integer, np.floating)):
-        raise TypeError(f"kappa must be a real number (the hopping parameter, such as 0.12), "
-                        f"not {type(kappa).__name__} {kappa!r}")
-    if not math.isfinite(kappa):
-        raise ValueError(f"kappa is {kappa}; pass a finite hopping parameter (such as 0.12)")
+    finite_real_scalar("", "kappa", kappa, hint="a finite hopping parameter (such as 0.12)")
     if check:
         if isinstance(unitarity_tol, bool) or not isinstance(
                 unitarity_tol, (int, float, np.integer, np.floating)):

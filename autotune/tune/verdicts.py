@@ -1,0 +1,88 @@
+"""What a stored result is worth for one call: its fingerprint (the kernel sources and space
+it was tuned against), the verdict on a stored row, and what a re-tune did."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import accel
+from .records import TuningKey, TuningRecord
+from .space import Space
+from .validation import changed_sources
+
+
+class Freshness(str, enum.Enum):
+    """What a stored result is worth here."""
+
+    FRESH = "fresh"  #: well formed, fits, tuned against the current sources and space
+    STALE = "stale"  #: well formed and fits, but tuned against other sources or another space
+    INVALID = "invalid"  #: malformed, or its parameters are not valid here: never used
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A stored result judged for one call: its freshness, why, and its clean parameters."""
+
+    record: TuningRecord
+    freshness: Freshness
+    reason: str = ""
+    parameters: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """What a result is tuned against: the kernel sources and the declared space."""
+
+    digest: str
+    sources: dict[str, str]  #: template file name -> SHA-256 of its contents
+    space: Space | None
+
+    @property
+    def sources_json(self) -> str:
+        return json.dumps(self.sources, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class TuningOutcome:
+    """What :meth:`TunedFunction.retune` did."""
+
+    key: TuningKey
+    parameters: dict[str, Any]
+    score: float  #: median seconds per call of the winner (``inf`` if not timed)
+    test_score: float | None  #: the ``test=`` parameters' median, if timed
+    stored: bool  #: False if the database could not take it (kept in this process)
+    trials: int
+
+    @property
+    def speedup(self) -> float | None:
+        """How much faster the result is than ``test=``, if both were timed."""
+        if self.test_score and math.isfinite(self.score) and self.score > 0:
+            return self.test_score / self.score
+        return None
+
+
+def make_fingerprint(files: Iterable[accel.SourceFile], space: Space | None) -> Fingerprint:
+    """What a result is tuned against: the digests of its kernel template files and of the
+    space searched (offline and online tuning compute it alike)."""
+    sources = {f.name: f.digest for f in files}
+    text = json.dumps({"sources": sources, "space": space.digest() if space else ""},
+                      sort_keys=True, separators=(",", ":"))
+    return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), sources, space)
+
+
+def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:
+    if not record.fingerprint:
+        return "it was stored without a fingerprint (tuned by an older autotune)"
+    changed = changed_sources(record, fingerprint.sources)
+    if changed:
+        return f"its kernel sources changed since it was tuned ({', '.join(changed)})"
+    return "the space it searched changed since it was tuned"

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 from .. import accel
 from ..registry import RegistryError
+from ..tune.store.location import path_problem
+from ..tune.text import printable
 from ..tune import (STRATEGIES, AutotuneError, ConfigurationError, NotAnExportError, StoreError,
                     database_url, sqlite_file)
 
@@ -145,7 +147,11 @@ def _devices() -> int:
 def _require_existing(url: str) -> None:
     """Reading commands never create a database: a missing SQLite file is an error."""
     path = sqlite_file(url)
-    if path is not None and not path.exists():
+    try:
+        missing = path is not None and not path.exists()
+    except OSError as exc:  # a folder it may not search, a name too long
+        raise StoreError(path_problem(path, exc)) from None
+    if missing:
         raise FileNotFoundError(
             f"no tuning database at {path}; run `python -m autotune warm` first, or point "
             "AUTOTUNE_DB/--db at an existing one"
@@ -177,7 +183,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handlers[args.command](args, url)
     except (StoreError, ConfigurationError, RegistryError, accel.DeviceNotFoundError,
             FileNotFoundError, NotAnExportError, AutotuneError, ValueError) as exc:
-        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        print(f"autotune {args.command}: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path that cannot be used: one line, as for other bad input
+        where = exc.filename if exc.filename is not None else "a file"
+        print(printable(f"autotune {args.command}: error: cannot use {where}: "
+                        f"{exc.strerror or exc}; check the path and its permissions"),
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = (" (with --resume, the interrupted key's search also goes on from its measured "

@@ -35,6 +35,7 @@ from .decorator import (
 )
 from .encoding import (
     ArgumentEncodingError,
+    ArgumentsTooLongError,
     InvalidParametersError,
     MalformedJSONError,
     StoredEnum,
@@ -101,6 +102,7 @@ __all__ = [
     "MATCH_MODES",
     "TRIAL_STATUSES",
     "ArgumentEncodingError",
+    "ArgumentsTooLongError",
     "AutotuneError",
     "ConfigurationError",
     "Fingerprint",

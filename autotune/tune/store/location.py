@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import pathlib
@@ -116,6 +117,22 @@ def display(url: str) -> str:
     credentials, _, host = rest.partition("@")
     user = credentials.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+
+
+_PATH_PROBLEMS = {
+    errno.EACCES: "a folder on the way may not be searched (or the file read) by this user",
+    errno.EPERM: "the operation is not permitted here",
+    errno.ENAMETOOLONG: "a name in it is longer than the file system allows (usually 255 bytes)",
+    errno.ENOTDIR: "a part of it is a file, not a folder",
+    errno.ELOOP: "it has too many symbolic links",
+}
+
+
+def path_problem(path: os.PathLike | str, exc: OSError) -> str:
+    """One line saying why the database file ``path`` cannot be used, and the fix."""
+    why = _PATH_PROBLEMS.get(exc.errno or 0, exc.strerror or str(exc))
+    return (f"cannot use the tuning database path {str(path)[:300]}: {why} "
+            f"({exc.strerror or exc}); use another path, {hint()}")
 
 
 def hint() -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from .. import accel
 from ..registry import RegistryError
-from ..tune.store.location import path_problem
+from ..tune.store.location import StorePathError, path_problem
 from ..tune.text import printable
 from ..tune import (STRATEGIES, AutotuneError, ConfigurationError, NotAnExportError, StoreError,
                     database_url, sqlite_file)
@@ -150,7 +150,7 @@ def _require_existing(url: str) -> None:
     try:
         missing = path is not None and not path.exists()
     except OSError as exc:  # a folder it may not search, a name too long
-        raise StoreError(path_problem(path, exc)) from None
+        raise StorePathError(path_problem(path, exc)) from None
     if missing:
         raise FileNotFoundError(
             f"no tuning database at {path}; run `python -m autotune warm` first, or point "

@@ -19,7 +19,7 @@ from ..registry import RegisteredTemplate, load_template, registered_templates
 from ..tune import (Freshness, ReadOnlyStoreError, describe_arguments, display, encode_arguments,
                     encode_parameters, get_store, match_mode, observers, search_settings,
                     use_database)
-from ..tune.store import pending
+from ..tune.store import StoreError, StorePathError, pending
 from .formatting import parameters_text, printable, seconds_text
 
 
@@ -231,6 +231,21 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     return [dataclasses.replace(o, where=where) for o in outcomes]
 
 
+def _check_writable(url: str) -> None:
+    """A database path that cannot be used is one clear error before anything is tuned; a
+    read-only database is warmed into this process; one that cannot be written now is said
+    so, and the keys tuned tell whether it came back."""
+    try:
+        get_store(url).prepare_writes()
+    except StorePathError:
+        raise
+    except ReadOnlyStoreError:
+        pass
+    except StoreError as exc:  # a full disk, a lock held long: the keys tuned will say
+        print(printable(f"warm: the tuning database cannot be written now ({exc}); tuning "
+                        "anyway"), file=sys.stderr)
+
+
 def _tuned_status(outcome: Any) -> str:
     if outcome.stored:
         return "tuned"
@@ -311,6 +326,8 @@ def run_warm(args: Any, url: str) -> int:
     with search_settings(**settings):  # checks them once, before anything is tuned
         pass
     started = time.perf_counter()
+    if not args.dry_run:
+        _check_writable(url)
     templates = _select_templates(args.operations, args.template)
     comm = _mpi_world()
     if comm is not None:

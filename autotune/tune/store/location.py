@@ -21,6 +21,11 @@ class StoreError(RuntimeError):
     """The tuning database cannot be opened or used; the message names the problem and the fix."""
 
 
+class StorePathError(StoreError):
+    """The database's file path cannot be used (a folder that may not be searched, a name too
+    long, a file where a folder should be)."""
+
+
 class ReadOnlyStoreError(StoreError):
     """A write to a database that can only be read (a read-only file, folder or server role)."""
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..records import TrialRecord, TuningKey, TuningRecord
-from .location import (ReadOnlyStoreError, StoreError, database_url, display, hint, path_problem,
-                       sqlite_file)
+from .location import (ReadOnlyStoreError, StoreError, StorePathError, database_url, display, hint,
+                       path_problem, sqlite_file)
 from .rows import KEY_FIELDS
 from .sqlite_reader import NeedsUpgrade, SqliteReader, key_condition, selection_condition
 
@@ -134,13 +134,20 @@ class ResultStore:
             raise ReadOnlyStoreError(f"tuning database {display(self._url)} is open read-only")
         if self._path is not None:
             try:
+                self._path.stat()
+            except FileNotFoundError:
+                pass  # created by the first write
+            except OSError as exc:  # a name too long, a folder that may not be searched
+                raise StorePathError(path_problem(self._path, exc)) from None
+        if self._path is not None:
+            try:
                 self._path.parent.mkdir(parents=True, exist_ok=True)
             except FileExistsError:  # a file where a folder should be
-                raise StoreError(path_problem(self._path, NotADirectoryError(
+                raise StorePathError(path_problem(self._path, NotADirectoryError(
                     errno.ENOTDIR, os.strerror(errno.ENOTDIR)))) from None
             except OSError as exc:
                 if exc.errno in (errno.EACCES, errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP):
-                    raise StoreError(path_problem(self._path, exc)) from None
+                    raise StorePathError(path_problem(self._path, exc)) from None
                 raise StoreError(f"cannot create directory {self._path.parent} for tuning database "
                                  f"{display(self._url)}: {exc.strerror or exc}; {hint()}") from exc
         return self._backend()

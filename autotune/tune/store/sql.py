@@ -221,6 +221,9 @@ def classify_error(url: str, exc: BaseException, purpose: str) -> StoreError:
         return StoreBusyError(
             f"cannot {purpose} tuning database {display(url)}: another process held its write "
             f"lock for more than the busy timeout of {settings.busy_timeout():g} s ({message})")
+    if "disk i/o error" in lowered or "disk is full" in lowered or "no space left" in lowered:
+        return StoreError(f"cannot {purpose} tuning database {display(url)}: {message} (is its "
+                          "disk full, or the size of files limited?)")
     return StoreError(f"cannot {purpose} tuning database {display(url)}: {message}; {hint()}")
 
 

@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from ..records import TrialRecord, TuningKey, TuningRecord
 from . import settings
-from .location import ReadOnlyStoreError, StoreError, display, hint, path_problem
+from .location import ReadOnlyStoreError, StoreError, StorePathError, display, hint, path_problem
 from .rows import KEY_FIELDS, RESULT_COLUMNS, SCHEMA_VERSION, TRIAL_COLUMNS, result_from_cells, trial_from_cells
 
 
@@ -34,6 +34,9 @@ logger = logging.getLogger("autotune.tune")
 
 #: SQLite's errors for "cannot create, open or grow a file": an immutable read may still work.
 _IO_ERRORS = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")
+
+
+_warned_immutable: set[str] = set()  #: databases read immutably so far (one warning each)
 
 
 def _io_error(exc: sqlite3.Error) -> bool:
@@ -65,7 +68,6 @@ class SqliteReader:
         self._schema_checked = False
         #: The columns present, per table: an older layout read without upgrading lacks some.
         self._columns: dict[str, tuple[str, ...]] = {}
-        self._warned_immutable = False
 
     def close(self) -> None:
         connection = getattr(self._local, "connection", None)
@@ -83,7 +85,7 @@ class SqliteReader:
             immutable = immutable or (self.read_only and not (wal.exists() and wal.stat().st_size > 0))
             resolved = self.path.resolve()
         except OSError as exc:
-            raise StoreError(path_problem(self.path, exc)) from None
+            raise StorePathError(path_problem(self.path, exc)) from None
         uri = f"file:{quote(str(resolved))}?mode=ro" + ("&immutable=1" if immutable else "")
         try:
             connection = sqlite3.connect(uri, uri=True, timeout=settings.busy_timeout(),
@@ -135,8 +137,8 @@ class SqliteReader:
             raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
         finally:
             connection.close()
-        if not self._warned_immutable:
-            self._warned_immutable = True
+        if self.url not in _warned_immutable:
+            _warned_immutable.add(self.url)
             logger.warning("tuning database %s cannot be opened as usual (%s: is its disk full?); "
                            "it is read as immutable, without its -wal file's latest writes",
                            display(self.url), cause)

@@ -42,7 +42,8 @@ from .encoding import (
 )
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space, SpaceError
-from .store import ReadOnlyStoreError, ResultStore, StoreError, database_url, display, pending
+from .store import (ReadOnlyStoreError, ResultStore, StoreError, StoreUnavailableError, database_url,
+                    display, pending)
 from .store import settings as store_settings
 from .text import guard_logger
 from .validation import changed_sources, record_problem, trial_problem
@@ -411,12 +412,14 @@ class TunedFunction:
         return Verdict(record, Freshness.FRESH, "", params)
 
     def _lookup_or_miss(self, store: ResultStore, call: _Call, mode: str) -> dict[str, Any] | None:
-        """What the database holds for the call; a database that cannot be read at all (a
-        server outage, a path that cannot be used) is a miss, with one warning per database:
-        the key is tuned, its result used, and stored once the database takes writes."""
+        """What the database holds for the call; a database that cannot be reached for now (a
+        server outage, a disk error, a lock held long) is a miss, with one warning per
+        database: the key is tuned, its result used, and stored once the database takes writes.
+        A database that is wrong (not a database, a newer layout, a path that cannot be used)
+        is an error to fix, raised as before."""
         try:
             return self._lookup(store, call, mode)
-        except StoreError as exc:
+        except StoreUnavailableError as exc:
             with _warned_lock:
                 first = store.url not in _warned_unreadable
                 _warned_unreadable.add(store.url)

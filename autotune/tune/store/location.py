@@ -21,6 +21,11 @@ class StoreError(RuntimeError):
     """The tuning database cannot be opened or used; the message names the problem and the fix."""
 
 
+class StoreUnavailableError(StoreError):
+    """The database cannot be reached or written for now (a server outage, a full disk, a lock
+    held long): a tuned call goes on without it, and what it could not write is written later."""
+
+
 class StorePathError(StoreError):
     """The database's file path cannot be used (a folder that may not be searched, a name too
     long, a file where a folder should be)."""
@@ -30,7 +35,7 @@ class ReadOnlyStoreError(StoreError):
     """A write to a database that can only be read (a read-only file, folder or server role)."""
 
 
-class StoreBusyError(StoreError):
+class StoreBusyError(StoreUnavailableError):
     """Another process held the database's write lock for longer than the busy timeout."""
 
 

@@ -26,7 +26,8 @@ from urllib.parse import quote
 
 from ..records import TrialRecord, TuningKey, TuningRecord
 from . import settings
-from .location import ReadOnlyStoreError, StoreError, StorePathError, display, hint, path_problem
+from .location import (ReadOnlyStoreError, StoreError, StorePathError, StoreUnavailableError, display,
+                       hint, path_problem)
 from .rows import KEY_FIELDS, RESULT_COLUMNS, SCHEMA_VERSION, TRIAL_COLUMNS, result_from_cells, trial_from_cells
 
 
@@ -131,8 +132,8 @@ class SqliteReader:
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
-            raise StoreError(f"cannot read tuning database {display(self.url)}: {cause}, and "
-                             f"read as immutable: {exc}; {hint()}") from exc
+            raise StoreUnavailableError(f"cannot read tuning database {display(self.url)}: "
+                                        f"{cause}, and read as immutable: {exc}") from exc
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
         finally:
@@ -150,6 +151,9 @@ class SqliteReader:
             return []  # an empty file, or one whose tables another process creates now
         if "readonly" in str(exc):
             raise ReadOnlyStoreError(f"cannot read tuning database {display(self.url)}: {exc}") from exc
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StoreUnavailableError(f"cannot read tuning database {display(self.url)}: "
+                                        f"another process held it locked ({exc})") from exc
         raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
 
     def _check_schema(self, connection: sqlite3.Connection) -> None:

@@ -19,6 +19,14 @@ EPILOG_DB = (
     "<user cache dir>/autotune/tuning.db. Example: AUTOTUNE_DB=tune.db python -m autotune {cmd}"
 )
 
+WARM_STATUSES = (
+    "\n\nExit status: 0 every key tuned and stored, or stored already (keys tuned into a "
+    "read-only database are used, not stored, and count as done); 1 some key failed to tune; 2 "
+    "bad input, or a database path that cannot be used; 3 some tuned result could not be "
+    "written (full disk, database outage, lock held too long: named on standard error; 3 wins "
+    "over 1); 130 interrupted."
+)
+
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--db", metavar="PATH_OR_URL",
@@ -47,11 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     warm = _sub(sub, "warm", "pre-tune the registered templates' warm configurations",
                 "python -m autotune warm scale --device cuda:0")
-    warm.epilog += ("\n\nExit status: 0 every key tuned and stored, or stored already (keys tuned "
-                    "into a read-only database are used, not stored, and count as done); 1 some "
-                    "key failed to tune; 2 bad input, or a database path that cannot be used; 3 "
-                    "some tuned result could not be written (full disk, database outage, lock "
-                    "held too long: named on standard error; 3 wins over 1); 130 interrupted.")
+    warm.epilog += WARM_STATUSES
     warm.add_argument("operations", nargs="*", metavar="OPERATION",
                       help="registered template names (default: all)")
     warm.add_argument("--device", help="device selector as for AUTOTUNE_DEVICE (cuda, cuda:1, "

@@ -259,6 +259,7 @@ def _written_late(store: Any, outcomes: list[WarmOutcome], unwritten: dict[int, 
     those written now count as tuned."""
     if not any(outcomes[i].status == "tuned, write failed" for i in unwritten):
         return outcomes
+    store.dispose()  # fresh connections (a failed one may hold on to what it could not do)
     pending.write_pending(store)
     still = set(pending.waiting(store.url))
     return [dataclasses.replace(o, status="tuned", message="")
@@ -357,8 +358,9 @@ def run_warm(args: Any, url: str) -> int:
               f"in {_duration(time.perf_counter() - started)}; database {display(url)}")
     if unstored:
         print(f"warm: {len(unstored)} tuned result(s) could not be written to {display(url)} "
-              f"(first: {unstored[0].message}); they are lost when warm ends: free the disk or "
-              f"bring the database back and run warm again (exit status {EXIT_NOT_STORED})",
+              f"(first: {unstored[0].message}); warm tries once more as it exits, then they "
+              f"are lost: free the disk or bring the database back and run warm again (exit "
+              f"status {EXIT_NOT_STORED})",
               file=sys.stderr)
         return EXIT_NOT_STORED
     return EXIT_FAILED if failed else 0

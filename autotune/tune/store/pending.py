@@ -18,6 +18,9 @@ from .result_store import ResultStore
 
 logger = logging.getLogger("autotune.tune")
 
+#: How long the last try at exit waits for another process's write lock.
+AT_EXIT_WAIT_SECONDS = 5.0
+
 _Write = tuple[TuningRecord, list[TrialRecord]]
 _queue: dict[str, list[_Write]] = {}
 _stores: dict[str, ResultStore] = {}
@@ -99,8 +102,16 @@ def _start_retrier() -> None:
 
 @atexit.register
 def _at_exit() -> None:
-    """Try once more to write what was kept; what still cannot be written is lost with the
-    process: say how much, and how to get it back."""
+    """Try once more to write what was kept, waiting at most :data:`AT_EXIT_WAIT_SECONDS` for a
+    lock; what still cannot be written is lost with the process: say how much, and how to get
+    it back."""
+    with _lock:
+        kept = [_stores[url] for url in _queue if _queue[url]]
+    if not kept:
+        return
+    settings.BUSY_TIMEOUT_SECONDS = min(settings.BUSY_TIMEOUT_SECONDS, AT_EXIT_WAIT_SECONDS)
+    for store in kept:
+        store.dispose()  # new connections take the shorter busy timeout
     _write_all()
     with _lock:
         left = {url: len(writes) for url, writes in _queue.items() if writes}

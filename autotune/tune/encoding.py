@@ -105,9 +105,10 @@ def encode_arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(encoded, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-class ArgumentsTooLongError(ArgumentEncodingError):
+class ArgumentsTooLongError(ArgumentEncodingError, ValueError):
     """A tuning key's arguments encode to more than :data:`MAX_JSON_CHARS` characters: such a
-    key could be stored but never read back."""
+    key could be stored but never read back. (Also a ValueError: the CLI reports it in one
+    line, e.g. for a template whose warm configuration is too long.)"""
 
 
 def encode_key_arguments(arguments: dict[str, Any]) -> str:

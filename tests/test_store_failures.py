@@ -372,28 +372,44 @@ def test_import_of_an_unusable_file_path_is_one_line(capsys, tmp_path):
     assert "File name too long" in _one_line_error(code, err)
 
 
+def _python_for_nobody() -> tuple[str, dict[str, str], int]:
+    """A Python of this version that ``nobody`` may run, with this environment's packages (a
+    virtual environment's interpreter may live in root's home); skips where there is none."""
+    import pwd
+    import shutil
+    import site
+
+    uid = pwd.getpwnam("nobody").pw_uid
+    env = dict(ENV, HOME="/tmp", PYTHONPATH=os.pathsep.join(
+        [ENV["PYTHONPATH"], *site.getsitepackages()]))
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for python in dict.fromkeys(filter(None, [sys.executable, shutil.which(version),
+                                              f"/usr/bin/{version}"])):
+        try:
+            subprocess.run([python, "-c", "import autotune.cli, sqlalchemy, pandas"], env=env,
+                           user=uid, cwd="/", check=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        return python, env, uid
+    pytest.skip(f"root searches every folder, and nobody cannot run a {version} with this "
+                "environment's packages")
+
+
 @pytest.mark.skipif(not hasattr(os, "setuid"), reason="needs POSIX users")
 def test_a_database_in_a_folder_this_user_cannot_search(tmp_path):
-    """As root (which may search any folder), the commands run as ``nobody``."""
+    """A folder without search permission for this user (``0600``); as root, which may search
+    any folder, the commands run as ``nobody`` on a folder of root's (``0700``)."""
     private = Path(tempfile.mkdtemp(prefix="autotune-private-"))
     try:
-        private.chmod(0o700)
+        private.chmod(0o700 if os.geteuid() == 0 else 0o600)
         db = private / "inner" / "t.db"
-        as_user = None
+        python, env, as_user = sys.executable, dict(ENV, HOME="/tmp"), None
         if os.geteuid() == 0:
-            import pwd
-
-            as_user = pwd.getpwnam("nobody").pw_uid
-            try:
-                subprocess.run([sys.executable, "-c", "pass"], user=as_user, cwd="/", check=True)
-            except (PermissionError, subprocess.CalledProcessError) as exc:
-                pytest.skip(f"root searches every folder, and nobody cannot run this Python "
-                            f"({sys.executable}: {exc})")
+            python, env, as_user = _python_for_nobody()
         for command in (["show"], ["warm", "--template", FAKE, "--quiet", "FakeTimedTemplate"]):
             child = subprocess.run(
-                [sys.executable, "-m", "autotune", *command, "--db", str(db)],
-                env=dict(ENV, HOME=str(tmp_path)), capture_output=True, text=True, timeout=120,
-                user=as_user, cwd="/")
+                [python, "-m", "autotune", *command, "--db", str(db)], env=env,
+                capture_output=True, text=True, timeout=120, user=as_user, cwd="/")
             assert child.returncode == 2, child.stderr
             line = child.stderr.strip().splitlines()
             assert len(line) == 1 and "may not be searched" in line[0], child.stderr

@@ -19,7 +19,7 @@ from ..registry import RegisteredTemplate, load_template, registered_templates
 from ..tune import (Freshness, ReadOnlyStoreError, describe_arguments, display, encode_arguments,
                     encode_parameters, get_store, match_mode, observers, search_settings,
                     use_database)
-from ..tune.store import StoreError, StorePathError, pending
+from ..tune.store import StoreUnavailableError, pending
 from .formatting import parameters_text, printable, seconds_text
 
 
@@ -232,18 +232,15 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
 
 
 def _check_writable(url: str) -> None:
-    """A database path that cannot be used is one clear error before anything is tuned; a
-    read-only database is warmed into this process; one that cannot be written now is said
-    so, and the keys tuned tell whether it came back."""
+    """A database path that cannot be used, or a database that is wrong, is one clear error
+    before anything is tuned. A read-only database is warmed into this process; one that
+    cannot be written now (a full disk) is warmed all the same, and each key tuned says
+    whether its result got in; one that cannot be read either (a server that is down) is the
+    error of the first read."""
     try:
         get_store(url).prepare_writes()
-    except StorePathError:
-        raise
-    except ReadOnlyStoreError:
+    except (ReadOnlyStoreError, StoreUnavailableError):
         pass
-    except StoreError as exc:  # a full disk, a lock held long: the keys tuned will say
-        print(printable(f"warm: the tuning database cannot be written now ({exc}); tuning "
-                        "anyway"), file=sys.stderr)
 
 
 def _tuned_status(outcome: Any) -> str:

@@ -734,9 +734,10 @@ class _TrialWriter:
         cannot be written now (a full disk, a server outage, a busy lock) is kept and written
         later (``store.pending``), unless the database is read-only."""
         url = self.store.url
-        pending.write_pending(self.store)
         try:
-            self.store.save(record, self.buffer)
+            with pending.in_order():  # earlier results first, and never after this one
+                pending.write_pending(self.store)
+                self.store.save(record, self.buffer)
             self.buffer = []
             return True
         except ReadOnlyStoreError as exc:

@@ -25,6 +25,9 @@ _Write = tuple[TuningRecord, list[TrialRecord]]
 _queue: dict[str, list[_Write]] = {}
 _stores: dict[str, ResultStore] = {}
 _lock = threading.Lock()
+#: Held while kept results are written and by :func:`in_order`, so that a kept result is never
+#: written after a newer one for its key.
+_order = threading.RLock()
 _retrier: tuple[int, threading.Thread] | None = None
 _wake = threading.Event()
 
@@ -44,9 +47,20 @@ def waiting(url: str | None = None) -> list[TuningKey]:
                 for record, _ in writes]
 
 
+def in_order() -> threading.RLock:
+    """A lock to hold around :func:`write_pending` and the write of a new result: kept results
+    are then written before it, never after (by the retry thread)."""
+    return _order
+
+
 def write_pending(store: ResultStore) -> int:
     """Write the results kept for ``store``'s database, oldest first, stopping at the first
     that fails (it and the later ones stay kept). Returns how many are still kept."""
+    with _order:
+        return _write_pending(store)
+
+
+def _write_pending(store: ResultStore) -> int:
     with _lock:
         writes = _queue.pop(store.url, [])
     written = 0

@@ -251,7 +251,8 @@ def _tuned_status(outcome: Any) -> str:
     return "tuned, write failed"
 
 
-def _written_late(store: Any, outcomes: list[WarmOutcome], unwritten: dict[int, Any]) -> list[WarmOutcome]:
+def _written_late(store: Any, outcomes: list[WarmOutcome],
+                  unwritten: dict[int, Any]) -> list[WarmOutcome]:
     """Try once more to write the results the database refused (they are kept in this process);
     those written now count as tuned."""
     if not any(outcomes[i].status == "tuned, write failed" for i in unwritten):

@@ -133,24 +133,27 @@ class ResultStore:
         if self._read_only:
             raise ReadOnlyStoreError(f"tuning database {display(self._url)} is open read-only")
         if self._path is not None:
-            try:
-                self._path.stat()
-            except FileNotFoundError:
-                pass  # created by the first write
-            except OSError as exc:  # a name too long, a folder that may not be searched
-                raise StorePathError(path_problem(self._path, exc)) from None
-        if self._path is not None:
-            try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-            except FileExistsError:  # a file where a folder should be
-                raise StorePathError(path_problem(self._path, NotADirectoryError(
-                    errno.ENOTDIR, os.strerror(errno.ENOTDIR)))) from None
-            except OSError as exc:
-                if exc.errno in (errno.EACCES, errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP):
-                    raise StorePathError(path_problem(self._path, exc)) from None
-                raise StoreError(f"cannot create directory {self._path.parent} for tuning database "
-                                 f"{display(self._url)}: {exc.strerror or exc}; {hint()}") from exc
+            self._make_folder(self._path)
         return self._backend()
+
+    def _make_folder(self, path: Path) -> None:
+        """Create the SQLite file's folder; a path that cannot be used is a StorePathError."""
+        try:
+            path.stat()
+        except FileNotFoundError:
+            pass  # created by the first write
+        except OSError as exc:  # a name too long, a folder that may not be searched
+            raise StorePathError(path_problem(path, exc)) from None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a folder should be
+            raise StorePathError(path_problem(path, NotADirectoryError(
+                errno.ENOTDIR, os.strerror(errno.ENOTDIR)))) from None
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP):
+                raise StorePathError(path_problem(path, exc)) from None
+            raise StoreError(f"cannot create directory {path.parent} for tuning database "
+                             f"{display(self._url)}: {exc.strerror or exc}; {hint()}") from exc
 
     def _read(self, sqlite_call: Any, server_call: Any) -> Any:
         if self._reader is None:

@@ -256,11 +256,15 @@ def _tune_through_outage(url: str, worker: int, tuned, restarted, results) -> No
 
 
 def test_tuners_survive_a_postgres_outage_and_store_everything_once_it_is_back(
-        postgres_url, postgres_outage):
+        capsys, postgres_url, postgres_outage):
     import multiprocessing
 
     ResultStore(postgres_url).dispose()  # the tables exist before the crash
     postgres_outage.stop()
+    # warm, which would tune for nothing, says so in one line
+    code, _, err = run(capsys, "warm", "--db", postgres_url, "--template", FAKE, "--quiet",
+                       "FakeTimedTemplate")
+    assert "is the server down?" in _one_line_error(code, err)
     context = multiprocessing.get_context("spawn")
     tuned, restarted, results = context.Semaphore(0), context.Event(), context.Queue()
     processes = [context.Process(target=_tune_through_outage,

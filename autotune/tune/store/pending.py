@@ -9,6 +9,7 @@ import atexit
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 
 from ..records import TrialRecord, TuningKey, TuningRecord
@@ -29,7 +30,6 @@ _lock = threading.Lock()
 #: written after a newer one for its key.
 _order = threading.RLock()
 _retrier: tuple[int, threading.Thread] | None = None
-_wake = threading.Event()
 
 
 def keep(store: ResultStore, record: TuningRecord, trials: Sequence[TrialRecord]) -> None:
@@ -94,8 +94,7 @@ def _write_all() -> int:
 
 def _retry_loop() -> None:
     while True:
-        _wake.wait(settings.retry_seconds())
-        _wake.clear()
+        time.sleep(settings.retry_seconds())
         if _write_all() == 0:
             with _lock:  # stop only while nothing is kept (keep() starts a new thread after)
                 if not any(_queue.values()):

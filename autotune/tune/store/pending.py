@@ -93,12 +93,12 @@ def _write_all() -> int:
 
 
 def _retry_loop() -> None:
+    global _retrier
     while True:
         time.sleep(settings.retry_seconds())
         if _write_all() == 0:
             with _lock:  # stop only while nothing is kept (keep() starts a new thread after)
                 if not any(_queue.values()):
-                    global _retrier
                     _retrier = None
                     return
 

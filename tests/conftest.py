@@ -13,6 +13,41 @@ def db(tmp_path, monkeypatch):
     return path
 
 
+_POSTGRES: dict = {}  #: data folder -> the pgserver server of this session
+
+
+class PostgresOutage:
+    """Stops the session's PostgreSQL server as a crash would (``pg_ctl stop -m immediate``)
+    and starts it again, in the same data folder and socket."""
+
+    def __init__(self, server):
+        self.server = server
+        self.stopped = False
+
+    def stop(self) -> None:
+        from pgserver._commands import pg_ctl
+
+        pg_ctl(["-w", "-m", "immediate", "stop"], pgdata=self.server.pgdata,
+               user=self.server.system_user, timeout=60)
+        self.stopped = True
+
+    def start(self) -> None:
+        with self.server._lock:
+            self.server.ensure_postgres_running()
+        self.stopped = False
+
+
+@pytest.fixture
+def postgres_outage(postgres_server):
+    """Stop and start the session's PostgreSQL server; it runs again after the test."""
+    outage = PostgresOutage(_POSTGRES[postgres_server])
+    try:
+        yield outage
+    finally:
+        if outage.stopped:
+            outage.start()
+
+
 @pytest.fixture(scope="session")
 def postgres_server():
     """A real PostgreSQL server for this test session, from the ``pgserver`` wheel of the test
@@ -35,6 +70,7 @@ def postgres_server():
     # short: the socket's path must fit in 107 bytes
     folder = Path(tempfile.mkdtemp(prefix="autotune-pg-"))
     server = pgserver.get_server(folder / "data", cleanup_mode="delete")
+    _POSTGRES[folder / "data"] = server
     try:
         yield folder / "data"
     finally:

@@ -8,6 +8,10 @@ from __future__ import annotations
 import json
 import math
 
+from ..tune.text import printable
+
+__all__ = ["parameters_text", "printable", "rate_text", "seconds_text", "short_function"]
+
 
 def parameters_text(parameters_json: str) -> str:
     try:

@@ -9,12 +9,22 @@ from collections.abc import Sequence
 
 from .. import accel
 from ..registry import RegistryError
+from ..tune.store.location import StorePathError, path_problem
+from ..tune.text import printable
 from ..tune import (STRATEGIES, AutotuneError, ConfigurationError, NotAnExportError, StoreError,
                     database_url, sqlite_file)
 
 EPILOG_DB = (
     "The database is AUTOTUNE_DB (a file path or an SQLAlchemy URL), or --db, default "
     "<user cache dir>/autotune/tuning.db. Example: AUTOTUNE_DB=tune.db python -m autotune {cmd}"
+)
+
+WARM_STATUSES = (
+    "\n\nExit status: 0 every key tuned and stored, or stored already (keys tuned into a "
+    "read-only database are used, not stored, and count as done); 1 some key failed to tune; 2 "
+    "bad input, or a database path that cannot be used; 3 some tuned result could not be "
+    "written (full disk, database outage, lock held too long: named on standard error; 3 wins "
+    "over 1); 130 interrupted."
 )
 
 
@@ -45,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     warm = _sub(sub, "warm", "pre-tune the registered templates' warm configurations",
                 "python -m autotune warm scale --device cuda:0")
+    warm.epilog += WARM_STATUSES
     warm.add_argument("operations", nargs="*", metavar="OPERATION",
                       help="registered template names (default: all)")
     warm.add_argument("--device", help="device selector as for AUTOTUNE_DEVICE (cuda, cuda:1, "
@@ -146,7 +157,11 @@ def _devices() -> int:
 def _require_existing(url: str) -> None:
     """Reading commands never create a database: a missing SQLite file is an error."""
     path = sqlite_file(url)
-    if path is not None and not path.exists():
+    try:
+        missing = path is not None and not path.exists()
+    except OSError as exc:  # a folder it may not search, a name too long
+        raise StorePathError(path_problem(path, exc)) from None
+    if missing:
         raise FileNotFoundError(
             f"no tuning database at {path}; run `python -m autotune warm` first, or point "
             "AUTOTUNE_DB/--db at an existing one"
@@ -178,7 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handlers[args.command](args, url)
     except (StoreError, ConfigurationError, RegistryError, accel.DeviceNotFoundError,
             FileNotFoundError, NotAnExportError, AutotuneError, ValueError) as exc:
-        print(f"autotune {args.command}: error: {exc}", file=sys.stderr)
+        print(f"autotune {args.command}: error: {printable(exc)}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a path that cannot be used: one line, as for other bad input
+        where = exc.filename if exc.filename is not None else "a file"
+        print(printable(f"autotune {args.command}: error: cannot use {where}: "
+                        f"{exc.strerror or exc}; check the path and its permissions"),
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         hint = (" (with --resume, the interrupted key's search also goes on from its measured "

@@ -12,7 +12,7 @@ from typing import Any
 from ..registry import RegisteredTemplate, registered_templates
 from ..tune import (MergePolicy, ResultStore, TuningRecord, changed_sources, describe_arguments, display,
                     export_rows, format_for, read_import, record_problem, results_frame, rows_text)
-from .formatting import parameters_text, rate_text, seconds_text, short_function
+from .formatting import parameters_text, printable, rate_text, seconds_text, short_function
 
 
 def _registered() -> dict[str, RegisteredTemplate]:
@@ -63,6 +63,8 @@ def _table(records: list[TuningRecord]) -> str:
         "status": [status_text(r, templates, current) for r in records],
         "tuned": frame.created_at.map(lambda t: t.strftime("%Y-%m-%d %H:%M")),
     })
+    for column in table.columns:  # stored text is data: no control character reaches the terminal
+        table[column] = [printable(value) for value in table[column]]
     with pd.option_context("display.max_colwidth", 50, "display.width", 250):
         return table.to_string(index=False)
 

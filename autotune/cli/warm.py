@@ -16,9 +16,19 @@ from typing import Any
 
 from .. import accel
 from ..registry import RegisteredTemplate, load_template, registered_templates
-from ..tune import (Freshness, describe_arguments, display, encode_arguments, encode_parameters,
-                    get_store, match_mode, observers, search_settings, use_database)
-from .formatting import parameters_text, seconds_text
+from ..tune import (Freshness, ReadOnlyStoreError, describe_arguments, display, encode_arguments,
+                    encode_parameters, get_store, match_mode, observers, search_settings,
+                    use_database)
+from ..tune.store import StoreUnavailableError, pending
+from .formatting import parameters_text, printable, seconds_text
+
+
+#: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
+#: into a read-only database are not stored and count as done), 1 some key failed to tune,
+#: 2 bad input or a database that cannot be used at all, 3 some tuned result could not be
+#: written (full disk, server outage, lock held too long; 3 wins over 1), 130 interrupted.
+EXIT_FAILED = 1
+EXIT_NOT_STORED = 3
 
 
 @dataclass(frozen=True)
@@ -28,7 +38,9 @@ class WarmOutcome:
     template: str
     device: str
     arguments: str  #: human-readable arguments
-    status: str  #: ``tuned``, ``stored`` (fresh already), ``would tune``, ``failed``
+    #: ``tuned``, ``stored`` (fresh already), ``would tune``, ``failed``, ``tuned, not stored``
+    #: (a read-only database), ``tuned, write failed`` (any other reason it could not be written)
+    status: str
     parameters: str = ""
     score: float | None = None
     test_score: float | None = None  #: time of the template's ``test=`` parameters, if tried
@@ -171,7 +183,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     context = spec.create_context()
     device = context.device.name
     store = get_store(url)
-    outcomes = []
+    outcomes: list[WarmOutcome] = []
+    unwritten: dict[int, Any] = {}  #: outcome index -> key of a result the database refused
     with use_database(url):
         index, count = share
         every = [(template, config) for template in templates
@@ -206,13 +219,50 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                                                 message=f"{type(exc).__name__}: {exc}"))
                     continue
                 outcomes.append(WarmOutcome(
-                    template.name, device, args, "tuned" if outcome.stored else "tuned, not stored",
+                    template.name, device, args, _tuned_status(outcome),
                     parameters_text(encode_parameters(outcome.parameters)), outcome.score,
-                    outcome.test_score))
+                    outcome.test_score, message=str(outcome.store_error or "")))
+                if outcome.store_error is not None:
+                    unwritten[len(outcomes) - 1] = outcome.key
         finally:
             progress.close()
+        outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
     return [dataclasses.replace(o, where=where) for o in outcomes]
+
+
+def _check_writable(url: str) -> None:
+    """A database path that cannot be used, or a database that is wrong, is one clear error
+    before anything is tuned. A read-only database is warmed into this process; one that
+    cannot be written now (a full disk) is warmed all the same, and each key tuned says
+    whether its result got in; one that cannot be read either (a server that is down) is the
+    error of the first read."""
+    try:
+        get_store(url).prepare_writes()
+    except (ReadOnlyStoreError, StoreUnavailableError):
+        pass
+
+
+def _tuned_status(outcome: Any) -> str:
+    if outcome.stored:
+        return "tuned"
+    if isinstance(outcome.store_error, ReadOnlyStoreError):
+        return "tuned, not stored"
+    return "tuned, write failed"
+
+
+def _written_late(store: Any, outcomes: list[WarmOutcome],
+                  unwritten: dict[int, Any]) -> list[WarmOutcome]:
+    """Try once more to write the results the database refused (they are kept in this process);
+    those written now count as tuned."""
+    if not any(outcomes[i].status == "tuned, write failed" for i in unwritten):
+        return outcomes
+    store.dispose()  # fresh connections (a failed one may hold on to what it could not do)
+    pending.write_pending(store)
+    still = set(pending.waiting(store.url))
+    return [dataclasses.replace(o, status="tuned", message="")
+            if i in unwritten and o.status == "tuned, write failed" and unwritten[i] not in still
+            else o for i, o in enumerate(outcomes)]
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
@@ -280,6 +330,8 @@ def run_warm(args: Any, url: str) -> int:
     with search_settings(**settings):  # checks them once, before anything is tuned
         pass
     started = time.perf_counter()
+    if not args.dry_run:
+        _check_writable(url)
     templates = _select_templates(args.operations, args.template)
     comm = _mpi_world()
     if comm is not None:
@@ -292,16 +344,29 @@ def run_warm(args: Any, url: str) -> int:
     _print_table(outcomes, dry_run=args.dry_run)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
-        print(f"FAILED {o.template} {o.arguments} on {o.device}: {o.message}", file=sys.stderr)
+        print(printable(f"FAILED {o.template} {o.arguments} on {o.device}: {o.message}"),
+              file=sys.stderr)
+    unstored = [o for o in outcomes if o.status == "tuned, write failed"]
+    for o in unstored:
+        print(printable(f"NOT STORED {o.template} {o.arguments} on {o.device}: {o.message}"),
+              file=sys.stderr)
     if not args.dry_run:
         counts = Counter(o.status for o in outcomes)
-        parts = ", ".join(f"{counts[s]} {s}" for s in ("tuned", "tuned, not stored", "stored", "failed")
+        parts = ", ".join(f"{counts[s]} {s}" for s in ("tuned", "tuned, not stored",
+                                                        "tuned, write failed", "stored", "failed")
                           if counts[s] or s in ("tuned", "stored", "failed"))
         devices = len({o.where or o.device for o in outcomes})
         keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
               f"in {_duration(time.perf_counter() - started)}; database {display(url)}")
-    return 1 if failed else 0
+    if unstored:
+        print(f"warm: {len(unstored)} tuned result(s) could not be written to {display(url)} "
+              f"(first: {unstored[0].message}); warm tries once more as it exits, then they "
+              f"are lost: free the disk or bring the database back and run warm again (exit "
+              f"status {EXIT_NOT_STORED})",
+              file=sys.stderr)
+        return EXIT_NOT_STORED
+    return EXIT_FAILED if failed else 0
 
 
 def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
@@ -340,7 +405,7 @@ def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
     if dry_run:
         todo = [o for o in outcomes if o.status == "would tune"]
         print(f"{len(todo)} of {len(outcomes)} keys would be tuned:")
-    rows = [{
+    rows = [{key: printable(value) for key, value in row.items()} for row in [{
         "operation": o.template,
         "arguments": o.arguments,
         "device": o.device,
@@ -348,6 +413,6 @@ def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
         "best parameters": o.parameters or "-",
         "time": seconds_text(o.score),
         "speed-up vs test=": f"{o.speedup:.2f}x" if o.speedup else "-",
-    } for o in outcomes]
+    } for o in outcomes]]
     with pd.option_context("display.max_colwidth", 60, "display.width", 200):
         print(pd.DataFrame(rows).to_string(index=False))

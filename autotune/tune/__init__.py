@@ -35,6 +35,7 @@ from .decorator import (
 )
 from .encoding import (
     ArgumentEncodingError,
+    ArgumentsTooLongError,
     InvalidParametersError,
     MalformedJSONError,
     StoredEnum,
@@ -74,6 +75,8 @@ from .store import (
     ResultStore,
     StoreBusyError,
     StoreError,
+    StorePathError,
+    StoreUnavailableError,
     database_url,
     display,
     export_text,
@@ -108,6 +111,7 @@ __all__ = [
     "MATCH_MODES",
     "TRIAL_STATUSES",
     "ArgumentEncodingError",
+    "ArgumentsTooLongError",
     "AutotuneError",
     "ConfigurationError",
     "Fingerprint",
@@ -128,6 +132,8 @@ __all__ = [
     "SpaceError",
     "StoreBusyError",
     "StoreError",
+    "StorePathError",
+    "StoreUnavailableError",
     "StoredEnum",
     "Trial",
     "TrialRecord",

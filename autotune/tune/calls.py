@@ -7,7 +7,7 @@ import inspect
 from typing import TYPE_CHECKING
 
 from .devices import device_key
-from .encoding import encode_arguments
+from .encoding import encode_key_arguments
 from .records import TuningKey
 
 if TYPE_CHECKING:
@@ -44,5 +44,5 @@ class Call:
             device_name=self.device.name,
             device_platform=self.device.platform,
             driver_version=self.device.driver_version,
-            arguments=encode_arguments(rest),
+            arguments=encode_key_arguments(rest),
         )

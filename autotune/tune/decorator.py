@@ -13,12 +13,10 @@ tuned again; the new result replaces it.
 
 from __future__ import annotations
 
-import atexit
 import enum
 import functools
 import inspect
 import json
-import logging
 import math
 import os
 import threading
@@ -45,7 +43,10 @@ from .encoding import (
 from .rendered import RENDERED, beyond_declared, rendered_changes, template_dirs
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space, SpaceError
-from .store import ReadOnlyStoreError, ResultStore, StoreBusyError, StoreError, database_url, display
+from .store import (ReadOnlyStoreError, ResultStore, StoreError, StoreUnavailableError, database_url,
+                    display, pending)
+from .store import settings as store_settings
+from .text import guard_logger
 from .validation import record_problem, trial_problem
 from .verdicts import (
     Fingerprint,
@@ -56,7 +57,7 @@ from .verdicts import (
     make_fingerprint,
 )
 
-logger = logging.getLogger("autotune.tune")
+logger = guard_logger("autotune.tune")  # stored text in its messages is shown escaped
 
 ENV_MATCH = "AUTOTUNE_MATCH"
 
@@ -95,23 +96,10 @@ _memo_lock = threading.Lock()
 _stores: dict[str, ResultStore] = {}
 _stores_lock = threading.Lock()
 _key_locks: dict[tuple[str, TuningKey], threading.Lock] = {}
-#: Results that could not be written (busy database): retried with the next write to it.
-_pending: dict[str, list[tuple[TuningRecord, list[TrialRecord]]]] = {}
-_pending_lock = threading.Lock()
+_warned_lock = threading.Lock()
 _warned_read_only: set[str] = set()
+_warned_unreadable: set[str] = set()
 _warned_sources: set[str] = set()
-
-
-@atexit.register
-def _report_unstored() -> None:
-    """Results a busy database refused and no later write stored are lost with the process:
-    say so once, at exit, rather than wait on the lock again."""
-    with _pending_lock:
-        pending = {url: len(results) for url, results in _pending.items() if results}
-    for url, count in pending.items():
-        logger.warning("%d tuned result(s) could not be stored in %s, which stayed busy; they were "
-                       "used in this process only (tune them again, e.g. python -m autotune warm)",
-                       count, display(url))
 
 
 def match_mode(value: str | None = None) -> str:
@@ -131,7 +119,9 @@ def get_store(url: str) -> ResultStore:
     with _stores_lock:
         store = _stores.get(url)
         if store is None:
-            store = _stores[url] = ResultStore(url)
+            # a server is not connected to yet: one that is down fails the first read, which
+            # the tuner survives, not the opening
+            store = _stores[url] = ResultStore(url, connect=False)
         return store
 
 
@@ -302,7 +292,7 @@ class TunedFunction:
                 with _memo_lock:
                     params = _memo.get(memo_key)
                 if params is None:
-                    params = self._lookup(store, call, mode)
+                    params = self._lookup_or_miss(store, call, mode)
             if params is None:
                 params = self._tune(call, store).parameters
         if not force:
@@ -331,6 +321,24 @@ class TunedFunction:
             return Verdict(record, Freshness.STALE, "its kernel sources changed since it was "
                            f"tuned ({', '.join(changed)})", params)
         return Verdict(record, Freshness.FRESH, "", params)
+
+    def _lookup_or_miss(self, store: ResultStore, call: _Call, mode: str) -> dict[str, Any] | None:
+        """What the database holds for the call; a database that cannot be reached for now (a
+        server outage, a disk error, a lock held long) is a miss, with one warning per
+        database: the key is tuned, its result used, and stored once the database takes writes.
+        A database that is wrong (not a database, a newer layout, a path that cannot be used)
+        is an error to fix, raised as before."""
+        try:
+            return self._lookup(store, call, mode)
+        except StoreUnavailableError as exc:
+            with _warned_lock:
+                first = store.url not in _warned_unreadable
+                _warned_unreadable.add(store.url)
+            (logger.warning if first else logger.info)(
+                "cannot read the tuning database (%s); %s on %s is tuned as if nothing were "
+                "stored, and its result is stored once the database takes writes again",
+                exc, call.key.function, call.key.device_name)
+            return None
 
     def _lookup(self, store: ResultStore, call: _Call, mode: str) -> dict[str, Any] | None:
         key = call.key
@@ -438,7 +446,7 @@ class TunedFunction:
         )
         stored = writer.finish(record, params)
         return TuningOutcome(key, params, score, baseline.median_seconds if baseline else None,
-                             stored, len(run.trials))
+                             stored, len(run.trials), writer.error)
 
     def _check_rendered(self, owner: Any, fingerprint: Fingerprint,
                         rendered: set[accel.SourceFile]) -> None:
@@ -598,6 +606,7 @@ class _TrialWriter:
         self.buffer: list[TrialRecord] = []
         self.last_flush = time.monotonic()
         self.failed: StoreError | None = None
+        self.error: StoreError | None = None  #: why the result was not stored
 
     def add(self, trial: _search.Trial) -> None:
         self.buffer.append(TrialRecord(
@@ -620,40 +629,33 @@ class _TrialWriter:
 
     def finish(self, record: TuningRecord, params: dict[str, Any]) -> bool:
         """Write the result with the remaining trials; False (and one warning) if it could not
-        be stored. Results that an earlier call could not store are retried first."""
+        be stored. Results that earlier calls could not store are written first; one that
+        cannot be written now (a full disk, a server outage, a busy lock) is kept and written
+        later (``store.pending``), unless the database is read-only."""
         url = self.store.url
-        with _pending_lock:
-            earlier_results = _pending.pop(url, [])
-        while earlier_results:
-            try:
-                self.store.save(*earlier_results[0])
-                earlier_results.pop(0)
-            except StoreError:
-                break
-        if earlier_results:
-            with _pending_lock:
-                _pending.setdefault(url, [])[:0] = earlier_results
         try:
-            self.store.save(record, self.buffer)
+            with pending.in_order():  # earlier results first, and never after this one
+                pending.write_pending(self.store)
+                self.store.save(record, self.buffer)
             self.buffer = []
             return True
-        except ReadOnlyStoreError:
-            with _pending_lock:
+        except ReadOnlyStoreError as exc:
+            self.error = exc
+            with _warned_lock:
                 first = url not in _warned_read_only
                 _warned_read_only.add(url)
             if first:
                 logger.warning("tuning database %s is read-only: results tuned in this process "
                                "(here %s for %s on %s) are used but not stored", display(url),
                                params, self.key.function, self.key.device_name)
-        except StoreBusyError as exc:
-            with _pending_lock:
-                _pending.setdefault(url, []).append((record, self.buffer))
-            logger.warning("could not store the tuning result %s for %s on %s: %s; it is used in "
-                           "this process and written with the next result tuned into this "
-                           "database", params, self.key.function, self.key.device_name, exc)
         except StoreError as exc:
+            self.error = exc
+            pending.keep(self.store, record, self.buffer)
             logger.warning("could not store the tuning result %s for %s on %s: %s; it is used in "
-                           "this process only", params, self.key.function, self.key.device_name, exc)
+                           "this process and written when the database takes writes again (with "
+                           "the next result tuned into it, or retried every %g s, and at exit)",
+                           params, self.key.function, self.key.device_name, exc,
+                           store_settings.retry_seconds())
         return False
 
 

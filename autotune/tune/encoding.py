@@ -105,6 +105,27 @@ def encode_arguments(arguments: dict[str, Any]) -> str:
     return json.dumps(encoded, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+class ArgumentsTooLongError(ArgumentEncodingError, ValueError):
+    """A tuning key's arguments encode to more than :data:`MAX_JSON_CHARS` characters: such a
+    key could be stored but never read back. (Also a ValueError: the CLI reports it in one
+    line, e.g. for a template whose warm configuration is too long.)"""
+
+
+def encode_key_arguments(arguments: dict[str, Any]) -> str:
+    """:func:`encode_arguments` for a tuning key: refused (naming the longest argument and the
+    limit) where the text would be longer than stored JSON may be when it is read back."""
+    text = encode_arguments(arguments)
+    if len(text) <= MAX_JSON_CHARS:
+        return text
+    sizes = {name: len(encode_arguments({name: value})) for name, value in arguments.items()}
+    longest = max(sizes, key=sizes.__getitem__)
+    raise ArgumentsTooLongError(
+        f"the tuning key's arguments encode to {len(text)} characters, more than the "
+        f"{MAX_JSON_CHARS} a stored key may have (argument {longest!r} alone takes "
+        f"{sizes[longest]}); pass the tuning function a short description instead (a shape, a "
+        "size, a dtype), not the data")
+
+
 def _depth(value: Any) -> int:
     deepest, todo = 0, [(value, 1)]
     while todo:

@@ -48,7 +48,7 @@ from .decorator import Fingerprint, _stale_reason, _TrialWriter, get_store, make
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
-    encode_arguments,
+    encode_key_arguments,
     encode_parameters,
     validate_parameters,
     validate_test_parameters,
@@ -241,7 +241,7 @@ class OnlineTuner:
         self.key = _key or TuningKey(
             function=name, version=version, device_name=device.name,
             device_platform=device.platform, driver_version=device.driver_version,
-            arguments=encode_arguments(arguments or {}))
+            arguments=encode_key_arguments(arguments or {}))
         self._fingerprint = _fingerprint
         self.fingerprint = _fingerprint.digest
         #: stored results must lie in this space (the template's, where the scan covers part of it)

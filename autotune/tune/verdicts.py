@@ -14,6 +14,7 @@ from typing import Any
 from .. import accel
 from .records import TuningKey, TuningRecord
 from .space import Space
+from .store import StoreError
 from .validation import changed_sources
 
 
@@ -61,6 +62,8 @@ class TuningOutcome:
     test_score: float | None  #: the ``test=`` parameters' median, if timed
     stored: bool  #: False if the database could not take it (kept in this process)
     trials: int
+    #: why it was not stored (a ReadOnlyStoreError: never will be; else it is kept and retried)
+    store_error: StoreError | None = None
 
     @property
     def speedup(self) -> float | None:

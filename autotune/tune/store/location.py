@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import pathlib
@@ -20,11 +21,21 @@ class StoreError(RuntimeError):
     """The tuning database cannot be opened or used; the message names the problem and the fix."""
 
 
+class StoreUnavailableError(StoreError):
+    """The database cannot be reached or written for now (a server outage, a full disk, a lock
+    held long): a tuned call goes on without it, and what it could not write is written later."""
+
+
+class StorePathError(StoreError):
+    """The database's file path cannot be used (a folder that may not be searched, a name too
+    long, a file where a folder should be)."""
+
+
 class ReadOnlyStoreError(StoreError):
     """A write to a database that can only be read (a read-only file, folder or server role)."""
 
 
-class StoreBusyError(StoreError):
+class StoreBusyError(StoreUnavailableError):
     """Another process held the database's write lock for longer than the busy timeout."""
 
 
@@ -116,6 +127,22 @@ def display(url: str) -> str:
     credentials, _, host = rest.partition("@")
     user = credentials.split(":", 1)[0]
     return f"{scheme}://{user}:***@{host}" if ":" in credentials else url
+
+
+_PATH_PROBLEMS = {
+    errno.EACCES: "a folder on the way may not be searched (or the file read) by this user",
+    errno.EPERM: "the operation is not permitted here",
+    errno.ENAMETOOLONG: "a name in it is longer than the file system allows (usually 255 bytes)",
+    errno.ENOTDIR: "a part of it is a file, not a folder",
+    errno.ELOOP: "it has too many symbolic links",
+}
+
+
+def path_problem(path: os.PathLike | str, exc: OSError) -> str:
+    """One line saying why the database file ``path`` cannot be used, and the fix."""
+    why = _PATH_PROBLEMS.get(exc.errno or 0, exc.strerror or str(exc))
+    return (f"cannot use the tuning database path {str(path)[:300]}: {why} "
+            f"({exc.strerror or exc}); use another path, {hint()}")
 
 
 def hint() -> str:

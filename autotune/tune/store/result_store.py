@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import errno
 import os
 import threading
 from collections.abc import Sequence
@@ -11,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ..records import TrialRecord, TuningKey, TuningRecord
-from .location import ReadOnlyStoreError, StoreError, database_url, display, hint, sqlite_file
+from .location import (ReadOnlyStoreError, StoreError, StorePathError, database_url, display, hint,
+                       path_problem, sqlite_file)
 from .rows import KEY_FIELDS
 from .sqlite_reader import NeedsUpgrade, SqliteReader, key_condition, selection_condition
 
@@ -39,13 +41,20 @@ class MergeCounts:
 
 
 def _writable(path: Path) -> bool:
-    """Whether this process can write the SQLite file ``path`` (and its journal beside it)."""
-    folder = path.parent
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent  # the folder that would be created, judged by its first existing parent
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return False
-    return not path.exists() or os.access(path, os.W_OK)
+    """Whether this process can write the SQLite file ``path`` (and its journal beside it).
+    A path that cannot even be looked at (a folder it may not search, a name too long) counts
+    as writable: the first read or write then says what is wrong with it."""
+    try:
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent  # the folder that would be created, judged by its first existing parent
+        if not folder.is_dir():
+            return True  # a file where a folder should be: the first write says so
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return False
+        return not path.exists() or os.access(path, os.W_OK)
+    except OSError:
+        return True
 
 
 class ResultStore:
@@ -58,9 +67,11 @@ class ResultStore:
     ``read_only`` None (the default) opens an SQLite file read-only when this process cannot
     write it or its folder; True never writes (and never creates files beside it); False
     always tries to write. Writes to a read-only store raise :class:`ReadOnlyStoreError`.
+    ``connect`` False opens a server database without connecting (the first use connects and
+    creates the tables), so that a server that is down fails the first read, not the opening.
     """
 
-    def __init__(self, url: str, *, read_only: bool | None = None):
+    def __init__(self, url: str, *, read_only: bool | None = None, connect: bool = True):
         self._url = url
         self._path = sqlite_file(url)
         if read_only is None:
@@ -71,7 +82,9 @@ class ResultStore:
         self._sql: Any = None
         self._sql_lock = threading.Lock()
         if self._reader is None and not self._read_only:
-            self._backend().prepare()  # a server: connect now, so a bad URL fails here
+            backend = self._backend()  # a server: a bad URL fails here
+            if connect:  # and, unless asked not to (the tuner, during an outage), connect now
+                backend.prepare()
 
     @classmethod
     def open(cls, value: str | os.PathLike | None = None, *, read_only: bool | None = None) -> ResultStore:
@@ -120,16 +133,34 @@ class ResultStore:
         if self._read_only:
             raise ReadOnlyStoreError(f"tuning database {display(self._url)} is open read-only")
         if self._path is not None:
-            try:
-                self._path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreError(f"cannot create directory {self._path.parent} for tuning database "
-                                 f"{self._url}: {exc.strerror or exc}; {hint()}") from exc
+            self._make_folder(self._path)
         return self._backend()
+
+    def _make_folder(self, path: Path) -> None:
+        """Create the SQLite file's folder; a path that cannot be used is a StorePathError."""
+        try:
+            path.stat()
+        except FileNotFoundError:
+            pass  # created by the first write
+        except OSError as exc:  # a name too long, a folder that may not be searched
+            raise StorePathError(path_problem(path, exc)) from None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:  # a file where a folder should be
+            raise StorePathError(path_problem(path, NotADirectoryError(
+                errno.ENOTDIR, os.strerror(errno.ENOTDIR)))) from None
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.ENAMETOOLONG, errno.ENOTDIR, errno.ELOOP):
+                raise StorePathError(path_problem(path, exc)) from None
+            raise StoreError(f"cannot create directory {path.parent} for tuning database "
+                             f"{display(self._url)}: {exc.strerror or exc}; {hint()}") from exc
 
     def _read(self, sqlite_call: Any, server_call: Any) -> Any:
         if self._reader is None:
-            return server_call(self._backend())
+            backend = self._backend()
+            if not self._read_only:
+                backend.prepare()  # once: a store opened without connecting creates its tables
+            return server_call(backend)
         try:
             return sqlite_call(self._reader)
         except NeedsUpgrade:  # an older layout in a file we may write: upgrade it, read again

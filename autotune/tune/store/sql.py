@@ -43,12 +43,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, ProgrammingError
+from sqlalchemy.exc import (ArgumentError, DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError,
+                            OperationalError, ProgrammingError)
 from sqlalchemy.types import TypeDecorator
 
 from ..records import TrialRecord, TuningKey, TuningRecord
 from . import settings
-from .location import ReadOnlyStoreError, StoreBusyError, StoreError, display, hint
+from .location import ReadOnlyStoreError, StoreBusyError, StoreError, StoreUnavailableError, display, hint
 from .rows import (
     ADDED_IN_2,
     KEY_FIELDS,
@@ -221,6 +222,12 @@ def classify_error(url: str, exc: BaseException, purpose: str) -> StoreError:
         return StoreBusyError(
             f"cannot {purpose} tuning database {display(url)}: another process held its write "
             f"lock for more than the busy timeout of {settings.busy_timeout():g} s ({message})")
+    if "disk i/o error" in lowered or "disk is full" in lowered or "no space left" in lowered:
+        return StoreUnavailableError(f"cannot {purpose} tuning database {display(url)}: "
+                                     f"{message} (is its disk full, or the size of files limited?)")
+    if isinstance(exc, (OperationalError, InterfaceError)) and not url.startswith("sqlite"):
+        return StoreUnavailableError(f"cannot {purpose} tuning database {display(url)}: "
+                                     f"{message.strip()} (is the server down?); {hint()}")
     return StoreError(f"cannot {purpose} tuning database {display(url)}: {message}; {hint()}")
 
 

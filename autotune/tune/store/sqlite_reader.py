@@ -7,10 +7,16 @@ SQLAlchemy tables declare (``rows.RESULT_COLUMNS``), and written through SQLAlch
 Every connection is opened read-only (``mode=ro``), so reading never changes a file's journal
 mode or creates tables. A store opened read-only on a file whose write-ahead log is empty reads it
 as ``immutable``: no ``-wal`` or ``-shm`` files appear beside it.
+
+Where a read fails because SQLite cannot create or grow a file beside the database (a full
+disk, a file-size limit: WAL readers need a ``-shm`` file), the file is read again
+``immutable``, which needs nothing beside it, with one warning: results are served from a full
+disk. (An immutable read does not see the writes still in a ``-wal`` file.)
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Sequence
@@ -20,8 +26,24 @@ from urllib.parse import quote
 
 from ..records import TrialRecord, TuningKey, TuningRecord
 from . import settings
-from .location import ReadOnlyStoreError, StoreError, display, hint
+from .location import (ReadOnlyStoreError, StoreError, StorePathError, StoreUnavailableError, display,
+                       hint, path_problem)
 from .rows import KEY_FIELDS, RESULT_COLUMNS, SCHEMA_VERSION, TRIAL_COLUMNS, result_from_cells, trial_from_cells
+
+
+logger = logging.getLogger("autotune.tune")
+
+#: SQLite's errors for "cannot create, open or grow a file": an immutable read may still work.
+_IO_ERRORS = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")
+
+
+_warned_immutable: set[str] = set()  #: databases read immutably so far (one warning each)
+
+
+def _io_error(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(_IO_ERRORS) or any(
+        text in str(exc) for text in ("disk I/O error", "disk is full", "unable to open"))
 
 
 class NeedsUpgrade(Exception):
@@ -54,14 +76,18 @@ class SqliteReader:
             connection.close()
             self._local.connection = None
 
-    def _open(self) -> sqlite3.Connection | None:
-        if not self.path.exists():
-            return None
-        if self.path.is_dir():
-            raise StoreError(f"tuning database {self.path} is a directory; {hint()}")
-        wal = self.path.with_name(self.path.name + "-wal")
-        immutable = self.read_only and not (wal.exists() and wal.stat().st_size > 0)
-        uri = f"file:{quote(str(self.path.resolve()))}?mode=ro" + ("&immutable=1" if immutable else "")
+    def _open(self, *, immutable: bool = False) -> sqlite3.Connection | None:
+        try:
+            if not self.path.exists():
+                return None
+            if self.path.is_dir():
+                raise StoreError(f"tuning database {self.path} is a directory; {hint()}")
+            wal = self.path.with_name(self.path.name + "-wal")
+            immutable = immutable or (self.read_only and not (wal.exists() and wal.stat().st_size > 0))
+            resolved = self.path.resolve()
+        except OSError as exc:
+            raise StorePathError(path_problem(self.path, exc)) from None
+        uri = f"file:{quote(str(resolved))}?mode=ro" + ("&immutable=1" if immutable else "")
         try:
             connection = sqlite3.connect(uri, uri=True, timeout=settings.busy_timeout(),
                                          check_same_thread=False)
@@ -81,17 +107,54 @@ class SqliteReader:
         if connection is None:
             return []
         try:
-            if not self._schema_checked:
-                self._check_schema(connection)
-            return connection.execute(sql, tuple(parameters)).fetchall()
+            return self._execute(connection, sql, parameters)
         except sqlite3.OperationalError as exc:
-            if "no such table" in str(exc):
-                return []  # an empty file, or one whose tables another process creates now
-            if "readonly" in str(exc):
-                raise ReadOnlyStoreError(f"cannot read tuning database {display(self.url)}: {exc}") from exc
-            raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
+            if _io_error(exc):
+                return self._query_immutable(sql, parameters, exc)
+            return self._refuse(exc)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
+
+    def _execute(self, connection: sqlite3.Connection, sql: str, parameters: Sequence[Any]) -> list[tuple]:
+        if not self._schema_checked:
+            self._check_schema(connection)
+        return connection.execute(sql, tuple(parameters)).fetchall()
+
+    def _query_immutable(self, sql: str, parameters: Sequence[Any], cause: sqlite3.Error) -> list[tuple]:
+        """The query on an immutable connection, for a file SQLite cannot open as usual
+        (nothing can be created beside it); closed at once, so that the next read tries the
+        usual way again."""
+        connection = self._open(immutable=True)
+        if connection is None:
+            return []
+        try:
+            rows = self._execute(connection, sql, parameters)
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise StoreUnavailableError(f"cannot read tuning database {display(self.url)}: "
+                                        f"{cause}, and read as immutable: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
+        finally:
+            connection.close()
+        if self.url not in _warned_immutable:
+            _warned_immutable.add(self.url)
+            logger.warning("tuning database %s cannot be opened as usual (%s: is its disk full?); "
+                           "it is read as immutable, without its -wal file's latest writes",
+                           display(self.url), cause)
+        return rows
+
+    def _refuse(self, exc: sqlite3.OperationalError) -> list[tuple]:
+        """An empty answer for missing tables; else the error, as a StoreError."""
+        if "no such table" in str(exc):
+            return []  # an empty file, or one whose tables another process creates now
+        if "readonly" in str(exc):
+            raise ReadOnlyStoreError(f"cannot read tuning database {display(self.url)}: {exc}") from exc
+        if "locked" in str(exc) or "busy" in str(exc):
+            raise StoreUnavailableError(f"cannot read tuning database {display(self.url)}: "
+                                        f"another process held it locked ({exc})") from exc
+        raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
 
     def _check_schema(self, connection: sqlite3.Connection) -> None:
         version = self._version(connection)

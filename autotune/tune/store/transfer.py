@@ -16,12 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ..records import TuningKey, TuningRecord
+from ..text import printable
 from .location import StoreError
 from .result_store import ResultStore
 from .rows import KEY_FIELDS, RESULT_COLUMNS, parse_datetime
 
 EXPORT_FORMATS = ("csv", "json")
 _REQUIRED = (*KEY_FIELDS, "parameters", "score")
+#: The largest version an SQL INTEGER column holds.
+_MAX_VERSION = 2**63 - 1
 
 
 class NotAnExportError(ValueError):
@@ -44,7 +47,11 @@ def export_text(records: Sequence[TuningRecord], fmt: str) -> str:
 
 
 def rows_text(rows: Sequence[dict[str, Any]], fmt: str) -> str:
-    """Export rows (dicts with the :data:`RESULT_COLUMNS`) as CSV or JSON text."""
+    """Export rows (dicts with the :data:`RESULT_COLUMNS`) as CSV or JSON text.
+
+    JSON keeps every value exact (it writes control characters as ``\\u`` escapes itself);
+    CSV, read by people and spreadsheets and often printed, shows control characters in text
+    cells escaped (``\\x1b``), so a cell holding one does not come back the same from CSV."""
     rows = [{name: row.get(name) for name in RESULT_COLUMNS} for row in rows]
     if fmt == "json":
         return json.dumps(rows, indent=1, allow_nan=True) + "\n"
@@ -53,8 +60,9 @@ def rows_text(rows: Sequence[dict[str, Any]], fmt: str) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=list(RESULT_COLUMNS), lineterminator="\n")
     writer.writeheader()
-    for row in rows:
-        writer.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    for row in rows:  # text cells with control characters escaped: CSV ends up on terminals
+        writer.writerow({k: ("" if v is None else printable(v) if isinstance(v, str) else v)
+                         for k, v in row.items()})
     return out.getvalue()
 
 
@@ -101,15 +109,30 @@ def read_import(path: Path) -> ImportSource:
                                    "result objects, as `python -m autotune export --format json` writes")
         kind = "json"
     else:
-        reader = csv.DictReader(io.StringIO(text))
+        rows = _csv_rows(path, text)
+        kind = "csv"
+    return ImportSource([record_from_row(row, f"{path} row {i + 1}") for i, row in enumerate(rows)],
+                        kind)
+
+
+def _csv_rows(path: Path, text: str) -> list[dict[str, Any]]:
+    """The rows of a CSV export; NotAnExportError for a file the csv module cannot read (a
+    field longer than its limit, a NUL) or without the key columns."""
+    reader = csv.DictReader(io.StringIO(text))
+    try:
         missing = [f for f in _REQUIRED if f not in (reader.fieldnames or [])]
         if missing:
             raise NotAnExportError(f"{path} is not an autotune export: its first line has no "
                                    f"column(s) {', '.join(missing)}")
-        rows = list(reader)
-        kind = "csv"
-    return ImportSource([record_from_row(row, f"{path} row {i + 1}") for i, row in enumerate(rows)],
-                        kind)
+        return list(reader)
+    except csv.Error as exc:
+        if "field limit" in str(exc):
+            raise NotAnExportError(
+                f"{path} line {reader.line_num}: a field is longer than {csv.field_size_limit()} "
+                "characters, longer than any cell of an autotune export can be; nothing "
+                "imported") from None
+        raise NotAnExportError(f"{path} line {reader.line_num} is not valid CSV ({exc}); "
+                               "nothing imported") from None
 
 
 def _read_sqlite(path: Path) -> list[TuningRecord]:
@@ -123,6 +146,19 @@ def _read_sqlite(path: Path) -> list[TuningRecord]:
         raise NotAnExportError(f"{path}: {exc}") from None
     finally:
         source.dispose()
+
+
+def _text(value: Any) -> str:
+    """A text cell that every database can store: no NUL, nothing that is not UTF-8."""
+    if not isinstance(value, str):
+        raise ValueError(f"{str(value)[:40]!r} is not text")
+    if "\x00" in value:
+        raise ValueError("holds a NUL character, which databases do not store in text")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("holds a lone surrogate, which is not UTF-8 text") from None
+    return value
 
 
 def _number(value: Any, name: str) -> float | None:
@@ -147,15 +183,16 @@ def record_from_row(row: dict[str, Any], where: str) -> TuningRecord:
                 if isinstance(value, bool) or not isinstance(value, (int, str)):
                     raise ValueError(f"{value!r} is not an integer")
                 values[field] = int(value)
+                if not 0 <= values[field] <= _MAX_VERSION:
+                    raise ValueError(f"{str(value)[:40]} is out of range (0 to 2**63 - 1)")
             else:
-                if not isinstance(value, str):
-                    raise ValueError(f"{value!r} is not text")
-                values[field] = value
+                values[field] = _text(value)
         key = TuningKey(**values)
         field = "parameters"
         parameters = row["parameters"]
         if not isinstance(parameters, str):
             raise ValueError("must be JSON text")
+        parameters = _text(parameters)
         field = "score"
         score = _number(row["score"], "score")
         score = math.inf if score is None else score  # never timed: any measurement beats it
@@ -169,9 +206,7 @@ def record_from_row(row: dict[str, Any], where: str) -> TuningRecord:
         texts = {}
         for field in ("package_version", "fingerprint", "sources", "search", "origin"):
             value = row.get(field)
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{value!r} is not text")
-            texts[field] = value or ""
+            texts[field] = "" if value is None else _text(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"{where}: {field}: {exc}; nothing imported") from None
     record = TuningRecord(key=key, parameters=parameters, score=score,

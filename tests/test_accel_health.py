@@ -85,13 +85,17 @@ def test_nothing_usable_is_one_clear_error_without_a_traceback(broken_opencl):
 
 
 def test_the_test_fixtures_skip_the_unusable_device(broken_opencl):
-    """The pytest plugin's context fixture runs on opencl:1:0, never on the broken device."""
-    out = _python(broken_opencl, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0", "-q",
+    """The pytest plugin's context fixture runs on opencl:1:0, never on the broken device,
+    and the report's header says which device is left out and why."""
+    out = _python(broken_opencl, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0",
                   "--collect-only", "--devices", "all",
-                  str(ROOT / "tests" / "test_accel_devices.py") + "::test_identity_fields_are_filled_and_stable")
+                  str(ROOT / "tests" / "test_accel_devices.py")
+                  + "::test_identity_fields_are_filled_and_stable")
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    ids = [line for line in out.stdout.splitlines() if "::" in line]
-    assert len(ids) == 1 and "opencl:1:0" in ids[0], out.stdout
+    ids = [line.strip() for line in out.stdout.splitlines() if "<Function " in line]
+    assert len(ids) == 1 and "[opencl:1:0-" in ids[0], out.stdout
+    assert "autotune: device opencl:0:0 (" in out.stdout
+    assert "is left out of the fixtures: platform 'Portable Computing Language'" in out.stdout
 
 
 def test_the_pocl_cpu_failure_names_the_distributions_pocl_and_one_error_line():

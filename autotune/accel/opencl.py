@@ -124,8 +124,8 @@ def platform_problem(p_index: int, platform: Any, device: Any) -> str:
             cl._cl._Program(context, _PROBE).build(b"", [device])
         except cl.Error as exc:
             error = str(exc) or type(exc).__name__
-    problem = (explain_build_failure(name, platform.version.split(",")[0].strip(), "\n".join([error, *said]))
-               if error else "")
+    version = platform.version.split(",")[0].strip()  # "OpenCL 3.0 PoCL 3.0-rc2  Linux"
+    problem = explain_build_failure(name, version, "\n".join([error, *said])) if error else ""
     _problems[p_index] = (name, problem)
     return problem
 
@@ -155,8 +155,11 @@ def explain_build_failure(name: str, version: str, log: str) -> str:
     """One line for a platform whose build of the trivial kernel failed with ``log``: the
     first error line (not the whole log) and the fix."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    first = next((line for line in lines if "error" in line.lower() and "clBuildProgram" not in line),
-                 lines[0] if lines else "no build log")
+    # a compiler diagnostic ("error: ...") first, else any line about an error
+    errors = sorted((line for line in lines
+                     if "error" in line.lower() and "clBuildProgram" not in line),
+                    key=lambda line: "error:" not in line.lower())
+    first = errors[0] if errors else (lines[0] if lines else "no build log")
     if len(first) > 200:
         first = first[:197] + "..."
     fix = POCL_CPU_FIX if "unknown target cpu" in log.lower() else OTHER_FIX

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from processes import mpiexec
 
-from autotune import parallel
+from autotune import accel, parallel
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "mpi_ranks.py"
@@ -45,6 +45,24 @@ def test_every_rank_shares_the_working_cpu_device_beside_a_broken_platform(
     assert all(r["opened"] for r in ranks)
     assert out.stderr.count("skipping device opencl:0:0") == 2, out.stderr  # one per rank
     assert "cannot build a trivial kernel" in out.stderr
+
+
+def test_on_a_cpu_every_local_rank_gets_the_device_one_process_would_choose():
+    if not any(not s.identity.is_gpu for s in accel.list_devices()):
+        pytest.skip("no CPU device here")
+    best = accel.select_devices("cpu")[0]
+    assert [accel.device_for_local_rank(k, "cpu") for k in range(4)] == [best] * 4
+    with pytest.raises(ValueError, match="local_rank must be >= 0"):
+        accel.device_for_local_rank(-1, "cpu")
+
+
+def test_on_gpus_local_rank_i_takes_the_i_th_gpu():
+    gpus = [s for s in accel.select_devices() if s.identity.is_gpu] if any(
+        s.identity.is_gpu for s in accel.list_devices()) else []
+    if not gpus:
+        pytest.skip("no GPU here")
+    for k in range(2 * len(gpus)):
+        assert accel.device_for_local_rank(k, "gpu") == gpus[k % len(gpus)]
 
 
 def test_a_rank_that_raises_mid_exchange_ends_every_rank_within_30_s():

@@ -29,6 +29,8 @@ DEFAULT_TIMEOUT = 600.0
 #: a wait polls without pause this long, then sleeps between polls (up to _MAX_NAP)
 _SPIN = 1e-3
 _MAX_NAP = 1e-3
+#: a failing rank waits this long after printing its error before it aborts every rank
+_FORWARD_SECONDS = 1.0
 
 
 class MPITimeoutError(RuntimeError):
@@ -134,4 +136,7 @@ def _abort(comm: Any, said: str) -> None:
     sys.stdout.flush()
     sys.stderr.write("\n".join(lines) + "\n")
     sys.stderr.flush()
+    # MPI_Abort tears the launcher down at once: what this rank wrote would be lost if its
+    # launcher (mpiexec's proxy) had not passed it on yet
+    time.sleep(_FORWARD_SECONDS)
     comm.Abort(1)

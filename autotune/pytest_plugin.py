@@ -1,7 +1,9 @@
 """pytest plugin (entry point ``pytest11``): device fixtures and tuning marks.
 
-- ``context`` and ``command_queue`` fixtures, parametrized over the devices chosen with
-  ``--devices=first|all|cuda|opencl`` (default ``first``: the first device of each backend).
+- ``context`` and ``command_queue`` fixtures, parametrized over the usable devices chosen with
+  ``--devices=first|all|cuda|opencl`` (default ``first``: the first device of each backend); a
+  device that fails the health check (an OpenCL platform that cannot build) is left out, and
+  the report's header says why.
 - Inside tests ``@autotuner`` returns its ``test=`` parameters without touching a database.
   ``@pytest.mark.force_autotune`` runs the tuning function on every call, with no caching
   (katsdpsigproc's contract), storing into a temporary database;
@@ -52,7 +54,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     _decorator.test_mode.active = False
 
 
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The devices the fixtures leave out because they fail the health check, and why."""
+    return [f"autotune: device {s.selector} ({s.identity.name}) is left out of the fixtures: "
+            f"{s.unusable}" for s in accel.all_devices() if s.unusable]
+
+
 def _selected(config: pytest.Config) -> list[accel.DeviceSpec]:
+    """The usable devices ``--devices`` asks for (an unusable one is never a parameter)."""
     cached = getattr(config, "_autotune_devices", None)
     if cached is not None:
         return cached

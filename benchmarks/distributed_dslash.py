@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
+from autotune import parallel
 from operations.lqcd import DistributedWilsonOperator, haar_field
 from operations.lqcd.distributed import rank_context
 
@@ -95,4 +96,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with parallel.abort_on_error():  # a rank that raises ends every rank, with its rank number
+        main()

@@ -37,6 +37,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 from mpi4py import MPI
 
+from autotune import parallel
 from operations import solvers
 from operations.lqcd import DistributedWilsonOperator, haar_field
 from operations.lqcd.distributed import rank_context
@@ -175,4 +176,5 @@ def _solver(method: str, args: argparse.Namespace, normal: tuple[Any, Any],
 
 
 if __name__ == "__main__":
-    main()
+    with parallel.abort_on_error():  # a rank that raises ends every rank, with its rank number
+        main()

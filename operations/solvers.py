@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from autotune import accel
+from autotune import accel, parallel
 
 from .blas import BlasTemplate, DeviceRatio
 from .multiblas import MAX_VECTORS, MultiBlasTemplate, parameters_from
@@ -143,7 +143,7 @@ class VectorOps:
         items = value if isinstance(value, tuple) else (value,)
         flat = np.array([part for v in items for part in (complex(v).real, complex(v).imag)])
         total = np.empty_like(flat)
-        self.comm.Allreduce(flat, total)
+        parallel.allreduce(self.comm, flat, total, "a solver's global sum")
         summed = tuple(complex(total[2 * i], total[2 * i + 1]) if isinstance(v, complex)
                        else float(total[2 * i]) for i, v in enumerate(items))
         return summed if isinstance(value, tuple) else summed[0]

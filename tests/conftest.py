@@ -93,3 +93,37 @@ def postgres_url(postgres_server, request):
         connection.execute(sqlalchemy.text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     return f"postgresql+psycopg://postgres@/{name}?host={postgres_server}"
+
+
+@pytest.fixture(scope="session")
+def _broken_opencl_folder(tmp_path_factory):
+    """Where this session's simulated OpenCL platforms live (``tests/broken_platform.py``).
+    Skips, saying why, where the pyopencl wheel's PoCL is not installed."""
+    from broken_platform import wheel_pocl
+
+    missing = wheel_pocl()
+    if isinstance(missing, str):
+        pytest.skip(f"the broken-platform tests need the pyopencl wheel's PoCL: {missing}")
+    return tmp_path_factory.mktemp("broken-opencl")
+
+
+@pytest.fixture(scope="session")
+def broken_opencl(_broken_opencl_folder) -> dict[str, str]:
+    """The environment of a process that sees two OpenCL CPU platforms: ``opencl:0`` cannot
+    build anything, ``opencl:1`` (the pyopencl wheel's PoCL) works."""
+    import os
+
+    from broken_platform import make
+
+    return dict(os.environ, **make(_broken_opencl_folder))
+
+
+@pytest.fixture(scope="session")
+def broken_opencl_two_working(_broken_opencl_folder) -> dict[str, str]:
+    """As :func:`broken_opencl` with a second working CPU platform: ``opencl:0`` broken,
+    ``opencl:1`` and ``opencl:2`` working."""
+    import os
+
+    from broken_platform import make
+
+    return dict(os.environ, **make(_broken_opencl_folder, working=True))

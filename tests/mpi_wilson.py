@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 from mpi4py import MPI
 
-from autotune import tune
+from autotune import parallel, tune
 from autotune.tune.decorator import test_mode
 from operations.lqcd import WilsonOperator, haar_field
 from operations.lqcd.distributed import DistributedWilsonOperator, rank_context
@@ -63,7 +63,7 @@ def main() -> None:
         if args.tune_policy:
             args.policy = "tuned"
             test_mode.cached = True  # tune on a miss and store, into the test's database
-        context = rank_context(comm)  # one device per rank where there are enough
+        context = rank_context(comm)  # one GPU a rank; the CPU device shared
         if args.cases:
             cases = [{**CASE_OPTIONS, **case} for case in json.loads(args.cases)]
         else:
@@ -235,4 +235,7 @@ def tuned_per_rank(args: argparse.Namespace) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # a rank that raises ends every rank with its error and rank number, however it was
+    # started (python SCRIPT or python -m mpi4py SCRIPT)
+    with parallel.abort_on_error():
+        main()

@@ -1,9 +1,25 @@
-"""Start worker processes together and collect what each reports (for the concurrency tests)."""
+"""Start worker processes together and collect what each reports (for the concurrency tests);
+find ``mpiexec`` (for the MPI tests)."""
 
 from __future__ import annotations
 
 import multiprocessing
+import shutil
+import sys
+from pathlib import Path
 from typing import Any, Callable
+
+
+def mpiexec() -> str:
+    """The ``mpiexec`` beside this Python (the test extra's MPICH wheel), else on PATH."""
+    found = Path(sys.executable).with_name("mpiexec")
+    if found.exists():
+        return str(found)
+    path = shutil.which("mpiexec")
+    if path is None:
+        raise RuntimeError("mpiexec not found: install the test extra (pip install -e '.[test]', "
+                           "which brings mpi4py and the mpich wheel)")
+    return path
 
 
 def run_together(target: Callable[..., None], url: str, count: int, timeout: float = 180) -> list[Any]:

@@ -8,26 +8,19 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from processes import mpiexec
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "mpi_wilson.py"
 
 
 def _mpiexec() -> str:
-    found = Path(sys.executable).with_name("mpiexec")
-    if found.exists():
-        return str(found)
-    path = shutil.which("mpiexec")
-    if path is None:
-        raise RuntimeError("mpiexec not found: install the test extra (pip install -e '.[test]', "
-                           "which brings mpi4py and the mpich wheel)")
-    return path
+    return mpiexec()
 
 
 def _selector(context) -> str:
@@ -60,7 +53,10 @@ def _mpi_run(context, command, ranks) -> subprocess.CompletedProcess:
 
 
 def _env(context, **extra) -> dict:
-    return dict(os.environ, AUTOTUNE_DEVICE=_selector(context),
+    # a rank stuck in an exchange is an error on its neighbour after 180 s (each rank's
+    # scripts abort every rank when one raises), well before the 600 s subprocess timeout
+    timeout = os.environ.get("AUTOTUNE_MPI_TIMEOUT", "180")
+    return dict(os.environ, AUTOTUNE_DEVICE=_selector(context), AUTOTUNE_MPI_TIMEOUT=timeout,
                 PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]),
                 **extra)
 

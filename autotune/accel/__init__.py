@@ -23,8 +23,8 @@ from .helpers import builds_in_helpers
 from .identity import DeviceIdentity
 from .render import RenderedSource, render
 from .sources import SourceFile, recording, template_sources
-from .selection import (ENV_DEVICE, DeviceSpec, create_some_context, device_for_local_rank,
-                        list_devices, select_devices)
+from .selection import (ENV_DEVICE, DeviceSpec, all_devices, create_some_context,
+                        device_for_local_rank, list_devices, select_devices)
 
 __all__ = [
     "C_TYPES",
@@ -46,6 +46,7 @@ __all__ = [
     "Program",
     "RenderedSource",
     "SourceFile",
+    "all_devices",
     "builds_in_helpers",
     "c_type",
     "create_some_context",

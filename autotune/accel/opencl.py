@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
+import tempfile
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,13 +82,89 @@ def _identity(platform: Any, device: Any) -> DeviceIdentity:
     )
 
 
-def list_devices() -> list[tuple[int, int, DeviceIdentity]]:
-    """(platform index, device index, identity) for every OpenCL device."""
+def list_devices() -> list[tuple[int, int, DeviceIdentity, str]]:
+    """(platform index, device index, identity, problem) for every OpenCL device: ``problem``
+    is "" for a usable device, else why its platform cannot be used and what to do
+    (:func:`platform_problem`)."""
     out = []
     for p_index, platform in enumerate(_platforms()):
-        for d_index, device in enumerate(_platform_devices(platform)):
-            out.append((p_index, d_index, _identity(platform, device)))
+        devices = _platform_devices(platform)
+        problem = platform_problem(p_index, platform, devices[0]) if devices else ""
+        for d_index, device in enumerate(devices):
+            out.append((p_index, d_index, _identity(platform, device), problem))
     return out
+
+
+#: The health check's kernel: one that every OpenCL compiler builds.
+_PROBE = "__kernel void autotune_probe(__global int *a) { a[get_global_id(0)] = 1; }"
+#: platform index -> (platform name, problem): each platform is checked once a process
+_problems: dict[int, tuple[str, str]] = {}
+#: the fix for PoCL builds whose LLVM does not know the host CPU (pocl/pocl#1049)
+POCL_CPU_FIX = ("this PoCL's LLVM does not know this CPU (pocl/pocl#1049: the PoCL 3.0 of the "
+                "pyopencl wheel on AMD Zen 5): install the distribution's PoCL (Debian/Ubuntu: "
+                "apt-get install pocl-opencl-icd) and select it with AUTOTUNE_DEVICE=opencl:P "
+                "(python -m autotune devices shows P)")
+OTHER_FIX = ("update or reinstall this OpenCL driver, or select another device with "
+             "AUTOTUNE_DEVICE (python -m autotune devices lists them)")
+
+
+def platform_problem(p_index: int, platform: Any, device: Any) -> str:
+    """"" when ``platform`` builds a trivial kernel for ``device`` (its first device), else one
+    line: the compiler's first error and the fix. Checked once a process per platform; with
+    PoCL's kernel cache warm it costs a context and a cached build (tens of milliseconds)."""
+    name = platform.name.strip()
+    known = _problems.get(p_index)
+    if known is not None and known[0] == name:
+        return known[1]
+    error = ""
+    with _stderr_kept() as said:
+        try:
+            context = cl.Context([device])
+            # pyopencl's own binary cache is bypassed: it could hand a broken compiler the
+            # binary that another platform's device of the same name built
+            cl._cl._Program(context, _PROBE).build(b"", [device])
+        except cl.Error as exc:
+            error = str(exc) or type(exc).__name__
+    version = platform.version.split(",")[0].strip()  # "OpenCL 3.0 PoCL 3.0-rc2  Linux"
+    problem = explain_build_failure(name, version, "\n".join([error, *said])) if error else ""
+    _problems[p_index] = (name, problem)
+    return problem
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Iterator[list[str]]:
+    """What a compiler writes straight to file descriptor 2 meanwhile (PoCL's clang prints
+    its errors there too), kept out of the terminal; the list holds its lines afterwards."""
+    lines: list[str] = []
+    try:
+        saved = os.dup(2)
+    except OSError:  # no standard error to keep
+        yield lines
+        return
+    with tempfile.TemporaryFile() as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines += sink.read(65536).decode(errors="replace").splitlines()
+
+
+def explain_build_failure(name: str, version: str, log: str) -> str:
+    """One line for a platform whose build of the trivial kernel failed with ``log``: the
+    first error line (not the whole log) and the fix."""
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    # a compiler diagnostic ("error: ...") first, else any line about an error
+    errors = sorted((line for line in lines
+                     if "error" in line.lower() and "clBuildProgram" not in line),
+                    key=lambda line: "error:" not in line.lower())
+    first = errors[0] if errors else (lines[0] if lines else "no build log")
+    if len(first) > 200:
+        first = first[:197] + "..."
+    fix = POCL_CPU_FIX if "unknown target cpu" in log.lower() else OTHER_FIX
+    return f"platform {name!r} ({version}) cannot build a trivial kernel ({first}); {fix}"
 
 
 class OpenCLKernel(Kernel):

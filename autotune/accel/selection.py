@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -12,6 +13,10 @@ from .identity import DeviceIdentity
 
 ENV_DEVICE = "AUTOTUNE_DEVICE"
 
+logger = logging.getLogger("autotune.accel")
+#: the selectors of the unusable devices this process has warned about (once each)
+_warned: set[str] = set()
+
 
 @dataclass(frozen=True)
 class DeviceSpec:
@@ -19,10 +24,17 @@ class DeviceSpec:
 
     selector: str  #: ``cuda:N`` or ``opencl:P:D``, accepted by ``AUTOTUNE_DEVICE``
     identity: DeviceIdentity
+    #: why the device cannot be used and what to do (one line); "" for a usable device. An
+    #: OpenCL device is unusable when its platform cannot build a trivial kernel.
+    unusable: str = ""
 
     @property
     def backend(self) -> str:
         return self.identity.backend
+
+    @property
+    def usable(self) -> bool:
+        return not self.unusable
 
     def create_context(self) -> Context:
         parts = self.selector.split(":")
@@ -35,11 +47,14 @@ class DeviceSpec:
         return opencl.create_context(int(parts[1]), int(parts[2]))
 
     def __str__(self) -> str:
-        return f"{self.selector}  {self.identity.describe()}"
+        mark = f"  UNUSABLE: {self.unusable}" if self.unusable else ""
+        return f"{self.selector}  {self.identity.describe()}{mark}"
 
 
-def list_devices() -> list[DeviceSpec]:
-    """Every usable device: CUDA devices first, then OpenCL devices by platform.
+def all_devices() -> list[DeviceSpec]:
+    """Every device found, usable or not (:attr:`DeviceSpec.unusable` says why not): CUDA
+    devices first, then OpenCL devices by platform. Each OpenCL platform's health check (a
+    build of a trivial kernel) runs once a process.
 
     The backends (pycuda, pyopencl) are imported here, not when autotune is imported: serving
     a stored result does not need them.
@@ -47,8 +62,27 @@ def list_devices() -> list[DeviceSpec]:
     from . import cuda, opencl
 
     specs = [DeviceSpec(f"cuda:{i}", ident) for i, ident in cuda.list_devices()]
-    specs += [DeviceSpec(f"opencl:{p}:{d}", ident) for p, d, ident in opencl.list_devices()]
+    specs += [DeviceSpec(f"opencl:{p}:{d}", ident, problem)
+              for p, d, ident, problem in opencl.list_devices()]
     return specs
+
+
+def _warn_unusable(specs: list[DeviceSpec]) -> None:
+    """One warning a process for each unusable device among ``specs``: that it is skipped,
+    why, and what to do."""
+    for spec in specs:
+        if spec.unusable and spec.selector not in _warned:
+            _warned.add(spec.selector)
+            logger.warning("skipping device %s (%s): %s", spec.selector, spec.identity.name,
+                           spec.unusable)
+
+
+def list_devices() -> list[DeviceSpec]:
+    """Every usable device: CUDA devices first, then OpenCL devices by platform. A device that
+    is not usable (:func:`all_devices`) is left out with one warning a process."""
+    specs = all_devices()
+    _warn_unusable(specs)
+    return [s for s in specs if s.usable]
 
 
 def _preference(spec: DeviceSpec) -> int:
@@ -66,13 +100,23 @@ def _describe_all(specs: list[DeviceSpec]) -> str:
     return "devices found:\n" + "\n".join(f"  {s}" for s in specs)
 
 
+def _unusable_error(selector: str | None, specs: list[DeviceSpec]) -> DeviceNotFoundError:
+    """The error for a selector that matches only unusable devices: each one's reason."""
+    what = f"matches {selector!r}" if selector else "was found"
+    reasons = "; ".join(f"{s.selector} ({s.identity.name}) is unusable: {s.unusable}"
+                        for s in specs)
+    return DeviceNotFoundError(f"no usable device {what}: {reasons}")
+
+
 def select_devices(selector: str | None = None) -> list[DeviceSpec]:
     """Devices matching a selector, best first.
 
     Selectors: ``cuda``, ``cuda:N``, ``opencl``, ``opencl:P`` , ``opencl:P:D``, ``cpu``, ``gpu``,
-    or ``None``/empty for all. Raises :class:`DeviceNotFoundError` listing what exists.
+    or ``None``/empty for all. Unusable devices are skipped (one warning a process each).
+    Raises :class:`DeviceNotFoundError` listing what exists, or each matching device's reason
+    when none of them is usable.
     """
-    specs = sorted(list_devices(), key=_preference)
+    specs = sorted(all_devices(), key=_preference)
     value = (selector or "").strip().lower()
     if not value:
         chosen = specs
@@ -91,15 +135,26 @@ def select_devices(selector: str | None = None) -> list[DeviceSpec]:
         )
     if not chosen:
         raise DeviceNotFoundError(f"no device matches {selector!r}; {_describe_all(specs)}")
-    return chosen
+    usable = [s for s in chosen if s.usable]
+    if not usable:
+        raise _unusable_error(selector, chosen)
+    _warn_unusable(chosen)
+    return usable
 
 
 def device_for_local_rank(local_rank: int, selector: str | None = None) -> DeviceSpec:
-    """The device for the ``local_rank``-th process of a host (one GPU per process): the
-    ``local_rank``-th device ``selector`` (else ``AUTOTUNE_DEVICE``) matches, cycling where
-    processes outnumber devices (a CPU device shared by test ranks)."""
+    """The device for the ``local_rank``-th process of a host, among the usable devices
+    ``selector`` (else ``AUTOTUNE_DEVICE``) matches. Where the best of them is a GPU, one GPU
+    a process: local rank i takes the i-th matching GPU, cycling where processes outnumber
+    GPUs. Where it is a CPU device, every rank shares it: the device a single process would
+    choose (a device that fails the health check is never chosen)."""
+    if local_rank < 0:
+        raise ValueError(f"local_rank must be >= 0, got {local_rank}")
     specs = select_devices(selector or os.environ.get(ENV_DEVICE))
-    return specs[local_rank % len(specs)]
+    if not specs[0].identity.is_gpu:
+        return specs[0]
+    gpus = [s for s in specs if s.identity.is_gpu]
+    return gpus[local_rank % len(gpus)]
 
 
 def create_some_context(selector: str | None = None) -> Context:

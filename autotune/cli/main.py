@@ -139,18 +139,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _devices() -> int:
-    specs = accel.list_devices()
+    specs = accel.all_devices()
     if not specs:
         print("no devices found: pip install 'autotune[opencl]' gives a CPU device (PoCL)")
         return 1
     for spec in specs:
         d = spec.identity
-        print(f"{spec.selector}: {d.name}")
+        print(f"{spec.selector}: {d.name}" + ("  (UNUSABLE)" if spec.unusable else ""))
         print(f"    platform {d.platform!r}, driver {d.driver_version!r}")
         cc = f", compute capability {d.compute_capability[0]}.{d.compute_capability[1]}" \
             if d.compute_capability else ""
         print(f"    {d.multiprocessors} compute units{cc}, {d.global_memory / 2**30:.1f} GiB, "
               f"work-group <= {d.max_work_group_size}, local memory {d.local_memory // 1024} KiB")
+        if spec.unusable:
+            print(f"    unusable: {spec.unusable}")
+    if not any(s.usable for s in specs):
+        print("autotune devices: error: no usable device (the reasons are above)", file=sys.stderr)
+        return 1
     return 0
 
 

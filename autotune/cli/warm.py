@@ -288,19 +288,26 @@ def _mpi_world() -> Any:
 
 def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: str,
                 settings: dict[str, Any]) -> list[WarmOutcome] | None:
-    """Under mpiexec: each rank warms the device its local rank picks, ranks with devices of one
-    class splitting their keys; rank 0 gets every rank's outcomes (the others None)."""
+    """Under mpiexec: each rank warms the device its local rank picks (one GPU a rank; on a
+    CPU the device one process would choose, shared), ranks with devices of one class
+    splitting their keys; rank 0 gets every rank's outcomes (the others None). A rank that
+    fails aborts every rank, its error headed with its rank number."""
     from mpi4py import MPI
 
-    if args.all_devices or args.jobs != 1:
-        raise ValueError("under mpiexec each rank warms one device: drop --all-devices and --jobs")
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    spec = accel.device_for_local_rank(local.rank, args.device)
-    local.Free()
-    share = shares(comm.allgather(device_class(spec.identity)))[comm.rank]
-    outcomes = warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
-                           quiet=args.quiet or comm.rank != 0, settings=settings, share=share)
-    gathered = comm.gather(outcomes, root=0)
+    from ..parallel import abort_on_error
+
+    with abort_on_error(comm, brief=(ValueError, accel.AccelError)):
+        if args.all_devices or args.jobs != 1:
+            raise ValueError("under mpiexec each rank warms one device: drop --all-devices "
+                             "and --jobs")
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        spec = accel.device_for_local_rank(local.rank, args.device)
+        local.Free()
+        share = shares(comm.allgather(device_class(spec.identity)))[comm.rank]
+        outcomes = warm_device(spec, templates, url=url, force=args.force,
+                               dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
+                               settings=settings, share=share)
+        gathered = comm.gather(outcomes, root=0)
     return [o for part in gathered for o in part] if comm.rank == 0 else None
 
 

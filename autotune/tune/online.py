@@ -712,7 +712,10 @@ class OnlineTuner:
         worst = np.empty_like(mine)
         from mpi4py import MPI
 
-        self._comm.Allreduce(mine, worst, op=MPI.MAX)
+        from ..parallel import allreduce
+
+        allreduce(self._comm, mine, worst, f"online tuning {self.name}: the ranks' times",
+                  op=MPI.MAX)
         return {id(c): float(v) for c, v in zip(candidates, worst)}
 
     def _stop_pool(self) -> None:

@@ -39,9 +39,11 @@ from .wilson import SpinorField, WilsonOperator, check_links, link_array
 
 
 def rank_context(comm: Any, selector: str | None = None) -> accel.Context:
-    """A context for this rank: the ranks of one host take the devices ``selector`` (else
-    ``AUTOTUNE_DEVICE``) matches in turn, local rank i the i-th (one GPU per process); ranks
-    share a device only where there are fewer devices than ranks (a CPU device in tests)."""
+    """A context for this rank on the device :func:`autotune.accel.device_for_local_rank`
+    gives its local rank among the usable devices ``selector`` (else ``AUTOTUNE_DEVICE``)
+    matches: on GPUs local rank i takes the i-th (one GPU per process, cycling where ranks
+    outnumber them); on a CPU every rank of the host shares the device one process would
+    choose. A device that fails the health check is never chosen."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune import accel
+from autotune import accel, parallel
 
 #: transports by name; "auto" takes the first that every rank can use
 TRANSPORTS = ("peer", "host")
@@ -83,7 +83,7 @@ class HostStaged(Transport):
 
     @property
     def description(self) -> str:
-        return "page-locked host buffers and MPI (mpi4py Sendrecv)"
+        return "page-locked host buffers and MPI (mpi4py Isend/Irecv)"
 
     def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
         self.copies.wait_for(packed)
@@ -92,9 +92,16 @@ class HostStaged(Transport):
 
     def finish(self) -> None:
         self._sent.wait()
-        for r in self.routes:
-            self.comm.Sendrecv(self._host_send[r.send], dest=r.dest, sendtag=r.tag,
-                               recvbuf=self._host_ghost[r.recv], source=r.source, recvtag=r.tag)
+        # every face at once, waited for with a deadline (AUTOTUNE_MPI_TIMEOUT): a neighbour
+        # that never sends is an error that names it, not a rank spinning forever
+        requests = [self.comm.Irecv(self._host_ghost[r.recv], source=r.source, tag=r.tag)
+                    for r in self.routes]
+        requests += [self.comm.Isend(self._host_send[r.send], dest=r.dest, tag=r.tag)
+                     for r in self.routes]
+        labels = [f"rank {r.source}'s face (tag {r.tag}, {r.recv.stop - r.recv.start} "
+                  f"{self.dtype} values)" for r in self.routes]
+        labels += [f"rank {r.dest} to take this rank's face (tag {r.tag})" for r in self.routes]
+        parallel.wait(requests, "the halo exchange (host transport)", self.comm, labels=labels)
         # the next exchange's copy to the host comes after this one on the copies' queue, so
         # the host buffer is not refilled before this upload has read it
         self.ghost.set(self.copies, self._host_ghost, wait=False)
@@ -158,13 +165,13 @@ class PeerCopy(Transport):
         self._copied = self.copies.mark()
 
     def finish(self) -> None:
-        from mpi4py import MPI
-
         self._copied.wait()
         requests = [self.comm.Irecv(self._tokens_in[i:i + 1], source=s, tag=_TOKEN_TAG)
                     for i, s in enumerate(self._sources)]
         requests += [self.comm.Isend(self._token, dest=d, tag=_TOKEN_TAG) for d in self._dests]
-        MPI.Request.Waitall(requests)
+        labels = [f"rank {s}'s word that its faces are copied in" for s in self._sources]
+        labels += [f"rank {d} to take this rank's word" for d in self._dests]
+        parallel.wait(requests, "the halo exchange (peer transport)", self.comm, labels=labels)
 
 
 def check_kind(kind: str) -> None:

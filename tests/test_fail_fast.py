@@ -106,3 +106,21 @@ def test_a_compile_error_stops_early_only_while_nothing_has_succeeded(context, t
 
     result = tune.search(generate, {"wgs": [1, 2, 3, 5, 6, 7]}, workers=0)
     assert result.best == {"wgs": 1} and len(result.trials) == 6
+
+
+def test_compile_errors_alike_but_for_each_candidates_values_are_the_same_failure():
+    """NVRTC's log ends "1 error detected": for the candidate whose value is 1 that number must
+    not make its message differ from the others' (the GPU suite's failure on an H200)."""
+    from autotune.accel import CompileError
+    from autotune.tune.evaluation import all_alike, failure_signature
+
+    def failure(wgs, line=4):
+        log = (f"k.mako, line {line}: error: identifier \"nope\" is undefined\n"
+               f"      y[i] = nope * {wgs};\n1 error detected in the compilation of \"k.cu\".")
+        return failure_signature(CompileError(log, log), {"wgs": wgs})
+
+    assert all_alike([failure(1), failure(2), failure(3)])
+    assert all_alike([failure(4), failure(1), failure(32)])
+    assert not all_alike([failure(1), failure(2, line=5), failure(3)])  # another line: not alike
+    plain = [failure_signature(KeyError(f"no {v}"), {"wgs": v}) for v in (1, 2, 3)]
+    assert not all_alike(plain)  # only compile errors are compared values aside

@@ -57,25 +57,48 @@ class FailingFast(Exception):
         self.count = count
 
 
-def failure_signature(exc: BaseException, params: Mapping[str, Any]) -> tuple[type, str, str]:
+@dataclass(frozen=True)
+class FailureSignature:
     """What makes two failures the same: the exception type and its message, and for a compile
-    error also the message with this candidate's configuration values taken out (a kernel that
-    fails the same way for every value is broken whatever the search tries)."""
-    message = normalised = str(exc)
-    if isinstance(exc, CompileError):
-        for name, value in params.items():
-            for text in {str(value), str(value).lower()}:
-                if text:
-                    normalised = re.sub(rf"(?<![\w.]){re.escape(text)}(?![\w.])", f"<{name}>",
-                                        normalised)
-    return type(exc), message, normalised
+    error the candidate's configuration values (a kernel that fails the same way for every
+    value is broken whatever the search tries)."""
+
+    kind: type
+    message: str
+    values: tuple[tuple[str, str], ...] = ()  #: (name, value as text), compile errors only
 
 
-def all_alike(signatures: list[tuple[type, str, str]]) -> bool:
-    """True if every failure has one type and one message, as raised or with the
-    configuration values taken out (a small value may also stand for a line number)."""
-    return len({(t, m) for t, m, _ in signatures}) == 1 or \
-        len({(t, n) for t, _, n in signatures}) == 1
+def failure_signature(exc: BaseException, params: Mapping[str, Any]) -> FailureSignature:
+    """The signature of a candidate's failure (see :class:`FailureSignature`)."""
+    values = tuple((name, str(value)) for name, value in params.items()) \
+        if isinstance(exc, CompileError) else ()
+    return FailureSignature(type(exc), str(exc), values)
+
+
+_WORD = re.compile(r"([\w.]+)")
+
+
+def _alike(a: FailureSignature, b: FailureSignature) -> bool:
+    """The same failure: one type, and the same message, or (compile errors) messages that
+    differ only where each holds its own candidate's value of one parameter, word for word
+    (a value that also stands for a line or error count elsewhere does not matter)."""
+    if a.kind is not b.kind:
+        return False
+    if a.message == b.message:
+        return True
+    if not a.values or not b.values:
+        return False
+    words_a, words_b = _WORD.split(a.message), _WORD.split(b.message)
+    if len(words_a) != len(words_b):
+        return False
+    theirs = dict(b.values)
+    pairs = {(value.lower(), theirs.get(name, "").lower()) for name, value in a.values}
+    return all(x == y or (x.lower(), y.lower()) in pairs for x, y in zip(words_a, words_b))
+
+
+def all_alike(signatures: list[FailureSignature]) -> bool:
+    """True if every failure is the same as the first (:func:`_alike`)."""
+    return all(_alike(signatures[0], other) for other in signatures[1:])
 
 
 class InvalidConfiguration(ValueError):
@@ -301,7 +324,7 @@ class DeviceEvaluator(Evaluator):
         self._pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
         self._turns = _Turns() if self._pool is not None else None
         self._index = 0
-        self._same_failures: list[tuple[type, str, str]] = []
+        self._same_failures: list[FailureSignature] = []
 
     def close(self) -> None:
         if self._pool is not None:

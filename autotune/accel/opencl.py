@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
-import tempfile
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -117,7 +114,7 @@ def platform_problem(p_index: int, platform: Any, device: Any) -> str:
     if known is not None and known[0] == name:
         return known[1]
     error = ""
-    with _stderr_kept() as said:
+    with native_stderr() as said:  # clang's own printing kept off the terminal
         try:
             context = cl.Context([device])
             # pyopencl's own binary cache is bypassed: it could hand a broken compiler the
@@ -126,30 +123,9 @@ def platform_problem(p_index: int, platform: Any, device: Any) -> str:
         except cl.Error as exc:
             error = str(exc) or type(exc).__name__
     version = platform.version.split(",")[0].strip()  # "OpenCL 3.0 PoCL 3.0-rc2  Linux"
-    problem = explain_build_failure(name, version, "\n".join([error, *said])) if error else ""
+    problem = explain_build_failure(name, version, "\n".join([error, said.text])) if error else ""
     _problems[p_index] = (name, problem)
     return problem
-
-
-@contextlib.contextmanager
-def _stderr_kept() -> Iterator[list[str]]:
-    """What a compiler writes straight to file descriptor 2 meanwhile (PoCL's clang prints
-    its errors there too), kept out of the terminal; the list holds its lines afterwards."""
-    lines: list[str] = []
-    try:
-        saved = os.dup(2)
-    except OSError:  # no standard error to keep
-        yield lines
-        return
-    with tempfile.TemporaryFile() as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            lines += sink.read(65536).decode(errors="replace").splitlines()
 
 
 def explain_build_failure(name: str, version: str, log: str) -> str:

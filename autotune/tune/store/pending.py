@@ -61,25 +61,30 @@ def write_pending(store: ResultStore) -> int:
 
 
 def _write_pending(store: ResultStore) -> int:
-    with _lock:
-        writes = _queue.pop(store.url, [])
+    # A kept result stays in the queue (and in waiting()) until it is written: only the writer
+    # holding _order takes the head off, and keep() adds at the end.
     written = 0
     try:
-        while writes:
-            store.save(*writes[0])
-            writes.pop(0)
+        while True:
+            with _lock:
+                writes = _queue.get(store.url)
+                if not writes:
+                    break
+                head = writes[0]
+            store.save(*head)
+            with _lock:
+                if _queue[store.url] and _queue[store.url][0] is head:
+                    _queue[store.url].pop(0)
             written += 1
     except ReadOnlyStoreError as exc:  # it will never take them: say so once, drop them
-        logger.warning("%d tuned result(s) kept for %s cannot be stored: %s", len(writes),
+        with _lock:
+            dropped = _queue.pop(store.url, [])
+        logger.warning("%d tuned result(s) kept for %s cannot be stored: %s", len(dropped),
                        display(store.url), exc)
-        writes = []
     except StoreError:
         pass
-    finally:
-        with _lock:
-            if writes:
-                _queue.setdefault(store.url, [])[:0] = writes
-            left = len(_queue.get(store.url, ()))
+    with _lock:
+        left = len(_queue.get(store.url, ()))
     if written:
         logger.info("wrote %d tuning result(s) kept in this process to %s", written,
                     display(store.url))

@@ -269,3 +269,22 @@ def test_report_lists_triton_kernels_with_their_trials(tmp_path, capsys):
     assert "<h2 id='f0'>triton.kernels.add</h2>" in page
     assert "dtypes=[&#x27;torch.float16&#x27;], n=4096" in page and "BLOCK=256, num_warps=4" in page
     assert (tmp_path / "report" / "img" / "key0001.png").stat().st_size > 1000
+
+
+def test_under_pytest_a_kernel_without_a_database_launches_its_first_configuration(db):
+    """autotune's pytest plugin puts tuning in test mode: no timing, no database (``db`` is
+    AUTOTUNE_DB here, and stays uncreated)."""
+    bench = Bench(CONFIGS)
+    kernel = StoredChoices("triton.kernels.add", SOURCE, DEVICE)
+    choice = kernel.choose({"n": 4096}, CONFIGS, bench)
+    assert (choice.index, choice.how, bench.timed) == (0, "test", []) and not db.exists()
+
+
+@pytest.mark.autotune_database
+def test_marked_autotune_database_a_kernel_is_timed_and_stored_as_outside_tests():
+    import os
+
+    bench = Bench(CONFIGS)
+    choice = StoredChoices("triton.kernels.add", SOURCE, DEVICE).choose({"n": 4096}, CONFIGS, bench)
+    assert choice.how == "benchmark" and bench.timed == list(range(8))
+    assert len(ResultStore.open(os.environ["AUTOTUNE_DB"]).trials()) == 8

@@ -200,3 +200,28 @@ def test_reset_to_zero_leaves_one_launchs_result(tmp_path, kernels):
     torch.cuda.synchronize()
     assert tuned.last_choice.how == "benchmark"
     torch.testing.assert_close(total, x)  # the benchmark's many launches left nothing behind
+
+
+@needs_gpu
+def test_restore_value_and_a_served_launch_leave_the_arguments_as_given(tmp_path, kernels):
+    """Timing with ``restore_value`` puts the tensor back before the real launch; a launch
+    served from the database times nothing and so zeroes nothing (``reset_to_zero``)."""
+    import torch
+
+    n, url = 1 << 16, str(tmp_path / "t.db")
+    grid = lambda meta: (triton.cdiv(n, meta["BLOCK"]),)  # noqa: E731
+    x = torch.rand(n, device="cuda")
+    total = torch.ones_like(x)
+    timed = autotune(CONFIGS, key=["n"], restore_value=["total_ptr"], database=url,
+                     name="triton.accumulate")(kernels.accumulate_kernel)
+    timed[grid](x, total, n)
+    torch.cuda.synchronize()
+    assert timed.last_choice.how == "benchmark"
+    torch.testing.assert_close(total, 1 + x)
+    served = autotune(CONFIGS, key=["n"], reset_to_zero=["total_ptr"], database=url,
+                      name="triton.accumulate")(kernels.accumulate_kernel)
+    total = torch.ones_like(x)
+    served[grid](x, total, n)
+    torch.cuda.synchronize()
+    assert served.last_choice.how == "database"
+    torch.testing.assert_close(total, 1 + x)

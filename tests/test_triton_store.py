@@ -288,3 +288,10 @@ def test_marked_autotune_database_a_kernel_is_timed_and_stored_as_outside_tests(
     choice = StoredChoices("triton.kernels.add", SOURCE, DEVICE).choose({"n": 4096}, CONFIGS, bench)
     assert choice.how == "benchmark" and bench.timed == list(range(8))
     assert len(ResultStore.open(os.environ["AUTOTUNE_DB"]).trials()) == 8
+
+
+def test_a_list_of_one_is_launched_untimed_and_not_stored(tmp_path):
+    url = str(tmp_path / "t.db")
+    bench = Bench(CONFIGS[:1])
+    choice = choices(url).choose({"n": 4096}, CONFIGS[:1], bench)
+    assert (choice.how, bench.timed) == ("single", []) and not (tmp_path / "t.db").exists()

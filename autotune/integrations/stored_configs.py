@@ -73,7 +73,9 @@ class Choice:
     index: int  #: position in the configuration list given
     parameters: dict[str, Any]
     seconds: float  #: its median seconds per call (as stored, or timed now)
-    how: str  #: ``memory`` (this process), ``database`` (a stored result) or ``benchmark``
+    #: ``memory`` (this process), ``database`` (a stored result), ``benchmark``, ``single``
+    #: (a list of one: launched untimed) or ``test`` (under pytest: the first, untimed)
+    how: str
     timed: tuple[int, ...] = ()  #: the indices timed by this lookup
     reused: int = 0  #: configurations whose stored trial was used instead of timing them
 
@@ -142,6 +144,8 @@ class StoredChoices:
         key = self.key(arguments)
         if self.database is None and test_mode.active and not (test_mode.force or test_mode.cached):
             return Choice(0, dict(configs[0]), math.inf, "test")
+        if len(texts) == 1:  # nothing to choose (as Triton's autotuner, which times nothing)
+            return Choice(0, dict(configs[0]), math.inf, "single")
         fingerprint = list_fingerprint(self.source_digest, texts)
         memo_key = (key.arguments, fingerprint)
         with self._lock:

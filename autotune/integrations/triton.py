@@ -175,7 +175,8 @@ class TritonAutotuned:
             raise ValueError(f"version must be a non-negative int, got {version!r}")
         self.name = name or f"{FUNCTION_PREFIX}.{self.base.__module__}.{self.base.__qualname__}"
         self.version, self.database = version, database
-        self.cache: dict[tuple, Any] = {}  #: key values -> triton.Config, in this process
+        #: key values -> (triton.Config, its launch keywords), in this process
+        self.cache: dict[tuple, tuple[Any, dict[str, Any]]] = {}
         self.best_config: Any = None
         self.last_choice: Choice | None = None
         self._choices: StoredChoices | None = None
@@ -210,17 +211,18 @@ class TritonAutotuned:
                     for c in self.configs]
         marker = tuple(named.get(k) for k in self.keys) + tuple(
             str(v.dtype) for v in named.values() if hasattr(v, "dtype"))
-        config = self.cache.get(marker)
-        if config is None:
+        chosen = self.cache.get(marker)
+        if chosen is None:
             with self._lock:
-                config = self._choose(marker, args, grid, kwargs, named)
+                chosen = self._choose(marker, args, grid, kwargs, named)
+        config, launch = chosen
         self.best_config = config
         if getattr(config, "pre_hook", None) is not None:
-            config.pre_hook({**named, **config_parameters(config)})
-        return self.fn.run(*args, grid=grid, warmup=False, **kwargs, **config_parameters(config))
+            config.pre_hook({**named, **launch})
+        return self.fn.run(*args, grid=grid, warmup=False, **kwargs, **launch)
 
     def _choose(self, marker: tuple, args: tuple, grid: Any, kwargs: dict[str, Any],
-                named: dict[str, Any]) -> Any:
+                named: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
         configs = self.configs
         if self.prune is not None:
             configs = list(self.prune(self.configs, dict(zip(self.arg_names, args)), **kwargs))
@@ -235,8 +237,8 @@ class TritonAutotuned:
         choice = self.choices().choose(self.key_arguments(named), parameters, bench)
         bench.reset()
         self.last_choice = choice
-        self.cache[marker] = configs[choice.index]
-        return configs[choice.index]
+        chosen = self.cache[marker] = (configs[choice.index], parameters[choice.index])
+        return chosen
 
     def forget(self) -> None:
         """Forget this process's choices (the database keeps them)."""
@@ -253,9 +255,13 @@ class _Bench:
                  kwargs: dict[str, Any], named: dict[str, Any]):
         self.tuned, self.configs, self.args, self.grid = tuned, configs, args, grid
         self.kwargs, self.named = kwargs, named
-        self.copies = {n: named[n].clone() for n in tuned.restore_value if named.get(n) is not None}
+        self.copies: dict[str, Any] | None = None  #: restore_value's tensors, once timing starts
 
     def reset(self) -> None:
+        """Put the arguments back as they were given (a lookup that timed nothing changes
+        nothing)."""
+        if self.copies is None:
+            return
         for name, copy in self.copies.items():
             self.named[name].copy_(copy)
         for name in self.tuned.reset_to_zero:
@@ -263,6 +269,9 @@ class _Bench:
                 self.named[name].zero_()
 
     def __call__(self, index: int) -> Timing:
+        if self.copies is None:
+            self.copies = {n: self.named[n].clone() for n in self.tuned.restore_value
+                           if self.named.get(n) is not None}
         config = self.configs[index]
         launch = {**self.kwargs, **config_parameters(config)}
         full = {**self.named, **launch}

@@ -150,7 +150,8 @@ def test_a_kernel_is_timed_once_and_served_to_a_new_process(tmp_path, kernels):
         "for w in (2, 4)]\n"
         f"t = autotune(configs, key=['n'], database={url!r})(k.add_kernel)\n"
         "n = 1 << 20\n"
-        "x = torch.rand(n, device='cuda'); y = torch.rand(n, device='cuda'); out = torch.empty_like(x)\n"
+        "x = torch.rand(n, device='cuda'); y = torch.rand(n, device='cuda')\n"
+        "out = torch.empty_like(x)\n"
         "t[lambda meta: (triton.cdiv(n, meta['BLOCK']),)](x, y, out, n)\n"
         "torch.testing.assert_close(out, 2 * x + y)\n"
         "print(json.dumps([t.last_choice.how, t.last_choice.index, list(t.last_choice.timed)]))\n")

@@ -103,7 +103,8 @@ def test_a_changed_list_times_only_its_new_configurations(tmp_path):
     url = str(tmp_path / "t.db")
     first = CONFIGS[:6]  # BLOCK 64..256
     choices(url).choose({"n": 4096}, first, Bench(first))
-    changed = [c for c in CONFIGS if c != {"BLOCK": 256, "num_warps": 4}]  # the winner removed, 512 added
+    # the winner removed, BLOCK 512 added
+    changed = [c for c in CONFIGS if c != {"BLOCK": 256, "num_warps": 4}]
     bench = Bench(changed)
     choice = choices(url).choose({"n": 4096}, changed, bench)
     assert sorted(changed[i]["BLOCK"] for i in bench.timed) == [512, 512]
@@ -111,8 +112,8 @@ def test_a_changed_list_times_only_its_new_configurations(tmp_path):
     assert choice.parameters == {"BLOCK": 256, "num_warps": 2}  # the fastest of the new list
     assert choice.parameters == min(changed, key=seconds_of)
     record = ResultStore.open(url).records()[0]
-    assert record.fingerprint == list_fingerprint(SOURCE, [json.dumps(c, separators=(",", ":"),
-                                                                      sort_keys=True) for c in changed])
+    texts = [json.dumps(c, separators=(",", ":"), sort_keys=True) for c in changed]
+    assert record.fingerprint == list_fingerprint(SOURCE, texts)
     assert json.loads(record.search)["reused"] == 5
     # the list in another order is the same list: served
     reordered = list(reversed(changed))
@@ -137,7 +138,8 @@ def test_each_key_is_tuned_for_itself(tmp_path):
         bench = Bench(CONFIGS)
         kernel.choose({"n": n}, CONFIGS, bench)
         assert bench.timed == list(range(8))
-    assert sorted(json.loads(r.key.arguments)["n"] for r in ResultStore.open(url).records()) == [1024, 4096]
+    stored = ResultStore.open(url).records()
+    assert sorted(json.loads(r.key.arguments)["n"] for r in stored) == [1024, 4096]
 
 
 def test_failed_configurations_are_recorded_never_chosen_nor_timed_again(tmp_path):

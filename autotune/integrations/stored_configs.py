@@ -202,7 +202,8 @@ class StoredChoices:
         return known
 
     def _tune(self, key: TuningKey, fingerprint: str, texts: list[str],
-              configs: Sequence[dict[str, Any]], benchmark: Callable[[int], Timing | float]) -> Choice:
+              configs: Sequence[dict[str, Any]],
+              benchmark: Callable[[int], Timing | float]) -> Choice:
         started = time.perf_counter()
         known = self._known_trials(key, texts)
         reused = len(known)

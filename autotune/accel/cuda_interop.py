@@ -221,9 +221,9 @@ def export(array: Any, stream: Any, max_version: Any, dl_device: Any, copy: Any)
     if copy:
         raise BufferError("copy=True asks for a copy, which this array does not make; copy it "
                           "with context.allocate and copy_from, then export that")
-    if stream is None:
+    if stream is None or stream == 0:  # 0 (which the standard forbids): the null stream
         stream = LEGACY_STREAM
-    if isinstance(stream, bool) or not isinstance(stream, int) or stream == 0 or stream < -1:
+    if isinstance(stream, bool) or not isinstance(stream, int) or stream < -1:
         raise ValueError(f"stream must be a CUDA stream handle, 1 (legacy default), 2 "
                          f"(per-thread default) or -1 (no synchronisation), not {stream!r}")
     if stream != -1:

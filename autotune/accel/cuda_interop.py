@@ -18,6 +18,7 @@ The driver calls go through ctypes (``libcuda.so.1``), the events are reused: on
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import weakref
 from typing import Any
@@ -71,7 +72,7 @@ def pointer_device(pointer: int) -> int | None:
 
 def _destroy_event(lib: Any, handle: int) -> None:
     try:
-        lib.cuEventDestroy_v2(ctypes.c_void_p(handle))
+        lib.cuEventDestroy_v2(handle)
     except Exception:  # pragma: no cover - at interpreter exit the driver may be gone
         pass
 
@@ -94,17 +95,23 @@ def queue_event(queue: Any) -> int:
     return event
 
 
+def _in_context_of(context: Any, stream: int) -> Any:
+    """Where the driver call needs ``context`` current: the special streams 1 and 2 name the
+    current context's default streams (a real handle names its own context)."""
+    return context.thread_scope() if stream in (1, 2) else contextlib.nullcontext()
+
+
 def wait_for_stream(queue: Any, stream: int) -> None:
     """Make ``queue``'s later work wait (on the device) for the work enqueued on the raw
     CUDA stream ``stream`` so far (1: legacy default, 2: per-thread default, else a handle)."""
-    if stream == queue.stream.handle:
+    ours = queue.stream.handle
+    if stream == ours:
         return  # the same in-order stream
     event = queue_event(queue)
     lib = _libcuda
-    with queue.context.thread_scope():
-        _check(lib.cuEventRecord(ctypes.c_void_p(event), ctypes.c_void_p(stream)), "cuEventRecord")
-        _check(lib.cuStreamWaitEvent(ctypes.c_void_p(queue.stream.handle),
-                                     ctypes.c_void_p(event), 0), "cuStreamWaitEvent")
+    with _in_context_of(queue.context, stream):
+        _check(lib.cuEventRecord(event, stream), "cuEventRecord")
+    _check(lib.cuStreamWaitEvent(ours, event, 0), "cuStreamWaitEvent")
 
 
 def stream_waits_for_queues(context: Any, stream: int) -> None:
@@ -112,14 +119,13 @@ def stream_waits_for_queues(context: Any, stream: int) -> None:
     ``context`` (what a DLPack producer owes the consumer's stream)."""
     lib = _driver()
     for queue in list(context._queues):
-        if queue.stream.handle == stream:
+        ours = queue.stream.handle
+        if ours == stream:
             continue
         event = queue_event(queue)
-        with context.thread_scope():
-            _check(lib.cuEventRecord(ctypes.c_void_p(event), ctypes.c_void_p(queue.stream.handle)),
-                   "cuEventRecord")
-            _check(lib.cuStreamWaitEvent(ctypes.c_void_p(stream), ctypes.c_void_p(event), 0),
-                   "cuStreamWaitEvent")
+        _check(lib.cuEventRecord(event, ours), "cuEventRecord")
+        with _in_context_of(context, stream):
+            _check(lib.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
 
 
 # In ------------------------------------------------------------------------------------------

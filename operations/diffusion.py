@@ -245,7 +245,8 @@ class Diffusion:
 
     def _device_array(self, obj: Any, name: str) -> accel.DeviceArray:
         obj = self.template.context.as_array(obj, name, numpy_hint=(
-            "pass device arrays (context.to_device(queue, a)), or use run(field, steps)"))
+            "pass device arrays (context.to_device(queue, a)), or use run(field, steps)"),
+            queue=self.queue, dtype=DTYPE)
         if obj.shape != self.shape:
             raise ValueError(f"{name} has shape {obj.shape}, expected (ny, nx) = {self.shape}")
         if obj.dtype != DTYPE:

@@ -320,7 +320,9 @@ class FusedPass:
                 self._launch_finish = queue.launcher(
                     template.program.get_kernel("fused_finish"), self.wgs, self.wgs)
                 self._finish_args = [self.partials, np.uint32(self.groups), self.out]
-        self._last: tuple[tuple, list] = ((), [])  # vectors last passed, and their checked arrays
+        #: vectors last passed, their checked arrays, and the foreign sources among them (other
+        #: libraries' arrays: each call orders the queue after their producers' work again)
+        self._last: tuple[tuple, list, list] = ((), [], [])
         real = np.float32 if template.dtype in (np.float32, np.complex64) else np.float64
         self._real = real
         self._real_max = float(np.finfo(real).max)  # larger scalars would become inf on the device
@@ -380,10 +382,13 @@ class FusedPass:
         enqueues the copy itself.
         """
         vectors = tuple(vectors)
-        last_vectors, arrays = self._last
+        last_vectors, arrays, sources = self._last
         if len(vectors) != len(last_vectors) or any(a is not b for a, b in zip(vectors, last_vectors)):
-            arrays = self._checked(vectors)
-            self._last = (vectors, arrays)
+            arrays = self._checked(vectors)  # orders after foreign producers' work
+            self._last = (vectors, arrays, [a.foreign for a in arrays if a.foreign is not None])
+        elif sources:
+            for source in sources:
+                source.order(self.queue)
         self._launch_pass([*arrays, *self._scalar_args(scalars), *self._reduction_args,
                            np.uint64(self.n)])
         if self._launch_finish is not None:
@@ -398,8 +403,8 @@ class FusedPass:
         if len(vectors) != len(op.vectors):
             raise TypeError(f"{op.name} takes {len(op.vectors)} vectors ({', '.join(op.vectors)}), "
                             f"got {len(vectors)}")
-        arrays = [as_device_array(self.template.context, v, self.n, self.template.dtype, name)
-                  for v, name in zip(vectors, op.vectors)]
+        arrays = [as_device_array(self.template.context, v, self.n, self.template.dtype, name,
+                                  self.queue) for v, name in zip(vectors, op.vectors)]
         chunk = self.vec * self.template.dtype.itemsize
         for arr, name in zip(arrays, op.vectors):
             pointer = getattr(arr, "pointer", None)  # CUDA; OpenCL buffers are always aligned
@@ -498,16 +503,19 @@ class OnlineFusedPass:
         return outputs[0] if len(outputs) == 1 else outputs
 
 
-def as_device_array(context: accel.Context, obj: Any, n: int, dtype: np.dtype,
-                    name: str) -> accel.DeviceArray:
-    """A device array of ``n`` elements of ``dtype``: ours, or a CuPy/PyTorch array viewed in place."""
+def as_device_array(context: accel.Context, obj: Any, n: int, dtype: np.dtype, name: str,
+                    queue: accel.CommandQueue | None = None) -> accel.DeviceArray:
+    """A device array of ``n`` elements of ``dtype``: ours, or another library's viewed in place
+    (``Context.as_array``: CuPy, PyTorch, JAX, pyopencl, ...), ``queue`` ordered after its
+    producer's work."""
     arr = context.as_array(obj, f"vector {name}", numpy_hint=(
         "use the host entry points (operations.reduce.sum(x), operations.blas.axpy(...)) or "
-        "copy it with context.to_device(queue, x)"))
+        "copy it with context.to_device(queue, x)"), queue=queue, dtype=dtype)
     if arr.size != n:
         raise ValueError(f"vector {name} has {arr.size} elements, expected {n} (lengths differ)")
     if arr.dtype != dtype:
-        raise TypeError(f"vector {name} has dtype {arr.dtype}, expected {dtype}")
+        raise TypeError(f"vector {name} has dtype {arr.dtype}, expected {dtype}; convert it "
+                        f"(.astype) or use a template of dtype {arr.dtype}")
     return arr
 
 

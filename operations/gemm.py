@@ -245,7 +245,8 @@ class Gemm:
 
     def _check(self, name: str, array: Any, shape: tuple[int, int]) -> accel.DeviceArray:
         array = self.template.context.as_array(array, name, numpy_hint=(
-            "use operations.gemm.gemm(a, b) for numpy arrays, or copy them with context.to_device"))
+            "use operations.gemm.gemm(a, b) for numpy arrays, or copy them with context.to_device"),
+            queue=self.queue, dtype=self.template.dtype)
         if array.shape != shape and array.size == shape[0] * shape[1]:
             array = array.view(0, array.size, shape)
         if array.shape != shape:

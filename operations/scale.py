@@ -90,5 +90,24 @@ class Scale:
         self._launch = queue.launcher(self.kernel, self.global_size, template.wgs)
         self._args = [self.y, self.x, self.alpha, np.uint32(self.n)]
 
-    def __call__(self) -> None:
-        self._launch(self._args)
+    def __call__(self, x: Any = None, y: Any = None) -> None:
+        """Enqueue ``y = alpha * x`` on the instance's own ``x`` and ``y``, or on the arrays
+        given: device arrays of ``n`` elements of the template's dtype, ours or another
+        library's (``Context.as_array``: CuPy, PyTorch, pyopencl, ...) viewed in place, the
+        queue ordered after their producers' work."""
+        if x is None and y is None:
+            self._launch(self._args)
+            return
+        if x is None or y is None:
+            raise TypeError("pass both x and y (or neither, for the instance's own arrays)")
+        self._launch([self._vector(y, "y"), self._vector(x, "x"), self.alpha, np.uint32(self.n)])
+
+    def _vector(self, obj: Any, name: str) -> accel.DeviceArray:
+        t = self.template
+        arr = t.context.as_array(obj, name, numpy_hint=(
+            f"copy it with fn.{name}.set(queue, a) and call fn()"), queue=self.queue,
+            dtype=t.dtype)
+        if arr.size != self.n or arr.dtype != t.dtype:
+            raise ValueError(f"{name} has {arr.size} elements of {arr.dtype}; this instance "
+                             f"scales {self.n} elements of {t.dtype}")
+        return arr

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from . import helpers
+from . import helpers, interop
 from .errors import AccelError, LaunchError
 from .identity import DeviceIdentity
 from .render import RenderedSource, render
@@ -157,6 +157,10 @@ class Program(ABC):
 class DeviceArray(ABC):
     """A contiguous array in device memory."""
 
+    #: where an array viewing another library's memory came from (:class:`.interop.Foreign`:
+    #: the object, kept alive, and how to order work after its producer's); None for ours
+    foreign: Any = None
+
     def __init__(self, context: Context, shape: int | Sequence[int], dtype: Any):
         self.context = context
         self.shape = _as_shape(shape)
@@ -168,6 +172,18 @@ class DeviceArray(ABC):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} shape={self.shape} dtype={self.dtype}>"
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A DLPack capsule of this array's memory (no copy) where the backend can export one
+        (CUDA); BufferError otherwise. See :mod:`.interop`."""
+        raise BufferError(f"{self.context.backend} device arrays do not export DLPack (their "
+                          "memory has no address another library could use); copy the "
+                          "contents with array.get(queue)")
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(DLPack device type, device index) of this array's memory."""
+        return (4, 0)  # kDLOpenCL: overridden where the backend exports
 
     def _check_host(self, host: np.ndarray, what: str) -> np.ndarray:
         if not isinstance(host, np.ndarray):
@@ -694,26 +710,38 @@ class Context(ABC):
         arr.set(queue, host)
         return arr
 
-    def as_array(self, obj: Any, name: str = "array", numpy_hint: str = "") -> DeviceArray:
-        """``obj`` as a device array of this context: ours as is, CuPy/PyTorch viewed in place.
+    def as_array(self, obj: Any, name: str = "array", numpy_hint: str = "", *,
+                 queue: CommandQueue | None = None, dtype: Any = None) -> DeviceArray:
+        """``obj`` as a device array of this context: ours as is, another library's array
+        viewed in place (CUDA: ``__cuda_array_interface__`` or DLPack, as CuPy, PyTorch, JAX and
+        Numba export; OpenCL: ``pyopencl.array.Array`` or ``pyopencl.Buffer``; see
+        :mod:`.interop`). With ``queue``, its later work waits for the producer's work on the
+        array. ``dtype`` types a bare ``pyopencl.Buffer``.
 
-        A numpy array is refused with ``numpy_hint`` (what to do instead); anything else too.
+        Anything that would need a copy is refused with an error saying so; a numpy array with
+        ``numpy_hint`` (what to do instead).
         """
         if isinstance(obj, DeviceArray):
+            if obj.context is not self:
+                raise AccelError(f"{name} belongs to another context ({obj.context.device.name}); "
+                                 "copy it through the host (get, then to_device) first")
             return obj
-        if hasattr(obj, "__cuda_array_interface__"):
-            return self.wrap(obj)
-        if isinstance(obj, np.ndarray):
-            raise TypeError(f"{name} is a numpy array; "
-                            f"{numpy_hint or 'copy it with context.to_device(queue, a)'}")
-        raise TypeError(f"{name} must be a device array, not {type(obj).__name__}")
+        return interop.as_array(self, obj, name, numpy_hint, queue=queue, dtype=dtype)
 
-    def wrap(self, obj: Any) -> DeviceArray:
-        """View a foreign device array (``__cuda_array_interface__``) without copying; CUDA only."""
-        raise TypeError(
-            f"{type(obj).__name__} cannot be wrapped on the {self.backend} backend: only CUDA "
-            "contexts can view __cuda_array_interface__ memory; copy it to a numpy array first"
-        )
+    def wrap(self, obj: Any, dtype: Any = None, shape: int | Sequence[int] | None = None, *,
+             queue: CommandQueue | None = None) -> DeviceArray:
+        """View another library's device array without copying (see :meth:`as_array`);
+        ``dtype`` and ``shape`` describe a bare ``pyopencl.Buffer`` (the shape defaults to
+        the whole buffer)."""
+        if isinstance(obj, DeviceArray):
+            return obj
+        return interop.as_array(self, obj, "the array", "", queue=queue, dtype=dtype,
+                                shape=shape)
+
+    def _view_foreign(self, obj: Any, name: str, dtype: Any, shape: Any,
+                      queue: CommandQueue | None) -> DeviceArray | None:
+        """The backend's view of ``obj`` (None: not an array it can view)."""
+        return None
 
     # Memory other processes open -------------------------------------------------------------
     #: the length of the handle :meth:`share` returns (0: the backend cannot share memory)

@@ -8,13 +8,14 @@ import functools
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import nvrtc
+from . import cuda_interop, nvrtc
 from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
                    Program, _as_shape)
 from .errors import AccelError, BackendUnavailableError, CompileError
@@ -120,32 +121,6 @@ def _in_context(method: Callable) -> Callable:
     return run
 
 
-_POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-_libcuda: Any = None
-
-
-def _pointer_device(pointer: int) -> int | None:
-    """The ordinal of the GPU whose memory ``pointer`` is in (the driver's pointer attribute),
-    or None where the driver cannot say (host or managed memory, an old driver)."""
-    global _libcuda
-    import ctypes
-
-    if _libcuda is None:
-        try:
-            _libcuda = ctypes.CDLL("libcuda.so.1")
-            _libcuda.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int,
-                                                       ctypes.c_uint64]
-        except (OSError, AttributeError):
-            _libcuda = False
-    if not _libcuda or not pointer:
-        return None
-    ordinal = ctypes.c_int(-1)
-    if _libcuda.cuPointerGetAttribute(ctypes.byref(ordinal), _POINTER_DEVICE_ORDINAL,
-                                      ctypes.c_uint64(pointer)) != 0:
-        return None
-    return ordinal.value if ordinal.value >= 0 else None
-
-
 class CudaKernel(Kernel):
     def __init__(self, program: CudaProgram, name: str, handle: Any):
         super().__init__(program, name)
@@ -205,41 +180,17 @@ class CudaArray(DeviceArray):
             self.pointer = pointer
         self._owner = wrap  # keeps a wrapped foreign array alive
 
-    @classmethod
-    def wrap(cls, context: CudaContext, obj: Any) -> CudaArray:
-        """View an object with ``__cuda_array_interface__`` (CuPy, PyTorch, pycuda) without copying."""
-        cai = getattr(obj, "__cuda_array_interface__", None)
-        if cai is None:
-            raise TypeError(f"{type(obj).__name__} has no __cuda_array_interface__")
-        shape = tuple(cai["shape"])
-        dtype = np.dtype(cai["typestr"])
-        strides = cai.get("strides")
-        if strides is not None:
-            expected, step = [], dtype.itemsize
-            for extent in reversed(shape):
-                expected.append(step)
-                step *= extent
-            if tuple(s for s, n in zip(strides, shape) if n > 1) != tuple(
-                e for e, n in zip(reversed(expected), shape) if n > 1
-            ):
-                raise ValueError(
-                    "only C-contiguous arrays can be wrapped; call .copy() or "
-                    "ascontiguousarray on the array first"
-                )
-        pointer, readonly = cai["data"]
-        if readonly:
-            raise ValueError("the array is read-only; kernels may write to device arrays")
-        device = _pointer_device(int(pointer or 0))
-        if device is not None and device != context.device_index:
-            # a kernel of this context would fault on it (or read another GPU over the bus)
-            raise ValueError(f"the {type(obj).__name__} lives on GPU {device} but this context "
-                             f"is on GPU {context.device_index}; make it on that GPU (CuPy: "
-                             f"with cupy.cuda.Device({context.device_index}); PyTorch: "
-                             f"device='cuda:{context.device_index}') or copy it there")
-        return cls(context, shape, dtype, wrap=obj, pointer=int(pointer or 0))
-
     def _view(self, offset: int, shape: tuple[int, ...]) -> CudaArray:
         return CudaArray(self.context, shape, self.dtype, wrap=self, pointer=self.pointer + offset)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
+                   copy: Any = None) -> Any:
+        """A DLPack capsule of this memory (no copy): ``stream`` (the consumer's; None: the
+        legacy default stream, -1: none) waits for the work of this context's queues."""
+        return cuda_interop.export(self, stream, max_version, dl_device, copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (2, self.context.device_index)  # kDLCUDA
 
     @property
     def __cuda_array_interface__(self) -> dict:
@@ -433,6 +384,7 @@ class CudaQueue(CommandQueue):
             self._stop = drv.Event() if tuning else None
         self._gate: _Gate | None = None
         self._ungated = False  #: the gate could not be made here
+        context._queues.add(self)  # DLPack exports order the consumer after every live queue
 
     @_in_context
     def _launch(self, kernel: CudaKernel, args: list[Any], global_size: tuple[int, ...],
@@ -503,6 +455,7 @@ class CudaContext(Context):
         #: held around driver calls that may wait for all of the device's work (see _Gate)
         self.device_wide = threading.Lock()
         self._closed_gates: set[_Gate] = set()
+        self._queues: weakref.WeakSet[CudaQueue] = weakref.WeakSet()
 
     @contextlib.contextmanager
     def _waiting_for_the_device(self) -> Iterator[None]:
@@ -607,9 +560,14 @@ class CudaContext(Context):
                              "instead)") from exc
         return CudaArray(self, shape, dtype, wrap=mapping, pointer=int(mapping))
 
-    def wrap(self, obj: Any) -> DeviceArray:
-        """A device array viewing ``obj``'s memory (anything with ``__cuda_array_interface__``)."""
-        return CudaArray.wrap(self, obj)
+    def _view_foreign(self, obj: Any, name: str, dtype: Any, shape: Any,
+                      queue: CommandQueue | None) -> DeviceArray | None:
+        return cuda_interop.view(self, obj, name, queue)
+
+    def _wrap_pointer(self, shape: tuple[int, ...], dtype: Any, pointer: int,
+                      owner: Any) -> CudaArray:
+        """A device array at another library's ``pointer``, keeping ``owner`` alive."""
+        return CudaArray(self, shape, dtype, wrap=owner, pointer=pointer)
 
     def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
         return CudaQueue(self, tuning=False, timed=timed)

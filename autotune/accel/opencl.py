@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from . import interop
 from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
                    Program)
 from .capture import native_stderr, pass_on
@@ -362,6 +363,15 @@ class OpenCLContext(Context):
 
     def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
         return OpenCLArray(self, shape, dtype)
+
+    def _view_foreign(self, obj: Any, name: str, dtype: Any, shape: Any,
+                      queue: CommandQueue | None) -> DeviceArray | None:
+        """pyopencl arrays and buffers of this context (:mod:`.interop`); arrays of other
+        device kinds are refused by name."""
+        array = interop.view_opencl(self, obj, name, dtype, shape)
+        if array is None:
+            interop.refuse_elsewhere_on_opencl(self, obj, name)
+        return array
 
     def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
         return OpenCLQueue(self, tuning=False, timed=timed)

@@ -538,6 +538,12 @@ def _at_test(*names: str) -> dict[str, list[Any]]:
 class Dslash:
     """The dslash kernels of one template, launched on one queue."""
 
+    def _viewed(self, out: Any, inp: Any, x: Any) -> tuple[Any, Any, Any]:
+        """Spinor arguments that are other libraries' arrays (CuPy, PyTorch, pyopencl, ...)
+        viewed in place (``Context.as_array``), the queue ordered after their producers."""
+        return tuple(None if v is None else spinor_array(self.template, self.queue, v, name)
+                     for v, name in ((out, "out"), (inp, "inp"), (x, "x")))
+
     def __init__(self, template: DslashTemplate, queue: accel.CommandQueue):
         self.template = template
         self.queue = queue
@@ -559,6 +565,9 @@ class Dslash:
             key += ("".join(codes),)
             args = [*args[0], *args[1], gauge, *args[2], self.template.real_dtype.type(a)]
         else:
+            if not (isinstance(out, accel.DeviceArray) and isinstance(inp, accel.DeviceArray)
+                    and (x is None or isinstance(x, accel.DeviceArray))):
+                out, inp, x = self._viewed(out, inp, x)
             args = [out, inp, gauge, x if x is not None else inp, self.template.real_dtype.type(a)]
         online = self.template.online
         if online is None:
@@ -584,3 +593,17 @@ class Dslash:
                         t.launch_size(params), wgs)
                 self._memo[key] = (params, launch)
             launch(args)
+
+
+def spinor_array(template: DslashTemplate, queue: accel.CommandQueue, obj: Any, name: str,
+                 parities: int = 1) -> accel.DeviceArray:
+    """``obj`` as a device spinor of ``parities`` (1 or 2) halves of the lattice in the
+    template's arithmetic dtype: ours, or another library's array viewed in place."""
+    array = template.context.as_array(obj, f"spinor {name}", numpy_hint=(
+        "use the host methods (WilsonOperator.apply(psi) on numpy spinors) or copy it with "
+        "WilsonOperator.to_device"), queue=queue, dtype=template.dtype)
+    size = parities * 12 * template.lattice.half_volume
+    if array.size != size or array.dtype != template.dtype:
+        raise ValueError(f"spinor {name} has {array.size} elements of {array.dtype}; this "
+                         f"lattice needs {size} of {template.dtype} ({parities} x 12 x V/2)")
+    return array

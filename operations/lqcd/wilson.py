@@ -20,7 +20,7 @@ from ..scalars import finite_real_scalar
 
 from . import half as half_storage
 from . import schwarz as schwarz_module
-from .dslash import DslashTemplate, check_options
+from .dslash import DslashTemplate, check_options, spinor_array
 from .gauge import nonfinite_entries, unitarity_violation
 
 
@@ -190,6 +190,13 @@ class WilsonOperator:
 
     # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
     def _dispatch(self, psi: Any, out: Any, device_op) -> Any:
+        if not isinstance(psi, (SpinorField, np.ndarray)):  # another library's device array
+            field = SpinorField(spinor_array(self.template, self.queue, psi, "psi", 2))
+            if out is None or out is psi:
+                raise ValueError("device operations need a distinct out= array")
+            psi = field
+            if not isinstance(out, SpinorField):
+                out = SpinorField(spinor_array(self.template, self.queue, out, "out", 2))
         if isinstance(psi, SpinorField):
             if out is None or out is psi:
                 raise ValueError("device operations need a distinct out= SpinorField")
@@ -219,9 +226,14 @@ class WilsonOperator:
         even sites of M_pc psi and zeros on the odd sites. On the device, ``psi`` and ``out``
         are (12, V/2) even-parity arrays.
         """
-        if isinstance(psi, accel.DeviceArray):
-            if out is None or out is psi:
+        if not isinstance(psi, np.ndarray):  # ours, or another library's device array
+            given = psi
+            if not isinstance(psi, accel.DeviceArray):
+                psi = spinor_array(self.template, self.queue, psi, "psi")
+            if out is None or out is given:
                 raise ValueError("device operations need a distinct out= array")
+            if not isinstance(out, accel.DeviceArray):
+                out = spinor_array(self.template, self.queue, out, "out")
             self._pc(out, psi, dagger)
             return out
         psi = self._check_spinor(psi)

@@ -1,0 +1,115 @@
+"""Host time per call of axpy_norm with other libraries' arrays, against our own arrays.
+
+Usage (GPU machine): python benchmarks/interop_overhead.py [--n 4096] [--calls 2000] [--json FILE]
+(on an OpenCL device, ``--device opencl`` times pyopencl arrays instead).
+
+Each row enqueues ``axpy_norm`` (``FusedPass.enqueue``, results not fetched) ``--calls`` times
+on the same vectors and reports the host microseconds per call (median of --rounds rounds,
+the queue drained between rounds), and the extra over our own arrays: the cost of the
+protocol, paid on every call because every call orders the queue after the producer's work
+again (CuPy: reading ``__cuda_array_interface__`` and an event record and stream wait; PyTorch:
+``__dlpack__(stream=ours)``, whose event work PyTorch does). ``wrap`` rows time
+``context.as_array(obj, queue=queue)`` alone: the first call with a new object pays it.
+The target is under 3 us extra per call on a GPU (CUDA); on OpenCL the rows show what a
+pyopencl array's marker and barrier cost on that device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from autotune import accel
+from operations.blas import BlasTemplate
+
+TARGET_US = 3.0
+
+
+def per_call_us(queue: accel.CommandQueue, call: Callable[[], None], calls: int,
+                rounds: int) -> float:
+    """Median over rounds of the host microseconds per call."""
+    call()
+    queue.finish()
+    samples = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+        queue.finish()
+    return statistics.median(samples)
+
+
+def inputs(context: accel.Context, queue: accel.CommandQueue, x: np.ndarray,
+           y: np.ndarray) -> dict[str, tuple[Any, Any]]:
+    """(x, y) per kind of array available here."""
+    kinds: dict[str, tuple[Any, Any]] = {
+        "ours": (context.to_device(queue, x), context.to_device(queue, y))}
+    if context.backend == "cuda":
+        try:
+            import torch  # before CuPy (see tests/test_accel_memory.py)
+
+            device = f"cuda:{context.device_index}"
+            kinds["torch (DLPack)"] = (torch.tensor(x, device=device),
+                                       torch.tensor(y, device=device))
+        except ImportError:
+            print("PyTorch is not installed: no torch rows")
+        try:
+            import cupy
+
+            with cupy.cuda.Device(context.device_index):
+                kinds["cupy (CAI v3)"] = (cupy.asarray(x), cupy.asarray(y))
+        except ImportError:
+            print("CuPy is not installed: no CuPy rows")
+    else:
+        import pyopencl as cl
+        import pyopencl.array as cl_array
+
+        theirs = cl.CommandQueue(context.cl_context)
+        kinds["pyopencl"] = (cl_array.to_device(theirs, x), cl_array.to_device(theirs, y))
+    return kinds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--n", type=int, default=4096, help="elements (small: host-bound)")
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    context = accel.create_some_context(args.device)
+    queue = context.create_command_queue()
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(args.n), rng.standard_normal(args.n)
+    fn = BlasTemplate(context, np.float64, "axpy_norm").instantiate(queue, args.n)
+    rows = []
+    base = None
+    print(f"{context.device.name}: axpy_norm, {args.n} float64 elements, host us per call")
+    for kind, (dx, dy) in inputs(context, queue, x, y).items():
+        vectors = (dx, dy)
+        call_us = per_call_us(queue, lambda: fn.enqueue(vectors, {"a": 1e-9}, fetch=False),
+                              args.calls, args.rounds)
+        wrap_us = per_call_us(queue, lambda: context.as_array(dy, queue=queue),
+                              args.calls, args.rounds)
+        base = call_us if base is None else base
+        extra = call_us - base
+        rows.append({"kind": kind, "call_us": call_us, "extra_us": extra, "wrap_us": wrap_us,
+                     "within_target": kind == "ours" or extra < TARGET_US})
+        print(f"  {kind:16s} {call_us:7.2f} us/call  extra {extra:+6.2f} us  "
+              f"(wrap alone {wrap_us:6.2f} us)"
+              + ("" if kind == "ours" else f"  {'ok' if extra < TARGET_US else 'OVER'} "
+                                           f"(target < {TARGET_US} us)"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": context.device.name, "n": args.n, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

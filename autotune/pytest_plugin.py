@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -44,6 +45,8 @@ def pytest_configure(config: pytest.Config) -> None:
         "force_autotune: run the tuning function on every call (no caching), into a temporary database",
         "autotune_database: tune on a miss and serve hits, as outside tests, with a temporary database",
         "cuda_only: run only with a CUDA context",
+        "gpu_alone: a timing test that needs the GPU to itself (skipped on CUDA under pytest-xdist "
+        "with several workers, whose contexts time-slice the GPU; .ci/gpu-suite runs these after)",
         "opencl_only: run only with an OpenCL context",
     ):
         config.addinivalue_line("markers", line)
@@ -109,6 +112,10 @@ def context(request: pytest.FixtureRequest) -> accel.Context:
         pytest.skip("cuda_only test on a non-CUDA device")
     if "opencl_only" in marks and spec.backend != "opencl":
         pytest.skip("opencl_only test on a non-OpenCL device")
+    if "gpu_alone" in marks and spec.backend == "cuda" and \
+            int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1) > 1:
+        pytest.skip("needs the GPU to itself: other workers' contexts time-slice it, and event "
+                    "intervals then hold their slices (run with -n 0, as .ci/gpu-suite does)")
     ctx = _contexts.get(spec.selector)
     if ctx is None:
         ctx = _contexts[spec.selector] = spec.create_context()

@@ -152,6 +152,7 @@ def test_a_wait_for_the_queue_inside_an_interval_lets_its_work_run(context, monk
             assert waited < 0.5 and queue._gate.timeouts == 0
 
 
+@pytest.mark.gpu_alone
 def test_a_cuda_gate_that_times_out_is_given_up(context):
     """A wait for the device that bypasses the queue (a driver call of another library) inside
     an interval holds it until the gate's short timeout; when most intervals wait so, the

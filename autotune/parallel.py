@@ -83,7 +83,10 @@ def _timed_out(requests: list[Any], what: str, comm: Any, limit: float,
     pending = []
     for i, request in enumerate(requests):
         if not request.Test():
-            request.Cancel()
+            try:
+                request.Cancel()
+            except Exception:  # noqa: BLE001 - a collective's request cannot be cancelled
+                pass
             if labels is not None:
                 pending.append(labels[i])
     rank = f"rank {comm.rank} of {comm.size}" if comm is not None else "this rank"
@@ -100,6 +103,33 @@ def allreduce(comm: Any, send: Any, recv: Any, what: str, op: Any = None) -> Non
 
     request = comm.Iallreduce(send, recv, op=MPI.SUM if op is None else op)
     wait([request], f"{what} (an allreduce over all {comm.size} ranks)", comm)
+
+
+def arrive(comm: Any, what: str) -> None:
+    """Wait, as :func:`wait` does (with its deadline), until every rank of ``comm`` has reached
+    this point: put ahead of a blocking object collective (``bcast``, ``gather``,
+    ``allgather``), which then completes at once, so that a rank still waiting for another
+    (one stuck, or tuning for longer than ``AUTOTUNE_MPI_TIMEOUT``) raises naming ``what``
+    instead of waiting forever."""
+    wait([comm.Ibarrier()], f"{what} (every rank of {comm.size} reaching it)", comm)
+
+
+def bcast(comm: Any, obj: Any, what: str, root: int = 0) -> Any:
+    """``comm.bcast(obj, root)`` once every rank has arrived (:func:`arrive`)."""
+    arrive(comm, what)
+    return comm.bcast(obj, root=root)
+
+
+def allgather(comm: Any, obj: Any, what: str) -> list[Any]:
+    """``comm.allgather(obj)`` once every rank has arrived (:func:`arrive`)."""
+    arrive(comm, what)
+    return comm.allgather(obj)
+
+
+def gather(comm: Any, obj: Any, what: str, root: int = 0) -> list[Any] | None:
+    """``comm.gather(obj, root)`` once every rank has arrived (:func:`arrive`)."""
+    arrive(comm, what)
+    return comm.gather(obj, root=root)
 
 
 def _world() -> Any:

@@ -127,7 +127,8 @@ class VectorOps:
         rank launches the same parameters (QUDA's rule); without: None (the template tunes)."""
         if self.comm is None:
             return None
-        return self.comm.bcast(autotune() if self.comm.rank == 0 else None, root=0)
+        return parallel.bcast(self.comm, autotune() if self.comm.rank == 0 else None,
+                              "the tuned parameters from rank 0")
 
     def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
         return self.global_sum(self.fused(BlasTemplate, op)(*vectors, **scalars))

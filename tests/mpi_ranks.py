@@ -7,6 +7,8 @@ run's ranks choose their devices, and that a rank's failure or a stuck rank ends
   finishes, rank 0 waits for rank 1's face. The run must end at once with rank 1's error.
 - ``stall``: as ``raise``, but rank 1 sleeps instead of raising (stuck, alive): rank 0's wait
   must give up after ``AUTOTUNE_MPI_TIMEOUT`` seconds, naming rank 1, and end the run.
+- ``slow-root``: rank 0 "tunes" (sleeps) past ``AUTOTUNE_MPI_TIMEOUT`` before it broadcasts
+  its parameters: rank 1 must give up naming the broadcast it waited for.
 """
 
 from __future__ import annotations
@@ -51,11 +53,20 @@ def exchange(comm, mode: str) -> None:
     transport.finish()
 
 
+def slow_root(comm) -> None:
+    if comm.rank == 0:
+        time.sleep(120)  # tuning for longer than the ranks agreed to wait
+    parallel.bcast(comm, {"wgs": 64} if comm.rank == 0 else None,
+                   "the tuned parameters from rank 0")
+
+
 def main() -> None:
     comm = MPI.COMM_WORLD
     mode = sys.argv[1]
     if mode == "device":
         devices(comm)
+    elif mode == "slow-root":
+        slow_root(comm)
     elif mode in ("raise", "stall"):
         if comm.size != 2:
             raise ValueError(f"{mode} runs on 2 ranks, not {comm.size}")

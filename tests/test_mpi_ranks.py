@@ -92,6 +92,18 @@ def test_a_stuck_rank_is_named_by_the_rank_that_waits_for_it():
     assert "AUTOTUNE_MPI_TIMEOUT" in said
 
 
+def test_a_broadcast_from_a_rank_that_never_comes_is_named_by_the_rank_that_waits():
+    """Rank 0 takes longer than AUTOTUNE_MPI_TIMEOUT to reach its broadcast of tuned
+    parameters: rank 1 gives up naming it (an object collective never waits forever)."""
+    out, seconds = _run("slow-root", dict(os.environ, AUTOTUNE_MPI_TIMEOUT="2"))
+    assert out.returncode != 0
+    assert seconds < 30, seconds
+    said = out.stderr
+    assert "[rank 1] failed; aborting all 2 ranks" in said, said[-3000:]
+    assert "MPITimeoutError: rank 1 of 2: the tuned parameters from rank 0 (every rank of 2 " \
+           "reaching it) did not complete in 2 s" in said
+
+
 @pytest.mark.parametrize("value", ["soon", "0", "-5", "inf", "nan"])
 def test_a_bad_mpi_timeout_is_a_clear_error(monkeypatch, value):
     monkeypatch.setenv(parallel.ENV_TIMEOUT, value)

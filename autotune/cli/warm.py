@@ -294,6 +294,7 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
     fails aborts every rank, its error headed with its rank number."""
     from mpi4py import MPI
 
+    from .. import parallel
     from ..parallel import abort_on_error
 
     with abort_on_error(comm, brief=(ValueError, accel.AccelError)):
@@ -303,11 +304,12 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         spec = accel.device_for_local_rank(local.rank, args.device)
         local.Free()
-        share = shares(comm.allgather(device_class(spec.identity)))[comm.rank]
+        share = shares(parallel.allgather(comm, device_class(spec.identity),
+                                          "the ranks' device kinds"))[comm.rank]
         outcomes = warm_device(spec, templates, url=url, force=args.force,
                                dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
                                settings=settings, share=share)
-        gathered = comm.gather(outcomes, root=0)
+        gathered = parallel.gather(comm, outcomes, "the ranks' warmed keys")
     return [o for part in gathered for o in part] if comm.rank == 0 else None
 
 

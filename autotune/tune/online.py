@@ -734,7 +734,9 @@ class OnlineTuner:
         rank 0 found, on every rank)."""
         if self._comm is not None:
             found = self._read() if self._comm.rank == 0 else None
-            found = self._comm.bcast(found, root=0)
+            from .. import parallel
+
+            found = parallel.bcast(self._comm, found, f"the stored result of {self.name} from rank 0")
         else:
             found = self._read()
         if found is not None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from autotune import accel, tune
+from autotune import accel, parallel, tune
 
 from ..scalars import finite_real_scalar
 
@@ -98,7 +98,7 @@ class DistributedWilsonOperator(WilsonOperator):
         if tuning is None:  # one rank tunes the block's dslash and tells the others (QUDA's rule)
             mine = (DslashTemplate.autotune(context, self.partition.local, precision, reconstruct)
                     if comm.rank == 0 else None)
-            tuning = comm.bcast(mine, root=0)
+            tuning = parallel.bcast(comm, mine, "the dslash's tuned parameters from rank 0")
         super().__init__(context, block, kappa, precision, reconstruct, t_boundary, check=False,
                          queue=queue, tuning=tuning)
         self._setup_halo(transport)
@@ -182,7 +182,8 @@ class DistributedWilsonOperator(WilsonOperator):
                 mine = (HaloTemplate.autotune(self.context, local, cut, self.precision)
                         if self.comm.rank == 0 else None)
                 self._halo = HaloTemplate(self.context, local, cut, self.precision,
-                                          self.comm.bcast(mine, root=0))
+                                          parallel.bcast(self.comm, mine,
+                                                         "the halo's tuned parameters from rank 0"))
             launch = self._packers[parity] = self._halo.instantiate(self.queue, parity)
         return launch
 
@@ -275,7 +276,7 @@ class DistributedWilsonOperator(WilsonOperator):
     def from_device(self, field: SpinorField) -> np.ndarray:
         """The global spinor whose blocks the ranks' ``field`` hold (on every rank)."""
         mine = super().from_device(field)
-        blocks = self.comm.allgather(mine)
+        blocks = parallel.allgather(self.comm, mine, "the ranks' blocks of the field")
         out = np.empty(self.global_lattice.shape + (4, 3), dtype=np.complex128)
         for rank, block in enumerate(blocks):
             x0, y0, z0, t0 = Partition(self.partition.dims, self.partition.grid, rank).origin
@@ -306,7 +307,8 @@ class DistributedWilsonOperator(WilsonOperator):
                 if self.comm.rank == 0 else None)
         return WilsonOperator(self.context, self._links, self.kappa, precision, self.reconstruct,
                               self.t_boundary, check=False, queue=self.queue,
-                              tuning=self.comm.bcast(mine, root=0), domain=tuple(block),
+                              tuning=parallel.bcast(self.comm, mine, "the block dslash's tuned "
+                                                    "parameters from rank 0"), domain=tuple(block),
                               dirichlet_edges=tuple(bool(c) for c in self.partition.partitioned))
 
     def _in_precision(self, precision: str) -> DistributedWilsonOperator:

@@ -192,23 +192,24 @@ def make_transport(kind: str, comm: Any, context: accel.Context, queue: accel.Co
     if kind == "host":
         return HostStaged(*args)
     host = MPI.Get_processor_name()
-    everyone = comm.allgather((host, context.SHARE_HANDLE_BYTES > 0))
+    everyone = parallel.allgather(comm, (host, context.SHARE_HANDLE_BYTES > 0), "the ranks' hosts")
     peers = {r.dest for r in routes} | {r.source for r in routes}
     why = None
     if not all(can for _, can in everyone):
         why = "some rank's device cannot share its memory with other processes (only CUDA can)"
     elif any(everyone[p][0] != host for p in peers):
         why = "some neighbours run on another host"
-    why = comm.allgather(why)
+    why = parallel.allgather(comm, why, "whether every rank can share device memory")
     why = next((w for w in why if w), None)
     if why is None:
         transport = PeerCopy(*args)
-        handles = comm.allgather(transport.shared_handles())
+        handles = parallel.allgather(comm, transport.shared_handles(), "the ranks' memory handles")
         try:
             transport.open(handles)
         except (accel.AccelError, ValueError) as exc:
             why = str(exc)
-        failed = [w for w in comm.allgather(why) if w]
+        failed = [w for w in parallel.allgather(comm, why, "whether every rank opened its peers")
+                  if w]
         if not failed:
             return transport
         why = failed[0]

@@ -107,8 +107,7 @@ def allreduce(comm: Any, send: Any, recv: Any, what: str, op: Any = None) -> Non
 
 def arrive(comm: Any, what: str) -> None:
     """Wait, as :func:`wait` does (with its deadline), until every rank of ``comm`` has reached
-    this point: put ahead of a blocking object collective (``bcast``, ``gather``,
-    ``allgather``), which then completes at once, so that a rank still waiting for another
+    this point: put ahead of a blocking object collective (``bcast``, ``allgather``), which then completes at once, so that a rank still waiting for another
     (one stuck, or tuning for longer than ``AUTOTUNE_MPI_TIMEOUT``) raises naming ``what``
     instead of waiting forever."""
     wait([comm.Ibarrier()], f"{what} (every rank of {comm.size} reaching it)", comm)
@@ -124,12 +123,6 @@ def allgather(comm: Any, obj: Any, what: str) -> list[Any]:
     """``comm.allgather(obj)`` once every rank has arrived (:func:`arrive`)."""
     arrive(comm, what)
     return comm.allgather(obj)
-
-
-def gather(comm: Any, obj: Any, what: str, root: int = 0) -> list[Any] | None:
-    """``comm.gather(obj, root)`` once every rank has arrived (:func:`arrive`)."""
-    arrive(comm, what)
-    return comm.gather(obj, root=root)
 
 
 def _world() -> Any:

@@ -309,7 +309,9 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
         outcomes = warm_device(spec, templates, url=url, force=args.force,
                                dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
                                settings=settings, share=share)
-        gathered = parallel.gather(comm, outcomes, "the ranks' warmed keys")
+        # not bounded: a rank done with its share waits for the others' (minutes apart on
+        # GPUs); a rank that fails aborts every rank (abort_on_error)
+        gathered = comm.gather(outcomes, root=0)
     return [o for part in gathered for o in part] if comm.rank == 0 else None
 
 

@@ -78,14 +78,21 @@ def test_a_rank_that_raises_mid_exchange_ends_every_rank_within_30_s():
     assert "[rank 1] Traceback" in out.stderr
 
 
-def test_a_stuck_rank_is_named_by_the_rank_that_waits_for_it():
-    """Rank 1 never finishes its exchange (alive, asleep): rank 0 gives up after
-    AUTOTUNE_MPI_TIMEOUT seconds with an error that names rank 1's face, and ends the run."""
-    out, seconds = _run("stall", dict(os.environ, AUTOTUNE_MPI_TIMEOUT="2"))
+def _given_up(mode: str, waiting_rank: int) -> str:
+    """Run ``mode`` with a 2 s AUTOTUNE_MPI_TIMEOUT: the run fails within 30 s, the waiting
+    rank aborting every rank; what the ranks wrote to standard error."""
+    out, seconds = _run(mode, dict(os.environ, AUTOTUNE_MPI_TIMEOUT="2"))
     assert out.returncode != 0
     assert seconds < 30, seconds
     said = out.stderr
-    assert "[rank 0] failed; aborting all 2 ranks" in said, said[-3000:]
+    assert f"[rank {waiting_rank}] failed; aborting all 2 ranks" in said, said[-3000:]
+    return said
+
+
+def test_a_stuck_rank_is_named_by_the_rank_that_waits_for_it():
+    """Rank 1 never finishes its exchange (alive, asleep): rank 0 gives up after
+    AUTOTUNE_MPI_TIMEOUT seconds with an error that names rank 1's face, and ends the run."""
+    said = _given_up("stall", waiting_rank=0)
     assert "MPITimeoutError: rank 0 of 2: the halo exchange (host transport) did not " \
            "complete in 2 s" in said
     assert "rank 1's face (tag 3, 4 float64 values)" in said
@@ -95,11 +102,7 @@ def test_a_stuck_rank_is_named_by_the_rank_that_waits_for_it():
 def test_a_broadcast_from_a_rank_that_never_comes_is_named_by_the_rank_that_waits():
     """Rank 0 takes longer than AUTOTUNE_MPI_TIMEOUT to reach its broadcast of tuned
     parameters: rank 1 gives up naming it (an object collective never waits forever)."""
-    out, seconds = _run("slow-root", dict(os.environ, AUTOTUNE_MPI_TIMEOUT="2"))
-    assert out.returncode != 0
-    assert seconds < 30, seconds
-    said = out.stderr
-    assert "[rank 1] failed; aborting all 2 ranks" in said, said[-3000:]
+    said = _given_up("slow-root", waiting_rank=1)
     assert "MPITimeoutError: rank 1 of 2: the tuned parameters from rank 0 (every rank of 2 " \
            "reaching it) did not complete in 2 s" in said
 

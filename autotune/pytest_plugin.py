@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from autotune import accel
-from autotune.tune import decorator as _decorator
+from autotune.tune.serving import serving
 
 _DEVICE_CHOICES = ("first", "all", "cuda", "opencl")
 
@@ -50,11 +50,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "opencl_only: run only with an OpenCL context",
     ):
         config.addinivalue_line("markers", line)
-    _decorator.test_mode.active = not config.getoption("--autotune-use-db")
+    serving().test.active = not config.getoption("--autotune-use-db")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    _decorator.test_mode.active = False
+    serving().test.active = False
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -140,12 +140,12 @@ def _autotune_mode(request: pytest.FixtureRequest, tmp_path_factory: pytest.Temp
         return
     db = tmp_path_factory.mktemp("autotune-db") / "tuning.db"
     monkeypatch.setenv("AUTOTUNE_DB", str(db))
-    _decorator.test_mode.force = force
-    _decorator.test_mode.cached = cached
-    _decorator.clear_memo()
+    serving().test.force = force
+    serving().test.cached = cached
+    serving().clear_memo()
     try:
         yield db
     finally:
-        _decorator.test_mode.force = False
-        _decorator.test_mode.cached = False
-        _decorator.clear_memo()
+        serving().test.force = False
+        serving().test.cached = False
+        serving().clear_memo()

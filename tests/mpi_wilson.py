@@ -20,7 +20,9 @@ import numpy as np
 from mpi4py import MPI
 
 from autotune import parallel, tune
-from autotune.tune.decorator import test_mode
+from autotune.tune.serving import serving
+
+test_mode = serving().test
 from operations.lqcd import WilsonOperator, haar_field
 from operations.lqcd.distributed import DistributedWilsonOperator, rank_context
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.cli import main
-from autotune.registry import registered_templates
+from autotune.tune.registry import registered_templates
 from autotune.tune.store import ResultStore
 
 TESTS = Path(__file__).parent

@@ -16,7 +16,7 @@ import pytest
 
 from autotune import accel, tune
 from autotune.cli import main
-from autotune.registry import RegistryError, check_protocol, registered_templates
+from autotune.tune.registry import RegistryError, check_protocol, registered_templates
 from autotune.tune.store import ResultStore
 
 from toy_templates import KERNEL, FakeTimedTemplate, calls
@@ -240,7 +240,7 @@ def test_the_registry_names_what_a_template_lacks():
 def test_a_broken_entry_point_elsewhere_is_skipped_with_a_warning(monkeypatch, caplog):
     import importlib.metadata as md
 
-    from autotune import registry
+    from autotune.tune import registry
 
     real = md.entry_points
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from autotune import tune
-from autotune.registry import registered_templates
+from autotune.tune.registry import registered_templates
 from autotune.tune.store import SCHEMA_VERSION, ResultStore
 from autotune.tune.store.sql import metadata
 

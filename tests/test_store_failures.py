@@ -213,12 +213,12 @@ def test_a_result_kept_after_a_busy_lock_is_written_in_the_background(tmp_path, 
         with tune.use_database(db), caplog.at_level(logging.WARNING, logger="autotune.tune"):
             assert FakeTimedTemplate.autotune(StandIn(), 30) == {"block": 3}
         assert "written when the database takes writes again" in caplog.text
-        assert tune.store.pending.waiting(f"sqlite:///{db}") != []
+        assert tune.serving().kept.waiting(f"sqlite:///{db}") != []
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     deadline = time.monotonic() + 20  # no other tuning: the retry thread writes it
-    while tune.store.pending.waiting(f"sqlite:///{db}") and time.monotonic() < deadline:
+    while tune.serving().kept.waiting(f"sqlite:///{db}") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert _sizes(db) == [1, 30]
 

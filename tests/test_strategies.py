@@ -224,7 +224,7 @@ def test_the_nearest_devices_best_configurations_are_measured_first(context):
 
 
 def test_warm_start_ignores_other_arguments_versions_and_malformed_trials(tmp_path):
-    from autotune.tune.decorator import warm_start
+    from autotune.tune.recording.seeds import warm_start
 
     db = tmp_path / "t.db"
     store = ResultStore.open(db)

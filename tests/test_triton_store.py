@@ -238,11 +238,11 @@ def test_two_machines_share_results_through_postgresql(postgres_url):
     bench = Bench(CONFIGS)
     choices(postgres_url).choose({"n": 4096}, CONFIGS, bench)
     assert bench.timed == list(range(8))
-    other = Bench(CONFIGS)  # another machine: a new store object on the same server
-    from autotune.tune.decorator import _stores
+    other = Bench(CONFIGS)
+    from autotune.tune.serving import using_serving
 
-    _stores.pop(postgres_url, None).dispose()
-    choice = choices(postgres_url).choose({"n": 4096}, CONFIGS, other)
+    with using_serving():  # another machine: its own memo and store objects on the same server
+        choice = choices(postgres_url).choose({"n": 4096}, CONFIGS, other)
     assert other.timed == [] and choice.how == "database"
 
 

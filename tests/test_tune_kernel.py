@@ -94,11 +94,8 @@ def trials_seen():
         if event == "trial" and data.get("trial") is not None:
             seen.append(data["trial"])
 
-    tune.observers.append(observer)
-    try:
+    with tune.observing(observer):
         yield seen
-    finally:
-        tune.observers.remove(observer)
 
 
 @pytest.mark.autotune_database

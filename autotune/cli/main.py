@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 from collections.abc import Sequence
 
 from .. import accel
-from ..registry import RegistryError
+from ..tune.registry import RegistryError
 from ..tune.store.location import StorePathError, path_problem
 from ..tune.text import printable
 from ..tune import (STRATEGIES, AutotuneError, ConfigurationError, NotAnExportError, StoreError,
@@ -52,7 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
+    _add_warm(sub)
+    _sub(sub, "devices", "list the devices found and the identity used in tuning keys",
+         "python -m autotune devices")
+    _add_results(sub)
+    _add_pictures(sub)
+    return parser
 
+
+def _add_warm(sub: Any) -> None:
+    """The ``warm`` command's arguments."""
     warm = _sub(sub, "warm", "pre-tune the registered templates' warm configurations",
                 "python -m autotune warm scale --device cuda:0")
     warm.epilog += WARM_STATUSES
@@ -86,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                            "device, same sources, after the key's stored result), measuring "
                            "only what it had not")
 
-    _sub(sub, "devices", "list the devices found and the identity used in tuning keys",
-         "python -m autotune devices")
 
+def _add_results(sub: Any) -> None:
+    """The commands that read and write stored results: show, export, import, clear."""
     show = _sub(sub, "show", "show stored results as a table",
                 "python -m autotune show --function %Reduce% --device H100")
     show.add_argument("--function", help="part of a qualified function name, or a pattern with %% wildcards")
@@ -121,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--device", help="part of a device name")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
 
+
+def _add_pictures(sub: Any) -> None:
+    """The commands that draw stored trials: plot and report."""
     plot = _sub(sub, "plot", "draw each key's trials of one function: the distribution of their "
                              "times, and how the time depends on the parameters (one PNG a key)",
                 "python -m autotune plot ScaleTemplate --device epyc --out scale.png")
@@ -135,7 +148,6 @@ def build_parser() -> argparse.ArgumentParser:
                   "python -m autotune report --out report/ --function Reduce")
     report.add_argument("--out", required=True, metavar="DIR", help="folder for index.html and img/")
     report.add_argument("--function", help="part of a qualified function name, or a pattern with %%")
-    return parser
 
 
 def _devices() -> int:

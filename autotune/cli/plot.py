@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..registry import registered_templates
+from ..tune.registry import registered_templates
 from ..tune import ResultStore, TrialRecord, TuningKey
 from .figures import write_figures
 from .report import key_trials

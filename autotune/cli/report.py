@@ -16,7 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from ..registry import registered_templates
+from ..tune.registry import registered_templates
 from ..tune import (ResultStore, TrialRecord, TuningKey, TuningRecord, describe_arguments, display,
                     parameters_problem, recorded_test, record_problem, trial_problem)
 from .figures import KeyTrials, write_figures

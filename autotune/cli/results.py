@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..registry import RegisteredTemplate, registered_templates
+from ..tune.registry import RegisteredTemplate, registered_templates
 from ..tune import (MergePolicy, ResultStore, TuningRecord, changed_sources, describe_arguments, display,
                     export_rows, format_for, read_import, record_problem, results_frame, rows_text)
 from .formatting import parameters_text, printable, rate_text, seconds_text, short_function

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import accel
-from ..registry import RegisteredTemplate, load_template, registered_templates
+from ..tune.registry import RegisteredTemplate, load_template, registered_templates
 from ..tune import (Freshness, ReadOnlyStoreError, describe_arguments, display, encode_arguments,
-                    encode_parameters, get_store, match_mode, observers, search_settings,
+                    encode_parameters, get_store, match_mode, observing, search_settings,
                     use_database)
-from ..tune.store import StoreUnavailableError, pending
+from ..tune.serving import serving
+from ..tune.store import StoreUnavailableError
 from .formatting import parameters_text, printable, seconds_text
 
 
@@ -121,11 +122,10 @@ class _Progress:
             elapsed = _duration(time.perf_counter() - self.started)
             print(f"[{self.done + 1}/{self.total}] tuning {label} ({elapsed} elapsed{self.left()})",
                   file=self.stream, flush=True)
-        observers.append(self.observe)
         try:
-            yield
+            with observing(self.observe):
+                yield
         finally:
-            observers.remove(self.observe)
             self.tuning_seconds += time.perf_counter() - started
             self.tuned += 1
             self.done += 1
@@ -258,8 +258,9 @@ def _written_late(store: Any, outcomes: list[WarmOutcome],
     if not any(outcomes[i].status == "tuned, write failed" for i in unwritten):
         return outcomes
     store.dispose()  # fresh connections (a failed one may hold on to what it could not do)
-    pending.write_pending(store)
-    still = set(pending.waiting(store.url))
+    kept = serving().kept
+    kept.write_pending(store)
+    still = set(kept.waiting(store.url))
     return [dataclasses.replace(o, status="tuned", message="")
             if i in unwritten and o.status == "tuned, write failed" and unwritten[i] not in still
             else o for i, o in enumerate(outcomes)]

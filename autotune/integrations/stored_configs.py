@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..tune.decorator import get_store, test_mode
+from ..tune.serving import get_store, serving
 from ..tune.encoding import encode_key_arguments, encode_parameters
 from ..tune.records import TrialRecord, TrialStatus, TuningKey, TuningRecord
 from ..tune.store import StoreError, database_url
@@ -142,7 +142,7 @@ class StoredChoices:
         (only those without a stored timing for this source)."""
         texts = check_configs(configs)
         key = self.key(arguments)
-        if self.database is None and test_mode.active and not (test_mode.force or test_mode.cached):
+        if self.database is None and serving().test.returns_test:
             return Choice(0, dict(configs[0]), math.inf, "test")
         if len(texts) == 1:  # nothing to choose (as Triton's autotuner, which times nothing)
             return Choice(0, dict(configs[0]), math.inf, "single")

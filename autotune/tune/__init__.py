@@ -15,24 +15,10 @@
 ...         return tune.autotune(generate)      # searches autotune_space
 """
 
-from .decorator import (
-    ENV_MATCH,
-    MATCH_MODES,
-    ConfigurationError,
-    Fingerprint,
-    Freshness,
-    MatchMode,
-    TunedFunction,
-    TuningOutcome,
-    Verdict,
-    autotuner,
-    checked_tuning,
-    clear_memo,
-    get_store,
-    match_mode,
-    test_mode,
-    tuner_of,
-)
+from .decorator import TunedFunction, autotuner, checked_tuning, tuner_of
+from .serving import (ENV_MATCH, MATCH_MODES, ConfigurationError, MatchMode, Serving, TestMode,
+                      clear_memo, get_store, match_mode, serving, using_serving)
+from .verdicts import Fingerprint, Freshness, TuningOutcome, Verdict
 from .encoding import (
     ArgumentEncodingError,
     ArgumentsTooLongError,
@@ -61,7 +47,7 @@ from .search import (
     Trial,
     autotune,
     classify,
-    observers,
+    observing,
     search,
     search_settings,
 )
@@ -161,7 +147,7 @@ __all__ = [
     "get_store",
     "make_measure",
     "match_mode",
-    "observers",
+    "observing",
     "read_import",
     "parameters_problem",
     "record_problem",
@@ -174,7 +160,10 @@ __all__ = [
     "at_most",
     "search",
     "sqlite_file",
-    "test_mode",
+    "serving",
+    "using_serving",
+    "Serving",
+    "TestMode",
     "trial_problem",
     "tuner_of",
     "use_database",

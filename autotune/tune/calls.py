@@ -4,20 +4,28 @@ the key, and the arguments that make the rest of the key."""
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .devices import device_key
 from .encoding import encode_key_arguments
 from .records import TuningKey
 
-if TYPE_CHECKING:
-    from .decorator import TunedFunction
+
+class Tuned(Protocol):
+    """What reading a call needs of a tuned function (:class:`~.decorator.TunedFunction`)."""
+
+    __qualname__: str
+    signature: inspect.Signature
+
+    def name(self, owner: Any = None) -> str: ...
+
+    def version(self, owner: Any = None) -> int: ...
 
 
 class Call:
     """What one call tells: the owner class, the context, the key's arguments and the key."""
 
-    def __init__(self, tuned: TunedFunction, args: tuple, kwargs: dict):
+    def __init__(self, tuned: Tuned, args: tuple, kwargs: dict):
         try:
             bound = tuned.signature.bind(*args, **kwargs)
         except TypeError as exc:

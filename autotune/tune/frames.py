@@ -21,6 +21,7 @@ import numpy as np
 
 from .encoding import MalformedJSONError, StoredEnum, decode_arguments, load_json
 from .records import TrialRecord, TuningRecord
+from .registry import registered_templates
 from .store import ResultStore
 from .store.rows import KEY_FIELDS
 from .validation import changed_sources, record_problem, trial_problem
@@ -56,8 +57,6 @@ def _parameters(text: str) -> dict[str, Any]:
 
 def _current_sources() -> dict[str, dict[str, str]]:
     """function -> {file: digest} of every registered template's kernel sources now."""
-    from ..registry import registered_templates  # the registry builds on the tuner: import late
-
     return {t.function: t.current_sources() for t in registered_templates()}
 
 

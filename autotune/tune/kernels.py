@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from .. import accel
-from .decorator import TunedFunction, get_store, test_mode
+from .decorator import TunedFunction
+from .serving import get_store, serving
 from .evaluation import Budget
 from .encoding import InvalidParametersError, decode_parameters, validate_parameters
 from .expressions import ExpressionError, parse_expression
@@ -277,19 +277,11 @@ def search_choice(strategy: Any, strategy_options: Any, max_evals: Any,
 
 # -- the default context -----------------------------------------------------------------------
 
-_contexts: dict[str, accel.Context] = {}
-_contexts_lock = threading.Lock()
-
-
 def default_context(lang: str) -> accel.Context:
     """The context a call without ``context=`` uses: ``AUTOTUNE_DEVICE``'s choice where it is
     set, else the best device of the source's backend; opened once per process."""
     selector = os.environ.get(accel.ENV_DEVICE, "").strip() or lang
-    with _contexts_lock:
-        context = _contexts.get(selector)
-        if context is None:
-            context = _contexts[selector] = accel.create_some_context(selector)
-    return context
+    return serving().context(selector, accel.create_some_context)
 
 
 def _context_for(context: Any, kernel_source: Any, lang: Any) -> accel.Context:
@@ -318,7 +310,7 @@ def _stored_rows(tuned: KernelTunedFunction, key: Any, digest: str) -> list[dict
     """The stored trials of ``key`` from the run that found its result (those with the current
     fingerprint), as :func:`tune_kernel` rows; [] where the database cannot be read, and in
     test mode (under pytest no database is opened)."""
-    if test_mode.active and not (test_mode.force or test_mode.cached):
+    if serving().test.returns_test:
         return []
     try:
         trials = get_store(database_url()).trials(key)

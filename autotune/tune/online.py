@@ -44,7 +44,10 @@ import numpy as np
 import autotune
 
 from .. import accel
-from .decorator import Fingerprint, _stale_reason, _TrialWriter, get_store, make_fingerprint, test_mode, tuner_of
+from .decorator import tuner_of
+from .recording.trials import TrialWriter
+from .serving import get_store, serving
+from .verdicts import Fingerprint, make_fingerprint, stale_reason
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
@@ -285,7 +288,8 @@ class OnlineTuner:
         self._store_done: concurrent.futures.Future | None = None  #: the last scan's write
         self.off_best_seconds = 0.0  #: device time of scan launches beyond the best's time
         self.scan_seconds: float | None = None  #: how long the last finished scan took
-        if test_mode.active and not (test_mode.force or test_mode.cached):
+        test_mode = serving().test
+        if test_mode.returns_test:
             self._lock_on(dict(self.test), math.inf)  # under pytest: test=, nothing tuned
         elif not (test_mode.active and test_mode.force):
             self._load()
@@ -761,7 +765,7 @@ class OnlineTuner:
         if record.fingerprint != self.fingerprint:
             logger.info("stored result for online tuner %s on %s is stale: %s; it will be "
                         "tuned again", self.name, self.key.device_name,
-                        _stale_reason(record, self._fingerprint))
+                        stale_reason(record, self._fingerprint))
             return None
         return params, (record.score if math.isfinite(record.score) else None)
 
@@ -876,7 +880,7 @@ class OnlineTuner:
         """Write a finished scan's result and trials (on the writer thread; scans' results are
         written in the order they finished)."""
         store = get_store(self._url)
-        writer = _TrialWriter(store, self.key, self.fingerprint)
+        writer = TrialWriter(serving(), store, self.key, self.fingerprint)
         test = next((c for c in candidates if dict(c.params) == self.test), None)
 
         def total(c: _Candidate, pick: Callable[[list[float]], float]) -> float | None:

@@ -22,7 +22,7 @@ import numpy as np
 from .evaluation import Budget, BudgetExhausted, Key, ReplayEvaluator, StrategyContext
 from .records import TrialRecord, TrialStatus
 from .space import Space
-from .strategies import STRATEGIES
+from .strategies import Strategy, strategy_named
 from .validation import trial_problem
 
 
@@ -75,12 +75,12 @@ class ReplayRun:
     history: list[float] = field(default_factory=list)  #: best time after each measurement
 
 
-def replay(landscape: Landscape, strategy: str, *, max_evals: int | None = None, seed: int | None = None,
+def replay(landscape: Landscape, strategy: str | Strategy, *, max_evals: int | None = None, seed: int | None = None,
            seeds: Iterable[Mapping[str, Any]] = (), prior: Iterable[tuple[Mapping[str, Any], float]] = (),
            options: Mapping[str, Any] | None = None) -> ReplayRun:
-    """Run ``strategy`` against ``landscape`` within ``max_evals`` measurements."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
+    """Run ``strategy`` (a name or a callable ``strategy(context)``) against ``landscape``
+    within ``max_evals`` measurements."""
+    _, run_strategy = strategy_named(strategy)
     space = landscape.space
     evaluator = ReplayEvaluator(space, Budget(max_evals), landscape.times)
     configs = [c for c in space.configurations() if tuple(c[n] for n in space.names) in landscape.times]
@@ -88,7 +88,7 @@ def replay(landscape: Landscape, strategy: str, *, max_evals: int | None = None,
                               [dict(s) for s in seeds], [(dict(c), r) for c, r in prior],
                               dict(options or {}))
     try:
-        STRATEGIES[strategy](context)
+        run_strategy(context)
     except BudgetExhausted:
         pass
     history, best = [], math.inf

@@ -4,7 +4,8 @@
 (or a ``measure(iterations)`` callable, or ``None`` to skip it). A strategy
 (:data:`~.strategies.STRATEGIES`) chooses which configurations to measure, within a budget
 (``max_evals`` distinct configurations measured, ``max_seconds`` of wall time); without a
-budget the default, ``brute_force``, measures every valid configuration. On GPUs candidates are
+budget the default, ``brute_force``, measures every valid configuration. A strategy may also be
+given as a callable ``strategy(context: StrategyContext)`` of one's own. On GPUs candidates are
 generated in a thread pool a few steps ahead of the one being measured, so compilation overlaps
 timing; but every command a candidate's ``generate`` puts on a tuning queue (uploads, fills,
 launches) waits for that candidate's turn, so buffers shared between candidates are set up,
@@ -38,10 +39,10 @@ from ..accel import CompileError
 from .measurement import MIN_BATCHES, Measure, check_batches
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
-from .strategies import STRATEGIES
+from .strategies import Strategy, strategy_named
 
 __all__ = ["AutotuneError", "InvalidConfiguration", "SearchResult", "SearchSettings", "Trial",
-           "TuningRun", "autotune", "classify", "current_run", "observers", "search",
+           "TuningRun", "autotune", "classify", "current_run", "observing", "search",
            "search_settings", "tuning_run"]
 
 logger = logging.getLogger("autotune.tune")
@@ -65,7 +66,7 @@ class SearchSettings:
     """Strategy and budget chosen from outside a tuning function (``warm --max-evals``...):
     a setting given here wins over the tuning function's own arguments."""
 
-    strategy: str | None = None
+    strategy: str | Strategy | None = None
     max_evals: int | None = None
     max_seconds: float | None = None
     seed: int | None = None
@@ -73,7 +74,7 @@ class SearchSettings:
     #: quick survey of a large space
     batches: int | None = None
     #: go on from the stored trials of an interrupted search of the key (see
-    #: :func:`~.decorator.interrupted_trials`) instead of measuring them again
+    #: :func:`~.recording.seeds.interrupted_trials`) instead of measuring them again
     resume: bool | None = None
 
 
@@ -87,8 +88,8 @@ def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     outer = _settings.get()  # a setting left None here keeps the enclosing block's
     chosen = SearchSettings(**{name: settings.get(name) if settings.get(name) is not None
                                else getattr(outer, name) for name in SearchSettings.__dataclass_fields__})
-    if chosen.strategy is not None and chosen.strategy not in STRATEGIES:
-        raise ValueError(f"unknown strategy {chosen.strategy!r}; choose from {', '.join(STRATEGIES)}")
+    if chosen.strategy is not None:
+        strategy_named(chosen.strategy)  # checks it (ValueError)
     Budget(chosen.max_evals, chosen.max_seconds)  # checks the values
     if chosen.batches is not None:
         check_batches(chosen.batches)
@@ -138,15 +139,24 @@ class TuningRun:
 
 _run: ContextVar[TuningRun | None] = ContextVar("autotune_run", default=None)
 
-#: Callables ``observer(event, data)`` told of progress: ``("start", {"configurations": n})``
-#: when a search begins and ``("trial", {"trial": Trial, "done": k, "total": n})`` after each
-#: configuration (skipped ones included). The command line's progress bar is one.
-observers: list[Callable[[str, dict[str, Any]], None]] = []
+#: Told of a search's progress: ``observer(event, data)``.
+Observer = Callable[[str, dict[str, Any]], None]
+_observers: ContextVar[tuple[Observer, ...]] = ContextVar("autotune_observers", default=())
 
 
-def _notify(event: str, **data: Any) -> None:
-    for observer in list(observers):
-        observer(event, data)
+@contextlib.contextmanager
+def observing(observer: Observer) -> Iterator[Observer]:
+    """Within the block, searches started in this context tell ``observer(event, data)`` of
+    their progress: ``("start", {"configurations": n})`` when a search begins and ``("trial",
+    {"trial": Trial, "done": k, "total": n})`` after each configuration (skipped ones
+    included). Blocks nest; the command line's progress bar is one observer."""
+    if not callable(observer):
+        raise TypeError(f"observing() takes a callable observer(event, data), got {observer!r}")
+    token = _observers.set((*_observers.get(), observer))
+    try:
+        yield observer
+    finally:
+        _observers.reset(token)
 
 
 @contextlib.contextmanager
@@ -164,7 +174,7 @@ def current_run() -> TuningRun | None:
 
 
 def autotune(generate: Callable[..., Measure | None], space: Space | None = None, /, *,
-             strategy: str = "brute_force", max_evals: int | None = None,
+             strategy: str | Strategy = "brute_force", max_evals: int | None = None,
              max_seconds: float | None = None, seed: int | None = None,
              seeds: Sequence[dict[str, Any]] = (), restrictions: Sequence[Restriction] = (),
              **parameters: Sequence[Any]) -> dict[str, Any]:
@@ -228,7 +238,7 @@ def _summarise_failures(trials: list[Trial], total: int, seen: int) -> str:
 
 
 def search(generate: Callable[..., Measure | None], space: Space | dict[str, Sequence[Any]],
-           workers: int | None = None, *, strategy: str = "brute_force",
+           workers: int | None = None, *, strategy: str | Strategy = "brute_force",
            max_evals: int | None = None, max_seconds: float | None = None,
            seed: int | None = None, options: dict[str, Any] | None = None,
            seeds: Sequence[dict[str, Any]] = ()) -> SearchResult:
@@ -240,13 +250,11 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     if not isinstance(space, Space):
         space = _space(None, (), dict(space))
     chosen = _settings.get()
-    strategy = chosen.strategy or strategy
     max_evals = chosen.max_evals if chosen.max_evals is not None else max_evals
     max_seconds = chosen.max_seconds if chosen.max_seconds is not None else max_seconds
     seed = chosen.seed if chosen.seed is not None else seed
-    if strategy not in STRATEGIES:
-        raise AutotuneError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}")
     try:
+        name, strategy_fn = strategy_named(chosen.strategy or strategy)
         budget = Budget(max_evals, max_seconds)
         configs = space.configurations()
     except (ValueError, SpaceError) as exc:
@@ -256,33 +264,23 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
                             "configurations of the space")
     run = _run.get() or TuningRun()
     run.searched.append(space)
-    baseline = run.baseline
-    reference = None  # the baseline, timed for the speed-up but outside the space: never wins
-    if baseline is not None and set(baseline) == set(space.names) and \
-            space.runs(baseline) is None:
-        reference = dict(baseline) if space.why_not(baseline) is not None else None
-    else:
-        baseline = None
+    baseline, reference = _baseline(run, space)
     planned = len(configs) if budget.max_evals is None else min(budget.max_evals, len(configs))
-    if workers is None:
-        workers = default_workers(run.parallel)
+    notify = _notifier()
 
     def on_trial(trial: Trial | None) -> None:
         if trial is not None:
             run.trials.append(trial)
             if run.on_trial is not None:
                 run.on_trial(trial)
-        _notify("trial", trial=trial, done=len(evaluator.scores), total=planned)
+        notify("trial", trial=trial, done=len(evaluator.scores), total=planned)
 
     batches = chosen.batches if chosen.batches is not None else MIN_BATCHES
-    evaluator = DeviceEvaluator(space, budget, generate, workers=workers,
+    evaluator = DeviceEvaluator(space, budget, generate,
+                                workers=default_workers(run.parallel) if workers is None else workers,
                                 thread_scope=run.thread_scope, on_trial=on_trial,
                                 reference=reference, batches=batches)
-    resumed = 0
-    for trial in run.resumed:
-        if space.why_not(trial.parameters) is None and evaluator.resume(trial):
-            run.trials.append(trial)  # already stored: not passed to on_trial
-            resumed += 1
+    resumed = _resume(run, space, evaluator)
     warm = [c for c in run.seeds if space.why_not(c) is None]
     first: list[dict[str, Any]] = []  # the caller's seeds, then the database's warm start
     for c in [*(dict(c) for c in seeds if space.why_not(c) is None), *warm]:
@@ -290,27 +288,13 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
             first.append(c)
     context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), first,
                               list(run.prior), dict(options or {}))
-    _notify("start", configurations=planned)
-    stopped = ""
-    try:
-        if baseline is not None:
-            evaluator.evaluate([baseline])
-        STRATEGIES[strategy](context)
-    except BudgetExhausted:
-        pass
-    except FailingFast as fast:
-        alike = (" (configuration values aside)"
-                 if isinstance(fast.error, CompileError) else "")
-        stopped = (f"; stopped after the first {fast.count} candidates all failed with the same "
-                   f"{type(fast.error).__name__}{alike}")
-    finally:
-        evaluator.close()
+    notify("start", configurations=planned)
+    stopped = _run_strategy(strategy_fn, context, evaluator, baseline)
     best = evaluator.best()
-    info = {"strategy": strategy, "seed": seed, "max_evals": max_evals, "max_seconds": max_seconds,
-            "configurations": len(configs), "measured": evaluator.evals,
-            "warm_start": len(warm), "prior": len(run.prior), "resumed": resumed,
-            "batches": batches}
-    run.info = info
+    run.info = info = {
+        "strategy": name, "seed": seed, "max_evals": max_evals, "max_seconds": max_seconds,
+        "configurations": len(configs), "measured": evaluator.evals, "warm_start": len(warm),
+        "prior": len(run.prior), "resumed": resumed, "batches": batches}
     if best is None:
         tried = sum(1 for key in evaluator.scores if key != evaluator.reference)
         trials = [t for t in evaluator.trials if t.parameters != reference]
@@ -318,3 +302,54 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
                             + stopped) from evaluator.last_error
     key, score = best
     return SearchResult(best=evaluator.config(key), score=score, trials=evaluator.trials, info=info)
+
+
+def _notifier() -> Callable[..., None]:
+    """Tells the observers of the context the search started in (its evaluator may call back
+    from other threads)."""
+    watching = _observers.get()
+
+    def notify(event: str, **data: Any) -> None:
+        for observer in watching:
+            observer(event, data)
+
+    return notify
+
+
+def _baseline(run: TuningRun, space: Space) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The run's ``test=`` parameters if they can be timed in this space (else None), and the
+    same again if they lie outside it: a reference timed for the speed-up that never wins."""
+    baseline = run.baseline
+    if baseline is None or set(baseline) != set(space.names) or space.runs(baseline) is not None:
+        return None, None
+    return baseline, (dict(baseline) if space.why_not(baseline) is not None else None)
+
+
+def _resume(run: TuningRun, space: Space, evaluator: DeviceEvaluator) -> int:
+    """Take the run's trials of an interrupted search as measured; how many were taken."""
+    resumed = 0
+    for trial in run.resumed:
+        if space.why_not(trial.parameters) is None and evaluator.resume(trial):
+            run.trials.append(trial)  # already stored: not passed to on_trial
+            resumed += 1
+    return resumed
+
+
+def _run_strategy(strategy: Strategy, context: StrategyContext, evaluator: DeviceEvaluator,
+                  baseline: dict[str, Any] | None) -> str:
+    """Time the baseline, then let the strategy measure until done or out of budget; what
+    stopped it early, if anything, for the error message."""
+    stopped = ""
+    try:
+        if baseline is not None:
+            evaluator.evaluate([baseline])
+        strategy(context)
+    except BudgetExhausted:
+        pass
+    except FailingFast as fast:
+        alike = " (configuration values aside)" if isinstance(fast.error, CompileError) else ""
+        stopped = (f"; stopped after the first {fast.count} candidates all failed with the same "
+                   f"{type(fast.error).__name__}{alike}")
+    finally:
+        evaluator.close()
+    return stopped

@@ -242,16 +242,7 @@ def bayes(ctx: StrategyContext) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     distributions = {name: optuna.distributions.IntDistribution(0, len(values) - 1)
                      for name, values in zip(ctx.names, ctx.values)}
-
-    def positions(key: Key) -> list[int]:
-        return [ctx.values[i].index(v) for i, v in enumerate(key)]
-
-    def indices(key: Key) -> dict[str, int]:
-        return dict(zip(ctx.names, positions(key)))
-
-    def decode(params: dict[str, int]) -> Key:
-        return tuple(ctx.values[i][params[n]] for i, n in enumerate(ctx.names))
-
+    grid = _OpenGrid(ctx)
     budget = ctx.evaluator.budget.max_evals
     startup = 10 if budget is None else max(4, min(10, budget // 5))
     sampler = optuna.samplers.TPESampler(
@@ -272,7 +263,7 @@ def bayes(ctx: StrategyContext) -> None:
 
     def add(key: Key, value: float | None) -> None:
         study.add_trial(optuna.trial.create_trial(
-            params=indices(key), distributions=distributions, value=value,
+            params=grid.indices(key), distributions=distributions, value=value,
             state=optuna.trial.TrialState.COMPLETE if value is not None else optuna.trial.TrialState.FAIL))
 
     seeds = [ctx.key(c) for c in ctx.seeds]
@@ -285,35 +276,13 @@ def bayes(ctx: StrategyContext) -> None:
         key = ctx.key(config)
         if key in ctx.valid and key not in seeds and math.isfinite(relative) and relative > 0:
             add(key, math.log(relative))
-    # Most points of the product of the parameter lists can be invalid (restrictions), and the
-    # model may propose what is measured already: each proposal is moved to the nearest valid
-    # configuration not measured yet (in value-index steps), and the model told its time. Asking
-    # until a proposal happens to be new and valid would cost many asks per measurement.
-    keys = [ctx.key(c) for c in ctx.configs]
-    grid = np.array([positions(k) for k in keys])
-    open_ = np.array([k not in ctx.evaluator.scores for k in keys])
-    row = {k: i for i, k in enumerate(keys)}
-
-    def nearest(params: dict[str, int]) -> Key | None:
-        if not open_.any():
-            return None
-        at = row.get(decode(params))
-        if at is not None and open_[at]:
-            chosen = at
-        else:
-            point = np.array([params[n] for n in ctx.names])
-            distance = np.abs(grid - point).sum(axis=1)
-            distance[~open_] = np.iinfo(distance.dtype).max
-            chosen = int(np.argmin(distance))
-        open_[chosen] = False
-        return keys[chosen]
-
+    grid.close_measured()
     batch = _batch(ctx)
-    while open_.any():
+    while grid.any_open():
         trials, chosen = [], []
         for _ in range(batch):
             trial = study.ask(distributions)
-            key = nearest(trial.params)
+            key = grid.nearest(trial.params)
             if key is None:
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 break
@@ -327,6 +296,51 @@ def bayes(ctx: StrategyContext) -> None:
                 study.tell(trial, value)
 
 
+class _OpenGrid:
+    """The valid configurations as points of value indices, and which are not measured yet.
+
+    Most points of the product of the parameter lists can be invalid (restrictions), and a
+    model may propose what is measured already: each proposal is moved to the nearest valid
+    configuration not measured yet (in value-index steps). Asking until a proposal happens to
+    be new and valid would cost many asks per measurement."""
+
+    def __init__(self, ctx: StrategyContext):
+        self.ctx = ctx
+        self.keys = [ctx.key(c) for c in ctx.configs]
+        self.grid = np.array([self.positions(k) for k in self.keys])
+        self.open = np.ones(len(self.keys), dtype=bool)
+        self.row = {k: i for i, k in enumerate(self.keys)}
+
+    def positions(self, key: Key) -> list[int]:
+        return [self.ctx.values[i].index(v) for i, v in enumerate(key)]
+
+    def indices(self, key: Key) -> dict[str, int]:
+        return dict(zip(self.ctx.names, self.positions(key)))
+
+    def close_measured(self) -> None:
+        """Close the configurations measured so far (seeds, resumed trials)."""
+        self.open = np.array([k not in self.ctx.evaluator.scores for k in self.keys])
+
+    def any_open(self) -> bool:
+        return bool(self.open.any())
+
+    def nearest(self, params: dict[str, int]) -> Key | None:
+        """The open configuration nearest to the proposal ``params`` (closed from now on)."""
+        if not self.open.any():
+            return None
+        ctx = self.ctx
+        at = self.row.get(tuple(ctx.values[i][params[n]] for i, n in enumerate(ctx.names)))
+        if at is not None and self.open[at]:
+            chosen = at
+        else:
+            point = np.array([params[n] for n in ctx.names])
+            distance = np.abs(self.grid - point).sum(axis=1)
+            distance[~self.open] = np.iinfo(distance.dtype).max
+            chosen = int(np.argmin(distance))
+        self.open[chosen] = False
+        return self.keys[chosen]
+
+
 #: The strategies by name.
 STRATEGIES: dict[str, Strategy] = {
     "brute_force": brute_force,
@@ -336,3 +350,15 @@ STRATEGIES: dict[str, Strategy] = {
     "genetic": genetic,
     "bayes": bayes,
 }
+
+
+def strategy_named(strategy: str | Strategy) -> tuple[str, Strategy]:
+    """(name, function) of a strategy given by name (:data:`~.strategies.STRATEGIES`) or as a
+    callable ``strategy(context)``; ValueError naming the choices otherwise."""
+    if isinstance(strategy, str):
+        if strategy in STRATEGIES:
+            return strategy, STRATEGIES[strategy]
+    elif callable(strategy):
+        return getattr(strategy, "__qualname__", type(strategy).__qualname__), strategy
+    raise ValueError(f"unknown strategy {strategy!r}; choose from {', '.join(STRATEGIES)}, or "
+                     "pass a callable strategy(context)")

@@ -1,5 +1,6 @@
 """What a stored result is worth for one call: its fingerprint (the kernel sources and space
-it was tuned against), the verdict on a stored row, and what a re-tune did."""
+it was tuned against), the verdict on a stored row (:func:`judge`, the one judge both doors of
+the tuner use), and what a re-tune did."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ import enum
 import hashlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .. import accel
+from .encoding import InvalidParametersError, decode_parameters, validate_parameters
 from .records import TuningKey, TuningRecord
+from .rendered import RENDERED, rendered_changes
 from .space import Space
 from .store import StoreError
-from .validation import changed_sources
+from .validation import changed_sources, record_problem
 
 
 class Freshness(str, enum.Enum):
@@ -82,10 +86,43 @@ def make_fingerprint(files: Iterable[accel.SourceFile], space: Space | None) -> 
     return Fingerprint(hashlib.sha256(text.encode()).hexdigest(), sources, space)
 
 
-def _stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:
+def stale_reason(record: TuningRecord, fingerprint: Fingerprint) -> str:
+    """Why ``record`` was not tuned against ``fingerprint`` (the sources or the space changed)."""
     if not record.fingerprint:
         return "it was stored without a fingerprint (tuned by an older autotune)"
     changed = changed_sources(record, fingerprint.sources)
     if changed:
         return f"its kernel sources changed since it was tuned ({', '.join(changed)})"
     return "the space it searched changed since it was tuned"
+
+
+def judge(record: TuningRecord, test: dict[str, Any], fingerprint: Fingerprint, device_name: str,
+          template_dirs: Callable[[], Sequence[Path]] | None = None) -> Verdict:
+    """The one judge of a stored row for a call (offline) or a tuner (online).
+
+    INVALID: a malformed row, parameters not of ``test=``'s names and kinds, or outside the
+    fingerprint's space (its listed values and limits; a preference a row breaks is no reason
+    to refuse it). STALE: well formed and valid here, but tuned against other sources or
+    another space, or a file it rendered beyond the declared sources changed since
+    (``template_dirs()`` says where the template's files are; None skips that look). FRESH
+    otherwise, with the clean parameters.
+    """
+    problem = record_problem(record, test)
+    if problem:
+        return Verdict(record, Freshness.INVALID, problem)
+    try:
+        params = validate_parameters(decode_parameters(record.parameters), test)
+    except InvalidParametersError as exc:
+        return Verdict(record, Freshness.INVALID, str(exc))
+    if fingerprint.space is not None:  # listed values that run (preferences aside)
+        why = fingerprint.space.why_not(params, preferences=False)
+        if why is not None:
+            return Verdict(record, Freshness.INVALID, f"not valid on {device_name}: {why}")
+    if record.fingerprint != fingerprint.digest:
+        return Verdict(record, Freshness.STALE, stale_reason(record, fingerprint), params)
+    if template_dirs is not None and RENDERED in record.search:
+        changed = rendered_changes(record.search, fingerprint.sources, template_dirs())
+        if changed:
+            return Verdict(record, Freshness.STALE, "its kernel sources changed since it was "
+                           f"tuned ({', '.join(changed)})", params)
+    return Verdict(record, Freshness.FRESH, "", params)

@@ -37,7 +37,6 @@ logger = logging.getLogger("autotune.tune")
 _IO_ERRORS = ("SQLITE_IOERR", "SQLITE_FULL", "SQLITE_CANTOPEN")
 
 
-_warned_immutable: set[str] = set()  #: databases read immutably so far (one warning each)
 
 
 def _io_error(exc: sqlite3.Error) -> bool:
@@ -64,6 +63,7 @@ class SqliteReader:
     def __init__(self, path: Path, url: str, *, read_only: bool):
         self.path = path
         self.url = url
+        self.warned_immutable = False  #: read immutably once already (one warning)
         self.read_only = read_only
         self._local = threading.local()
         self._schema_checked = False
@@ -138,8 +138,8 @@ class SqliteReader:
             raise StoreError(f"cannot read tuning database {display(self.url)}: {exc}; {hint()}") from exc
         finally:
             connection.close()
-        if self.url not in _warned_immutable:
-            _warned_immutable.add(self.url)
+        if not self.warned_immutable:
+            self.warned_immutable = True
             logger.warning("tuning database %s cannot be opened as usual (%s: is its disk full?); "
                            "it is read as immutable, without its -wal file's latest writes",
                            display(self.url), cause)

@@ -19,7 +19,9 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
-from .tune import TunedFunction, TuningKey, TuningOutcome, Verdict, tuner_of
+from .decorator import TunedFunction, tuner_of
+from .records import TuningKey
+from .verdicts import TuningOutcome, Verdict
 
 ENTRY_POINT_GROUP = "autotune.templates"
 logger = logging.getLogger("autotune")

@@ -1,0 +1,155 @@
+"""Where a search starts from what is stored: the best configurations of the nearest devices
+(a warm start), the trials of an interrupted search of the same key (to go on from), and what
+this device chose for the same function under other arguments (an online scan's seeds)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from ..encoding import decode_parameters, encode_parameters
+from ..evaluation import Trial
+from ..records import TrialStatus, TuningKey, TuningRecord
+from ..space import Space
+from ..store import ResultStore, StoreError
+from ..validation import trial_problem
+from ..verdicts import Freshness, Verdict
+
+logger = logging.getLogger("autotune.tune")
+
+
+#: How many of the nearest devices' best configurations a search measures first.
+WARM_START_SEEDS = 8
+
+
+def warm_start(store: ResultStore, key: TuningKey,
+               space: Space | None) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], float]]]:
+    """Where a search for ``key`` should start: stored trials of the same function, version and
+    arguments on the nearest devices (this device's own earlier trials first, then the same
+    device name on another platform or driver, then any other device).
+
+    Returns the best configurations of those devices, nearest first (measured first by every
+    strategy), and the nearest device's trials as (configuration, time / its best) for
+    model-based strategies. Only well-formed trials inside ``space`` count.
+    """
+    if space is None:
+        return [], []
+    try:
+        trials = store.trials(function=key.function, version=key.version, arguments=key.arguments)
+    except StoreError as exc:
+        logger.info("no warm start for %s: %s", key.function, exc)
+        return [], []
+    by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
+    for trial in trials:
+        if trial.status != "ok" or trial_problem(trial):
+            continue
+        params = decode_parameters(trial.parameters)
+        if space.why_not(params) is not None:
+            continue
+        found = by_device.setdefault(trial.key.device, {})
+        found[tuple(params[n] for n in space.names)] = (params, trial.median_seconds)
+
+    def nearness(device: tuple[str, str, str]) -> tuple[int, ...]:
+        name, platform, driver = device
+        return (name != key.device_name, platform != key.device_platform,
+                driver != key.driver_version)
+
+    devices = sorted(by_device, key=nearness)
+    seeds: list[dict[str, Any]] = []
+    for device in devices:
+        ranked = sorted(by_device[device].values(), key=lambda item: item[1])
+        for params, _ in ranked[:3]:
+            if params not in seeds:
+                seeds.append(params)
+    prior: list[tuple[dict[str, Any], float]] = []
+    for device in devices:
+        found = list(by_device[device].values())
+        if len(found) >= 2:
+            best = min(t for _, t in found)
+            prior = [(params, t / best) for params, t in found]
+            break
+    return seeds[:WARM_START_SEEDS], prior
+
+
+def interrupted_trials(store: ResultStore, key: TuningKey, fingerprint: str) -> list[Trial]:
+    """The successful trials of a search of ``key`` that stopped before storing its result:
+    this very device, the same sources and space (``fingerprint``), and newer than the key's
+    stored result, if any. A search that finds them goes on where that one stopped (a
+    ``--force`` re-tune measures afresh: its predecessor's trials predate the stored result)."""
+    try:
+        record = store.get(key)
+        trials = store.trials(key)
+    except StoreError as exc:
+        logger.info("not resuming %s: %s", key.function, exc)
+        return []
+    if record is not None and record.malformed:
+        return []  # when it was stored is unknown: measure afresh
+    since = record.created_at if record is not None else None
+    found: list[Trial] = []
+    for trial in trials:
+        if trial.fingerprint != fingerprint or trial.status != "ok" or trial_problem(trial) \
+                or trial.median_seconds is None:  # store.trials(key): this key's only
+            continue
+        if since is not None and not trial.created_at > since:
+            continue
+        found.append(Trial(
+            decode_parameters(trial.parameters), TrialStatus.OK, "", trial.min_seconds,
+            trial.median_seconds, trial.max_seconds, trial.gbps, trial.gflops))
+    return found
+
+
+def stored_choices(store: ResultStore, key: TuningKey, fingerprint: str,
+                   judge: Callable[[TuningRecord], Verdict], scan: Space) -> list[dict[str, Any]]:
+    """What this device chose for the same function, version and fingerprint (kernel sources
+    and space) under other arguments, as candidates of ``scan``: the choices of the rows
+    sharing the most argument values with ``key`` first, then the most often chosen, then the
+    newest. A choice takes ``scan``'s value of each parameter it fixes; rows that ``judge``
+    does not find fresh, or whose choice is then outside the scan, count for nothing. [] where
+    the database cannot be read."""
+    try:
+        records = store.records(function=key.function)
+    except StoreError as exc:
+        logger.info("online tuning %s: no seeds read (%s)", key.function, exc)
+        return []
+    votes: dict[str, list[Any]] = {}
+    mine = (key.function, key.version, key.device_name, key.device_platform)
+    arguments = argument_values(key.arguments)
+    fixed = fixed_parameters(scan)
+    for record in records:
+        theirs_key = record.key
+        if (theirs_key.function, theirs_key.version, theirs_key.device_name,
+                theirs_key.device_platform) != mine or theirs_key.arguments == key.arguments \
+                or record.fingerprint != fingerprint:
+            continue
+        verdict = judge(record)
+        if verdict.freshness is not Freshness.FRESH or verdict.parameters is None:
+            continue
+        params = {**verdict.parameters, **fixed}  # as a candidate of this scan
+        if scan.why_not(params) is not None:
+            continue
+        theirs = argument_values(theirs_key.arguments)
+        shared = sum(1 for name, value in arguments.items() if name in theirs and theirs[name] == value)
+        when = record.created_at.timestamp() if record.created_at is not None else 0.0
+        entry = votes.setdefault(encode_parameters(params), [0, 0, when, params])
+        entry[0] = max(entry[0], shared)
+        entry[1] += 1
+        entry[2] = max(entry[2], when)
+    ranked = sorted(votes.values(), key=lambda e: (-e[0], -e[1], -e[2]))
+    return [params for *_, params in ranked]
+
+
+def fixed_parameters(space: Space) -> dict[str, Any]:
+    """The parameters ``space`` does not vary, with their one value."""
+    return {n: v[0] for n, v in space.parameters.items() if len(v) == 1}
+
+
+def argument_values(arguments: str) -> dict[str, Any]:
+    """An encoded argument set as a dict of JSON values (nothing in them is decoded into
+    objects), {} if it is not one."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

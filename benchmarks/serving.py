@@ -15,8 +15,13 @@ a virtual environment made with ``pip install katsdpsigproc==1.10.0``) the same 
 katsdpsigproc's ``tune.autotuner`` in the same run, process for process (it has no memo: every
 call opens its database).
 
+With ``--baseline DIR`` (another checkout of autotune, e.g. ``git worktree add /tmp/base
+COMMIT``) the same children run against that checkout's code too, alternating process for
+process with ours, so that a change to the tuner is measured side by side with the code before
+it in one run.
+
 Usage: python benchmarks/serving.py [--processes 15] [--rows 500] [--katsdpsigproc PYTHON]
-                                    [--json FILE]
+                                    [--baseline DIR] [--json FILE]
 """
 
 from __future__ import annotations
@@ -138,12 +143,19 @@ def fill(db: Path, rows: int) -> None:
 
 
 def _children(python: str, code: str, count: int) -> list[dict]:
-    runs = []
-    for _ in range(count + 1):  # the first warms the file cache
-        child = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True,
-                               cwd=REPO)
-        runs.append(json.loads(child.stdout.splitlines()[-1]))
-    return runs[1:]
+    return _alternating(python, [code], count)[0]
+
+
+def _alternating(python: str, codes: list[str], count: int) -> list[list[dict]]:
+    """Each of ``codes`` run ``count`` times in fresh processes, in turn (A B A B ...), after
+    one warm-up run of each (the file cache)."""
+    runs: list[list[dict]] = [[] for _ in codes]
+    for _ in range(count + 1):
+        for i, code in enumerate(codes):
+            child = subprocess.run([python, "-c", code], capture_output=True, text=True,
+                                   check=True, cwd=REPO)
+            runs[i].append(json.loads(child.stdout.splitlines()[-1]))
+    return [r[1:] for r in runs]
 
 
 def _medians(runs: list[dict]) -> dict:
@@ -166,6 +178,8 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=500)
     parser.add_argument("--katsdpsigproc", metavar="PYTHON",
                         help="an interpreter with katsdpsigproc installed, timed alongside")
+    parser.add_argument("--baseline", metavar="DIR",
+                        help="another checkout of autotune, timed alternately with this one")
     parser.add_argument("--json")
     args = parser.parse_args()
     result: dict = {"date": time.strftime("%Y-%m-%d"), "python": sys.version.split()[0],
@@ -173,10 +187,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "serving.db"
         fill(db, args.rows)
-        code = CHILD.format(repo=str(REPO), db=str(db))
-        ours = _children(sys.executable, code, args.processes)
-        result["autotune"] = _medians(ours)
-        result["autotune"]["sqlalchemy_imported"] = any(r["sqlalchemy_imported"] for r in ours)
+        codes = [CHILD.format(repo=str(REPO), db=str(db))]
+        if args.baseline:
+            codes.append(CHILD.format(repo=str(Path(args.baseline).resolve()), db=str(db)))
+            result["baseline_checkout"] = str(Path(args.baseline).resolve())
+        timed = _alternating(sys.executable, codes, args.processes)
+        for column, runs in zip(("autotune", "baseline"), timed):
+            result[column] = _medians(runs)
+            result[column]["sqlalchemy_imported"] = any(r["sqlalchemy_imported"] for r in runs)
         if args.katsdpsigproc:
             theirs_db = str(Path(tmp) / "katsdpsigproc.db")
             fill_code = KATSDPSIGPROC_CHILD.format(db=theirs_db, dtype="float32")
@@ -185,7 +203,7 @@ def main() -> None:
             result["katsdpsigproc"] = _medians(_children(args.katsdpsigproc, fill_code, args.processes))
     print(f"date {result['date']}, Python {result['python']}, {args.processes} fresh processes "
           f"each, {args.rows} rows in each database (medians)")
-    columns = ["autotune"] + (["katsdpsigproc"] if "katsdpsigproc" in result else [])
+    columns = ["autotune"] + [c for c in ("baseline", "katsdpsigproc") if c in result]
     print("| step | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
     for name in ("import_tune", "import_template", "first_hit", "import_and_first_hit",
                  "database_hit", "memo_hit"):

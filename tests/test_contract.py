@@ -363,12 +363,12 @@ def test_a_context_that_is_not_the_first_argument_is_a_clear_error(context):
         def autotune(cls, n, context):
             return {"wgs": 64}
 
-    tune.test_mode.force = True
+    tune.serving().test.force = True
     try:
         with pytest.raises(TypeError, match="must be an accel.Context .*def autotune\\(cls, context"):
             Swapped.autotune(10, context)
     finally:
-        tune.test_mode.force = False
+        tune.serving().test.force = False
 
 
 # -- the command line uses the store's public API -----------------------------------------------

@@ -378,12 +378,12 @@ def test_the_default_database_is_in_the_user_cache_directory(monkeypatch):
 ])
 def test_a_context_without_a_usable_device_is_a_clear_error(device, why):
     context = object() if device is None else type("C", (), {"device": device})()
-    tune.test_mode.force = True
+    tune.serving().test.force = True
     try:
         with pytest.raises(TypeError, match=f"must be an accel.Context or a stand-in.*{why}"):
             Tuned.autotune(context, "xyz")
     finally:
-        tune.test_mode.force = False
+        tune.serving().test.force = False
     assert seen["Tuned"] == 0
 
 

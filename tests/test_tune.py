@@ -237,12 +237,12 @@ def test_a_hit_costs_well_under_a_millisecond(context):
 
 
 def test_arguments_that_cannot_be_keys_are_rejected(context):
-    tune.test_mode.force = True
+    tune.serving().test.force = True
     try:
         with pytest.raises(tune.ArgumentEncodingError, match="object"):
             FakeTimedTemplate.autotune(context, object())
     finally:
-        tune.test_mode.force = False
+        tune.serving().test.force = False
 
 
 _plain = st.one_of(st.none(), st.booleans(), st.integers(-2**60, 2**60),

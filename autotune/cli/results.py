@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tune.registry import RegisteredTemplate, registered_templates
+from ..tune.serving import get_store
 from ..tune import (MergePolicy, ResultStore, TuningRecord, changed_sources, describe_arguments, display,
                     export_rows, format_for, read_import, record_problem, results_frame, rows_text)
 from .formatting import parameters_text, printable, rate_text, seconds_text, short_function
@@ -70,7 +71,7 @@ def _table(records: list[TuningRecord]) -> str:
 
 
 def run_show(args: Any, url: str) -> int:
-    records = ResultStore(url).records(function=function_pattern(args.function), device=args.device)
+    records = get_store(url).records(function=function_pattern(args.function), device=args.device)
     print(_table(records))
     return 0
 

@@ -26,6 +26,7 @@ from .encoding import (InvalidParametersError, encode_key_arguments, validate_pa
                        validate_test_parameters)
 from .lookup import Judge, lookup_or_miss
 from .offline import tune_call
+from .search import current_run
 from .records import TuningKey
 from .rendered import template_dirs
 from .serving import serving
@@ -35,10 +36,6 @@ from .text import guard_logger
 from .verdicts import Fingerprint, TuningOutcome, Verdict, judge, make_fingerprint
 
 logger = guard_logger("autotune.tune")  # stored text in its messages is shown escaped
-
-#: Declared spaces remembered per tuned function (a search's candidates check theirs).
-SPACE_CACHE_SIZE = 256
-
 
 def function_name(fn: Callable, owner: Any = None) -> str:
     """The ``function`` column for a tuning function called on ``owner`` (a class, or None).
@@ -77,7 +74,6 @@ class TunedFunction:
         self._sources = None if sources is None else tuple(Path(s) for s in sources)
         self._version = version
         self._source_cache: dict[Any, tuple[accel.SourceFile, ...]] = {}
-        self._space_cache: dict[tuple, Space | None] = {}
         self._cache_lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -130,24 +126,22 @@ class TunedFunction:
         return found
 
     def declared_space(self, owner: Any, context: Any, arguments: dict[str, Any]) -> Space | None:
-        """The space the template declares for ``context`` and these arguments, or None; made
-        once per (owner, device, arguments): the candidates of a search each check theirs."""
+        """The space the template declares for ``context`` and these arguments, or None.
+        Within a tuning run it is made once per (owner, device, arguments): the run's
+        candidates each check theirs against it (outside a run it is made afresh: a template
+        may change what it declares)."""
         declared = self._space if self._space is not None else getattr(owner, "autotune_space", None)
         if declared is None:
             return None
         if not callable(declared):
             return self._as_space(owner, declared)
-        cache_key = _space_cache_key(owner, context, arguments)
-        if cache_key is not None:
-            with self._cache_lock:
-                if cache_key in self._space_cache:
-                    return self._space_cache[cache_key]
+        run = current_run()
+        cache_key = None if run is None else _space_cache_key(self, owner, context, arguments)
+        if cache_key is not None and cache_key in run.spaces:
+            return run.spaces[cache_key]
         space = self._as_space(owner, declared(context, **arguments))
         if cache_key is not None:
-            with self._cache_lock:
-                if len(self._space_cache) >= SPACE_CACHE_SIZE:
-                    self._space_cache.clear()
-                self._space_cache[cache_key] = space
+            run.spaces[cache_key] = space
         return space
 
     def _as_space(self, owner: Any, value: Any) -> Space:
@@ -240,13 +234,15 @@ class TunedFunction:
         return dict(params)
 
 
-def _space_cache_key(owner: Any, context: Any, arguments: dict[str, Any]) -> tuple | None:
-    """What a declared space depends on: the owner, the device's description and the
-    arguments; None where they cannot be told apart safely (nothing is cached then)."""
+def _space_cache_key(tuned: TunedFunction, owner: Any, context: Any,
+                     arguments: dict[str, Any]) -> tuple | None:
+    """What a declared space depends on: the tuned function and owner, the device's
+    description and the arguments; None where they cannot be told apart safely (nothing is
+    cached then)."""
     device = getattr(context, "device", None)
     try:
         hash(device)
-        return owner, type(device), device, encode_key_arguments(arguments)
+        return id(tuned), owner, type(device), device, encode_key_arguments(arguments)
     except (TypeError, ValueError):
         return None
 

@@ -128,6 +128,9 @@ class TuningRun:
     trials: list[Trial] = field(default_factory=list)
     searched: list[Space] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)  #: the last search's SearchResult.info
+    #: the spaces templates declared while the run searched (each candidate checks its
+    #: parameters against its template's space: made once per run, not once per candidate)
+    spaces: dict[tuple, Any] = field(default_factory=dict)
 
     def timed(self, parameters: dict[str, Any]) -> Trial | None:
         """The last successful trial of ``parameters`` in this run, if they were timed."""

@@ -9,8 +9,8 @@ Operations use only this module; they never import pycuda or pyopencl themselves
 >>> kernel = program.get_kernel("scale")
 """
 
-from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
-                   Program, tuning_turn)
+from .arrays import DeviceArray
+from .context import Context
 from .ctype import C_TYPES, c_type, real_dtype
 from .errors import (
     AccelError,
@@ -21,6 +21,8 @@ from .errors import (
 )
 from .helpers import builds_in_helpers
 from .identity import DeviceIdentity
+from .kernels import Kernel, KernelLimits, Program
+from .queues import CommandQueue, IntervalTimer, Marker, tuning_turn
 from .render import RenderedSource, render
 from .sources import SourceFile, recording, template_sources
 from .selection import (ENV_DEVICE, DeviceSpec, all_devices, create_some_context,

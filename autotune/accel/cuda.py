@@ -16,11 +16,14 @@ from typing import Any
 import numpy as np
 
 from . import cuda_interop, nvrtc
-from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
-                   Program, _as_shape)
+from .arrays import DeviceArray
+from .context import Context
 from .errors import AccelError, BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
+from .kernels import Kernel, KernelLimits, Program
+from .queues import CommandQueue, IntervalTimer, Marker
 from .render import RenderedSource
+from .shapes import as_shape
 
 logger = logging.getLogger("autotune.accel")
 
@@ -532,7 +535,7 @@ class CudaContext(Context):
 
     def empty_host(self, shape: int | Sequence[int], dtype: Any) -> np.ndarray:
         with self.thread_scope(), self._waiting_for_the_device():
-            return drv.pagelocked_empty(_as_shape(shape), np.dtype(dtype))
+            return drv.pagelocked_empty(as_shape(shape), np.dtype(dtype))
 
     SHARE_HANDLE_BYTES = 64  # a CUipcMemHandle
 
@@ -559,6 +562,9 @@ class CudaContext(Context):
                              "(the GPUs may have no peer access; exchange through host memory "
                              "instead)") from exc
         return CudaArray(self, shape, dtype, wrap=mapping, pointer=int(mapping))
+
+    _views_foreign = ("ours, or any object with __cuda_array_interface__ or __dlpack__ on this "
+                      "GPU: CuPy, PyTorch, JAX, Numba")
 
     def _view_foreign(self, obj: Any, name: str, dtype: Any, shape: Any,
                       queue: CommandQueue | None) -> DeviceArray | None:

@@ -11,12 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from . import interop
-from .base import (CommandQueue, Context, DeviceArray, IntervalTimer, Kernel, KernelLimits, Marker,
-                   Program)
+from . import opencl_interop
+from .arrays import DeviceArray
 from .capture import native_stderr, pass_on
+from .context import Context
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
+from .kernels import Kernel, KernelLimits, Program
+from .queues import CommandQueue, IntervalTimer, Marker
 from .render import RenderedSource
 
 logger = logging.getLogger("autotune.accel")
@@ -364,14 +366,22 @@ class OpenCLContext(Context):
     def allocate(self, shape: int | Sequence[int], dtype: Any) -> DeviceArray:
         return OpenCLArray(self, shape, dtype)
 
+    _views_foreign = "ours, a pyopencl.array.Array or a pyopencl.Buffer of this context"
+
     def _view_foreign(self, obj: Any, name: str, dtype: Any, shape: Any,
                       queue: CommandQueue | None) -> DeviceArray | None:
-        """pyopencl arrays and buffers of this context (:mod:`.interop`); arrays of other
-        device kinds are refused by name."""
-        array = interop.view_opencl(self, obj, name, dtype, shape)
+        """pyopencl arrays and buffers of this context (:mod:`.opencl_interop`); arrays of
+        other device kinds are refused by name."""
+        array = opencl_interop.view(self, obj, name, dtype, shape)
         if array is None:
-            interop.refuse_elsewhere_on_opencl(self, obj, name)
+            opencl_interop.refuse_elsewhere(self, obj, name)
         return array
+
+    def _wrap_buffer(self, buffer: Any, shape: tuple[int, ...], dtype: np.dtype, *,
+                     parent: OpenCLArray | None = None, offset: int = 0) -> OpenCLArray:
+        """A device array over another library's ``buffer`` (a sub-buffer of ``parent``'s at
+        byte ``offset``, where given)."""
+        return OpenCLArray(self, shape, dtype, buffer=buffer, parent=parent, offset=offset)
 
     def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
         return OpenCLQueue(self, tuning=False, timed=timed)

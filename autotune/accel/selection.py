@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from .base import Context
+from .context import Context
 from .errors import DeviceNotFoundError
 from .identity import DeviceIdentity
 

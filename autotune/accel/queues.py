@@ -1,0 +1,268 @@
+"""Ordering and timing device work: :class:`CommandQueue` (an in-order queue), its
+:class:`Marker` points and :class:`IntervalTimer` timers, and :func:`tuning_turn`, which keeps
+the work of threads that prepare it ahead of time in order on a tuning queue.
+
+The backends subclass these and fill in the ``_``-prefixed hooks; the checks and the timing
+rules live here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .arrays import DeviceArray
+from .errors import AccelError
+from .kernels import Kernel
+from .shapes import as_sizes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .context import Context
+
+_turn: ContextVar[Callable[[], None] | None] = ContextVar("autotune_tuning_turn", default=None)
+
+
+@contextlib.contextmanager
+def tuning_turn(wait: Callable[[], None]) -> Iterator[None]:
+    """Within the block, work this thread puts on a *tuning* queue first calls ``wait()``.
+
+    A caller that prepares work ahead of time in other threads (the tuner compiles candidates
+    in a pool) uses it to keep that work's device commands in order: ``wait`` returns when it is
+    this thread's turn. Compiling and allocating do not wait; uploads, copies, fills, launches,
+    downloads and ``finish`` on a tuning queue do.
+    """
+    token = _turn.set(wait)
+    try:
+        yield
+    finally:
+        _turn.reset(token)
+
+
+class IntervalTimer(ABC):
+    """The device time of the work a queue runs between :meth:`start` and :meth:`stop`, read
+    later without stalling the host: :meth:`ready` asks whether that work has finished,
+    :meth:`seconds` waits for it. One timer is reused for many intervals (start it again once
+    read); at most one timer of a queue runs at a time. From :meth:`CommandQueue.interval_timer`.
+
+    The device's wait for the host before the first command is not counted (OpenCL profiles
+    from the first command's start; CUDA holds the queue at :meth:`start` until :meth:`stop`,
+    so the work then runs back to back, gaps between its commands left out too). So the work
+    timed must not wait for itself: a call that waits for the queue (``queue.finish()``, a
+    blocking copy) lets it run first.
+    """
+
+    def __init__(self, queue: CommandQueue):
+        self.queue = queue
+        self.running = False
+
+    def _open(self) -> None:
+        """Let the timed work run now (before a wait for the queue); nothing where it runs."""
+
+    def start(self) -> None:
+        """Time the work this queue is given from now on (until :meth:`stop`)."""
+        if self.running:
+            raise AccelError("IntervalTimer.start called twice without stop")
+        if self.queue._interval is not None:
+            raise AccelError("another interval timer of this queue is running")
+        self.running = True
+        self.queue._interval = self
+        self._start()
+
+    def stop(self) -> None:
+        """End the interval: the work enqueued up to now is the work timed."""
+        if not self.running:
+            raise AccelError("IntervalTimer.stop called without start")
+        self.running = False
+        self.queue._interval = None
+        self._stop()
+
+    def ready(self) -> bool:
+        """Whether the timed work has finished (never waits)."""
+        return not self.running and self._ready()
+
+    def seconds(self) -> float:
+        """Device seconds from the start of the first command timed to the end of the last;
+        waits for them to finish."""
+        if self.running:
+            raise AccelError("IntervalTimer.seconds called before stop")
+        return self._seconds()
+
+    @abstractmethod
+    def _start(self) -> None: ...
+
+    @abstractmethod
+    def _stop(self) -> None: ...
+
+    @abstractmethod
+    def _ready(self) -> bool: ...
+
+    @abstractmethod
+    def _seconds(self) -> float: ...
+
+
+class Marker(ABC):
+    """A point in a queue's work (from :meth:`CommandQueue.mark`)."""
+
+    queue: CommandQueue
+
+    @abstractmethod
+    def ready(self) -> bool:
+        """Whether the work enqueued before the marker has finished (never waits)."""
+
+    @abstractmethod
+    def wait(self) -> None:
+        """Wait until the work enqueued before the marker has finished."""
+
+
+class CommandQueue(ABC):
+    """An in-order queue of device work.
+
+    A *tuning* queue times everything enqueued between :meth:`start_tuning` and
+    :meth:`stop_tuning` with device-side timestamps, copies included. Any queue whose context
+    made it with ``timed=True`` (and every tuning queue) can also time intervals of its work
+    without waiting for it (:meth:`interval_timer`), as online tuning does.
+    """
+
+    def __init__(self, context: Context, tuning: bool, timed: bool = False):
+        self.context = context
+        self.tuning = tuning
+        self.timed = tuning or timed
+        self._timing = False
+        self._interval: IntervalTimer | None = None
+
+    def interval_timer(self) -> IntervalTimer:
+        """A new reusable :class:`IntervalTimer` on this queue (allocate them up front: a
+        timer holds device events)."""
+        if not self.timed:
+            raise AccelError("timing intervals needs a queue made with "
+                             "context.create_command_queue(timed=True)")
+        return self._interval_timer()
+
+    @abstractmethod
+    def _interval_timer(self) -> IntervalTimer: ...
+
+    def mark(self) -> Marker:
+        """A :class:`Marker` of the work enqueued so far: waiting on it does not wait for work
+        enqueued after it (the host can act on a copy while a later kernel runs)."""
+        return self._mark()
+
+    @abstractmethod
+    def _mark(self) -> Marker: ...
+
+    def wait_for(self, marker: Marker) -> None:
+        """Make work enqueued on this queue from now on wait (on the device, the host does not)
+        until the work before ``marker`` has finished: ``marker`` may come from another queue
+        of the same context, so that a copy on a second queue overlaps a kernel on the first."""
+        if not isinstance(marker, Marker):
+            raise TypeError(f"expected a Marker from queue.mark(), not {type(marker).__name__}")
+        if marker.queue.context is not self.context:
+            raise AccelError("the marker belongs to a queue of another context")
+        self._wait_for(marker)
+
+    @abstractmethod
+    def _wait_for(self, marker: Marker) -> None: ...
+
+    def enqueue_kernel(self, kernel: Kernel, args: Sequence[Any],
+                       global_size: int | Sequence[int], local_size: int | Sequence[int]) -> None:
+        """Launch ``kernel`` over ``global_size`` work-items in groups of ``local_size``.
+
+        ``args`` are :class:`DeviceArray` objects and numpy scalars (``np.int32(n)``): a bare
+        Python number is rejected because its C type would be a guess.
+        """
+        kernel.check_launch(global_size, local_size)
+        g = as_sizes(global_size, "global_size")
+        loc = as_sizes(local_size, "local_size")
+        self._check_args(kernel, args)
+        self._wait_turn()
+        self._record(self._launch(kernel, list(args), g, loc))
+
+    def launcher(self, kernel: Kernel, global_size: int | Sequence[int],
+                 local_size: int | Sequence[int]) -> Callable[[Sequence[Any]], None]:
+        """``enqueue_kernel`` with the launch configuration checked once, for hot loops.
+
+        The returned ``launch(args)`` checks its arguments on the first call and again whenever
+        their types change; otherwise it only enqueues.
+        """
+        kernel.check_launch(global_size, local_size)
+        g = as_sizes(global_size, "global_size")
+        loc = as_sizes(local_size, "local_size")
+        checked: list[tuple] = []
+        ordered = self.tuning
+
+        def launch(args: Sequence[Any]) -> None:
+            types = tuple(map(type, args))
+            if not checked or checked[0] != types:
+                self._check_args(kernel, args)
+                checked[:] = [types]
+            if ordered:
+                self._wait_turn()
+            self._record(self._launch(kernel, args, g, loc))
+
+        return launch
+
+    def _check_args(self, kernel: Kernel, args: Sequence[Any]) -> None:
+        for i, a in enumerate(args):
+            if isinstance(a, DeviceArray):
+                if a.context is not self.context:
+                    raise AccelError(f"argument {i} belongs to another context")
+            elif not isinstance(a, np.generic):
+                raise TypeError(
+                    f"kernel {kernel.name} argument {i} is {type(a).__name__}; pass a DeviceArray "
+                    "or a numpy scalar such as np.int32(n) or np.float32(x)"
+                )
+
+    @abstractmethod
+    def _launch(self, kernel: Kernel, args: list[Any], global_size: tuple[int, ...],
+                local_size: tuple[int, ...]) -> Any: ...
+
+    def finish(self) -> None:
+        """Wait until everything enqueued so far has completed."""
+        self._wait_turn()
+        self._before_waiting()
+        self._finish()
+
+    def _before_waiting(self) -> None:
+        """Before anything that may wait for this queue (finish, a marker's wait, a copy
+        between host and device: from pageable host memory the driver waits): the running
+        interval's work may run now."""
+        if self._interval is not None:
+            self._interval._open()
+
+    @abstractmethod
+    def _finish(self) -> None: ...
+
+    def _wait_turn(self) -> None:
+        if self.tuning:
+            wait = _turn.get()
+            if wait is not None:
+                wait()
+
+    def start_tuning(self) -> None:
+        """Start timing everything enqueued from now on, until :meth:`stop_tuning`."""
+        if not self.tuning:
+            raise AccelError("start_tuning needs a queue from context.create_tuning_command_queue()")
+        if self._timing:
+            raise AccelError("start_tuning called twice without stop_tuning")
+        self._timing = True
+        self._start_timing()
+
+    def stop_tuning(self) -> float:
+        """Seconds of device time from :meth:`start_tuning` to the end of the last command."""
+        if not self._timing:
+            raise AccelError("stop_tuning called without start_tuning")
+        self._timing = False
+        return self._stop_timing()
+
+    def _record(self, event: Any) -> None:
+        """Called with whatever the backend returns for each enqueued command."""
+
+    @abstractmethod
+    def _start_timing(self) -> None: ...
+
+    @abstractmethod
+    def _stop_timing(self) -> float: ...

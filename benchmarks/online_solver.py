@@ -76,16 +76,18 @@ class Diagnostics:
     """Where an online run's extra time goes (``--diagnose``): wraps the online tuner's launch
     bookkeeping (on the launching thread), its candidate preparation (CPU time of the build
     threads, which hold the interpreter lock the launching thread needs while they run Python)
-    and the context's allocations, over the timed solves. Internal methods, wrapped from
-    outside: it adds a little host time to what it measures, in every run alike."""
+    and the context's allocations, over the timed solves (the scan's ``begin`` and ``end``, the
+    build pool's ``build``), wrapped from outside: it adds a little host time to what it
+    measures, in every run alike."""
 
     def __init__(self) -> None:
-        from autotune.tune import online
+        from autotune.tune.online.builds import BuildPool
+        from autotune.tune.online.scan import Scan
 
         self.totals: dict[str, list[float]] = {}
-        self._wrap(online.OnlineTuner, "_begin_launch", "tuner_begin_launch", time.perf_counter)
-        self._wrap(online.OnlineTuner, "_end_launch", "tuner_end_launch", time.perf_counter)
-        self._wrap(online.OnlineTuner, "_prepare_one", "build_thread_cpu", time.thread_time)
+        self._wrap(Scan, "begin", "tuner_begin_launch", time.perf_counter)
+        self._wrap(Scan, "end", "tuner_end_launch", time.perf_counter)
+        self._wrap(BuildPool, "build", "build_thread_cpu", time.thread_time)
 
     def _wrap(self, owner: type, name: str, key: str, clock) -> None:
         original = getattr(owner, name)
@@ -115,13 +117,20 @@ class Diagnostics:
 
 def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: bool = False,
           diagnose: bool = False, budget: float | None = None) -> dict:
-    from autotune import accel
+    """One run, in a process of its own; ``budget``: the online tuners' scan budget (None:
+    every candidate)."""
     from autotune.tune import online
+
+    with online.template_budget(budget):
+        return timed_run(mode, dims, solves, iterations, pin, diagnose)
+
+
+def timed_run(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: bool,
+              diagnose: bool) -> dict:
+    from autotune import accel
     from operations import solvers
     from operations.lqcd import WilsonOperator, haar_field
     from operations.lqcd.wilson import WilsonLinearOperator
-
-    online.TEMPLATE_BUDGET = budget  # the online tuners' scan budget (None: every candidate)
 
     core, others = pin_main_thread() if pin else (set(), set())
     if others:  # threads and helper processes started from here on inherit this

@@ -74,7 +74,7 @@ def one_round(monkeypatch):
     """No second round for close candidates: for tests that count a scan's launches (the
     candidates with reps 3, say, differ by their work-group size only, often by less than
     REFINE_MARGIN, and would be timed again; the second round has its own test)."""
-    monkeypatch.setattr(tune.online, "REFINE_AT_MOST", 1)
+    monkeypatch.setattr(tune.online.scan, "REFINE_AT_MOST", 1)  # where the scan reads it
 
 
 @pytest.mark.force_autotune
@@ -116,7 +116,7 @@ def test_the_closest_candidates_are_timed_again_before_the_choice(context, tmp_p
     """After every candidate has its samples, those within REFINE_MARGIN of the best (at most
     REFINE_AT_MOST, the closest) get as many again and the others are retired; the fastest
     still wins. (The margin is widened here so that the round's members are known.)"""
-    monkeypatch.setattr(tune.online, "REFINE_MARGIN", 1000.0)
+    monkeypatch.setattr(tune.online.scan, "REFINE_MARGIN", 1000.0)
     samples = 3
     tuner = _tuner(context, tmp_path / "t.db", samples=samples,
                    space={"reps": [300, 3, 30, 100, 600, 1000], "wgs": [32]})
@@ -296,6 +296,75 @@ def test_a_scan_budget_leaves_out_what_is_not_built_in_time(context, tmp_path, o
 
 
 @pytest.mark.force_autotune
+def test_template_budget_gives_template_tuners_made_in_its_block_a_budget(context, tmp_path):
+    """``tune.online.template_budget(seconds)`` is the budget of the tuners ``for_template``
+    makes with ``prepare`` and no budget of their own inside the block, and only there."""
+    from operations.scale import ScaleTemplate
+
+    queue = context.create_command_queue(timed=True)
+    gate = threading.Event()
+    built: dict[int, object] = {}
+    guard = threading.Lock()
+
+    def make(params) -> object:
+        with guard:
+            if params["wgs"] not in built:
+                built[params["wgs"]] = ScaleTemplate(context, np.float32, dict(params)).instantiate(
+                    queue, 1024)
+            return built[params["wgs"]]
+
+    def prepare(params: dict) -> None:  # only test= is built before the gate opens
+        if params["wgs"] != 64:
+            gate.wait(30)
+        make(params)
+
+    with pytest.raises(tune.OnlineTuningError, match="template_budget"):
+        with tune.online.template_budget(0.0):
+            pass
+    try:
+        with tune.online.template_budget(0.2):
+            assert tune.online.template_budget_now() == 0.2
+            tuner = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32,
+                                                  db=str(tmp_path / "t.db"), samples=1,
+                                                  prepare=prepare)
+        assert tune.online.template_budget_now() is None
+        while tuner.scanning:
+            with tuner.measure(queue) as params:
+                make(params)()
+            time.sleep(0.002)
+        assert tuner.best == {"wgs": 64} and tuner.left_out == len(tuner.space.configurations()) - 1
+    finally:
+        gate.set()
+    assert tuner.wait_prepared(30)
+    unbounded = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32,
+                                              db=str(tmp_path / "u.db"), prepare=prepare)
+    assert unbounded.wait_prepared(30)
+    while unbounded.scanning:
+        with unbounded.measure(queue) as params:
+            make(params)()
+    assert unbounded.left_out == 0
+
+
+@pytest.mark.force_autotune
+def test_rescan_starts_the_next_scan_now_unless_one_runs(context, tmp_path):
+    tuner = _tuner(context, tmp_path / "t.db", samples=1, space={"reps": [2, 20], "wgs": [32]})
+    tuner.rescan()  # a scan runs: nothing changes
+    assert tuner.scanning and tuner.scans == 1
+    work = Work(context)
+    while tuner.scanning:
+        work.step(tuner)
+    assert tuner.best is not None and tuner.scans == 1
+    tuner.rescan()
+    assert tuner.scanning and tuner.scans == 2 and len(tuner.scan.candidates) == 2
+
+
+def test_rescan_under_pytest_scans_nothing(context, tmp_path):
+    tuner = _tuner(context, tmp_path / "t.db")
+    tuner.rescan()
+    assert not tuner.scanning and tuner.scans == 0 and tuner.best == TEST
+
+
+@pytest.mark.force_autotune
 def test_given_seeds_come_after_stored_choices_and_start_the_run(context, tmp_path):
     """Seeds given to the tuner (a parameter left out takes test='s value) are built and timed
     after what this device chose for other arguments and before the rest; until something is
@@ -352,7 +421,7 @@ def test_a_stored_choice_seeds_a_scan_that_fixes_some_of_its_parameters(context,
     assert len(probe.space.parameters["sites"]) == 1
     wgs = max(probe.space.parameters["wgs"])
     chosen = {**probe.test, "wgs": wgs, "sites": 2, "stage": True}
-    assert probe._valid_space.why_not(chosen) is None and probe.space.why_not(chosen) is not None
+    assert probe.valid_space.why_not(chosen) is None and probe.space.why_not(chosen) is not None
     ResultStore(f"sqlite:///{db}").put(TuningRecord(
         replace(probe.key, arguments=encode_arguments(
             {"dims": [8, 8, 8, 8], "precision": "single", "reconstruct": 12})),
@@ -455,7 +524,7 @@ def test_candidates_are_launched_only_once_prepared(context, tmp_path):
     assert statuses == {300: "ok", 3: "ok", 30: "ok", 7: "compile_error"}
     # a rescan does not prepare again what was prepared
     prepared.clear()
-    tuner._start_scan()
+    tuner.rescan()
     assert tuner.wait_prepared(5) and prepared == set()
 
 
@@ -481,12 +550,12 @@ def test_a_candidate_prepared_while_others_wait_is_timed_at_its_next_launch(cont
     assert set(picks) == {300} and tuner.scanning
     # the prepared test= candidate was timed once, not its two samples, while the others wait:
     # every candidate's samples are then taken in the same stretch of the run
-    assert [c.launched for c in tuner._candidates] == [{None: 1}, {}, {}]
+    assert [c.launched for c in tuner.scan.candidates] == [{None: 1}, {}, {}]
     for reps in (3, 30):
         gates[reps].set()
         assert done[reps].wait(30)
         deadline = time.monotonic() + 30  # the tuner marks it ready just after prepare returns
-        while not any(c.ready for c in tuner._candidates if c.params["reps"] == reps):
+        while not any(c.ready for c in tuner.scan.candidates if c.params["reps"] == reps):
             assert time.monotonic() < deadline
             time.sleep(0.001)
         assert work.step(tuner)["reps"] == reps
@@ -510,7 +579,7 @@ def test_while_a_candidate_is_prepared_launches_use_the_fastest_timed_so_far(con
     tuner = _tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 3000, 1000], "wgs": [32]},
                    samples=2, prepare=prepare, workers=2)
     deadline = time.monotonic() + 30
-    while not all(c.ready for c in tuner._candidates if c.params["reps"] != 1000):
+    while not all(c.ready for c in tuner.scan.candidates if c.params["reps"] != 1000):
         assert time.monotonic() < deadline
         time.sleep(0.001)
     work = Work(context)

@@ -26,12 +26,10 @@ from .decorator import (
     TuningOutcome,
     Verdict,
     autotuner,
-    checked_tuning,
     clear_memo,
     get_store,
     match_mode,
     test_mode,
-    tuner_of,
 )
 from .encoding import (
     ArgumentEncodingError,
@@ -53,6 +51,7 @@ from .records import TRIAL_STATUSES, ResultOrigin, TrialRecord, TrialStatus, Tun
 from .evaluation import Budget
 from .replay import Landscape, ReplayRun, landscape, replay
 from .online import OnlineTuner, OnlineTuningError
+from .templates import Tuning, checked_tuning, tuner_of, tuning_for
 from .search import (
     AutotuneError,
     InvalidConfiguration,
@@ -177,6 +176,8 @@ __all__ = [
     "test_mode",
     "trial_problem",
     "tuner_of",
+    "Tuning",
+    "tuning_for",
     "use_database",
     "validate_parameters",
 ]

@@ -44,7 +44,7 @@ import numpy as np
 import autotune
 
 from .. import accel
-from .decorator import Fingerprint, _stale_reason, _TrialWriter, get_store, make_fingerprint, test_mode, tuner_of
+from .decorator import Fingerprint, _stale_reason, _TrialWriter, get_store, make_fingerprint, test_mode
 from .encoding import (
     InvalidParametersError,
     decode_parameters,
@@ -56,6 +56,7 @@ from .encoding import (
 from .records import ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
 from .space import Space, SpaceError
 from .store import StoreError, database_url
+from .templates import tuner_of
 from .validation import record_problem
 
 logger = logging.getLogger("autotune.tune")

@@ -241,7 +241,7 @@ def report(runs: dict, round_index: int) -> None:
 
 def refuse_this_lattice(db: str, dims: tuple[int, ...]) -> None:
     """Exit if ``db`` holds a dslash result for ``dims``: the online run must tune it."""
-    from autotune.tune import describe_arguments
+    from autotune.tune.encoding import describe_arguments
     from autotune.tune.store import ResultStore
 
     store = ResultStore(f"sqlite:///{Path(db).resolve()}")

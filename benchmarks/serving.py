@@ -129,7 +129,7 @@ def fill(db: Path, rows: int) -> None:
 
     tuner = tune.tuner_of(ScaleTemplate)
     ctx = described_context()
-    store = tune.ResultStore(f"sqlite:///{db}")
+    store = tune.store.ResultStore(f"sqlite:///{db}")
     fingerprint = tuner.fingerprint(ScaleTemplate, ctx, np.dtype(np.float32))
     records = []
     for i in range(rows):

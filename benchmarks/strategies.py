@@ -44,18 +44,18 @@ def _order(values: set) -> list:
     return sorted(values, key=lambda v: (str(type(v)), v))
 
 
-def recorded_space(trials: list[tune.TrialRecord]) -> tune.Space:
+def recorded_space(trials: list[tune.records.TrialRecord]) -> tune.Space:
     """The space a complete landscape spans: each parameter's recorded values, in order, and
     only the recorded combinations valid."""
-    params = [json.loads(t.parameters) for t in trials if not tune.trial_problem(t)]
+    params = [json.loads(t.parameters) for t in trials if not tune.validation.trial_problem(t)]
     names = list(params[0])
     lists = {n: _order({p[n] for p in params}) for n in names}
     recorded = {tuple(p[n] for n in names) for p in params}
     return tune.Space(lists, [tune.restriction("recorded", lambda p: tuple(p[n] for n in names) in recorded)])
 
 
-def load(store: tune.ResultStore, function: str, device: str | None,
-         arguments: str | None) -> tuple[tune.TuningKey, list[tune.TrialRecord]]:
+def load(store: tune.store.ResultStore, function: str, device: str | None,
+         arguments: str | None) -> tuple[tune.TuningKey, list[tune.records.TrialRecord]]:
     trials = store.trials(function=function)
     keys: dict[tune.TuningKey, list] = {}
     for t in trials:
@@ -172,7 +172,7 @@ def main() -> None:
                              "fraction of the true best (default 0.03)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    store = tune.ResultStore.open(args.db, read_only=True)
+    store = tune.store.ResultStore.open(args.db, read_only=True)
     function = args.function if "%" in args.function else f"%{args.function}%"
     key, trials = load(store, function, args.device, args.arguments)
     space = recorded_space(trials)

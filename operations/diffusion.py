@@ -133,9 +133,8 @@ class DiffusionTemplate:
         self.context = context
         self.nx, self.ny = check_size(nx, ny)
         self.dt = finite_real_scalar("diffusion", "dt", dt, np.float32)  # a float32 kernel argument
-        if tuning is None:
-            tuning = self.autotune(context, self.nx, self.ny)
-        self.tuning = tune.checked_tuning(DiffusionTemplate, context, tuning, nx=self.nx, ny=self.ny)
+        self.tuning = tune.tuning_for(DiffusionTemplate, context, tuning, nx=self.nx,
+                                      ny=self.ny).parameters
         self.program = context.build(TEMPLATE, render_kws(self.nx, self.ny, self.tuning))
 
     @classmethod

@@ -150,13 +150,13 @@ class FusedTemplate:
             raise TypeError(f"{op} is defined for {kind} data only, not {self.dtype}")
         if self.dtype in (np.float64, np.complex128) and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
-        self.online = tuning == "online"
-        if self.online:  # instantiate() makes an OnlineFusedPass, which builds its candidates
-            self.tuning = None
+        # online=True: instantiate() makes an OnlineFusedPass, whose tuner builds the
+        # candidates for its queue and length
+        chosen = tune.tuning_for(type(self), context, tuning, online=True, dtype=self.dtype, op=op)
+        self.online = chosen.is_online
+        self.tuning = chosen.parameters
+        if self.online:
             return
-        if tuning is None:
-            tuning = self.autotune(context, self.dtype, op)
-        self.tuning = tune.checked_tuning(type(self), context, tuning, dtype=self.dtype, op=op)
         real, elem = accel.c_type(accel.real_dtype(self.dtype)), accel.c_type(self.dtype)
         is_complex = self.dtype.kind == "c"
         self.is_complex = is_complex
@@ -456,8 +456,8 @@ class OnlineFusedPass:
         self._passes: dict[tuple, FusedPass] = {}
         self._guard = threading.Lock()
         self.op_name = op
-        self.tuner = tune.OnlineTuner.for_template(family, context, prepare=self._pass,
-                                                   dtype=dtype, op=op)
+        self.tuner = tune.tuning_for(family, context, "online", online={"prepare": self._pass},
+                                     dtype=dtype, op=op).online
         self._last = self._pass(self.tuner.best or self.tuner.test)
         self._memo: tuple[Any, FusedPass | None] = (None, None)
 

@@ -133,10 +133,8 @@ class GemmTemplate:
         if largest > MAX_ELEMENTS:  # before tuning allocates anything
             raise ValueError(f"a matrix of {largest} elements is more than the 2^32 - 1 the "
                              "kernel's 32-bit indices reach; split the product into blocks")
-        if tuning is None:
-            tuning = self.autotune(context, self.dtype, self.m, self.n, self.k)
-        self.tuning = t = tune.checked_tuning(GemmTemplate, context, tuning, dtype=self.dtype,
-                                              m=self.m, n=self.n, k=self.k)
+        self.tuning = t = tune.tuning_for(GemmTemplate, context, tuning, dtype=self.dtype,
+                                          m=self.m, n=self.n, k=self.k).parameters
         self.mp, self.np_, self.kp = (_padded(self.m, t["MWG"]), _padded(self.n, t["NWG"]),
                                       _padded(self.k, t["KWG"]))
         largest = max(self.mp * self.kp, self.kp * self.np_, self.mp * self.np_)

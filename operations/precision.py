@@ -42,9 +42,8 @@ class ConvertTemplate:
             raise TypeError(f"cannot convert {self.src} to {self.dst}: both must be float or "
                             "both complex, of single or double precision")
         self.context = context
-        if tuning is None:
-            tuning = self.autotune(context, self.src, self.dst)
-        self.tuning = tune.checked_tuning(ConvertTemplate, context, tuning, src=self.src, dst=self.dst)
+        self.tuning = tune.tuning_for(ConvertTemplate, context, tuning, src=self.src,
+                                      dst=self.dst).parameters
         self.wgs = self.tuning["wgs"]
         self.program = context.build(TEMPLATE, {"src": accel.c_type(self.src),
                                                 "dst": accel.c_type(self.dst), "wgs": self.wgs})

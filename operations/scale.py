@@ -29,9 +29,7 @@ class ScaleTemplate:
         self.dtype = np.dtype(dtype)
         if self.dtype not in DTYPES:
             raise TypeError(f"ScaleTemplate supports float32 and float64, not {self.dtype}")
-        if tuning is None:
-            tuning = self.autotune(context, self.dtype)
-        tuning = tune.checked_tuning(ScaleTemplate, context, tuning, dtype=self.dtype)
+        tuning = tune.tuning_for(ScaleTemplate, context, tuning, dtype=self.dtype).parameters
         self.wgs = tuning["wgs"]
         self.program = context.build(TEMPLATE, {"wgs": self.wgs, "ctype": accel.c_type(self.dtype)})
 

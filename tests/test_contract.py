@@ -84,7 +84,7 @@ def test_editing_a_kernel_expires_its_results(context, tmp_path, monkeypatch, ca
     target.write_text(target.read_text() + "/* edited */\n")
     tune.clear_memo()
     verdict = tune.tuner_of(Edited).judge(Edited, context, 1000)
-    assert verdict.freshness is tune.Freshness.STALE and target.name in verdict.reason
+    assert verdict.freshness is tune.verdicts.Freshness.STALE and target.name in verdict.reason
     # nearest matching may still serve it, with a warning
     monkeypatch.setenv("AUTOTUNE_MATCH", "nearest")
     with caplog.at_level(logging.WARNING, logger="autotune.tune"):
@@ -96,7 +96,7 @@ def test_editing_a_kernel_expires_its_results(context, tmp_path, monkeypatch, ca
     Edited.autotune(context, 1000)
     assert calls["edited"] == 4
     assert ResultStore.open().get(key).fingerprint != row.fingerprint
-    assert tune.tuner_of(Edited).judge(Edited, context, 1000).freshness is tune.Freshness.FRESH
+    assert tune.tuner_of(Edited).judge(Edited, context, 1000).freshness is tune.verdicts.Freshness.FRESH
 
 
 @pytest.mark.autotune_database
@@ -121,12 +121,12 @@ def test_an_undeclared_template_goes_stale_when_a_kernel_it_rendered_changes(con
     target = kernel if edit == "template" else include
     target.write_text(target.read_text() + "/* edited */\n")
     verdict = tuner.judge(Undeclared, context, 1000)
-    assert verdict.freshness is tune.Freshness.STALE
+    assert verdict.freshness is tune.verdicts.Freshness.STALE
     assert verdict.reason == f"its kernel sources changed since it was tuned ({target.name})"
     tune.clear_memo()
     Undeclared.autotune(context, 1000)  # exact mode: tuned again, the new result replaces it
     assert calls["edited"] == 4
-    assert tuner.judge(Undeclared, context, 1000).freshness is tune.Freshness.FRESH
+    assert tuner.judge(Undeclared, context, 1000).freshness is tune.verdicts.Freshness.FRESH
     # a declared template's row records nothing beyond its declaration
     Edited.autotune(context, 1000)
     declared = ResultStore.open().get(tune.tuner_of(Edited).key(Edited, context, 1000))
@@ -151,21 +151,21 @@ def test_a_rendered_file_is_found_by_name_when_its_stored_path_is_elsewhere(cont
                           "gone.mako": {"digest": "0" * 64, "path": "../../etc/passwd"}}
     store.put(dataclasses.replace(row, search=json.dumps(search)))
     verdict = tuner.judge(Undeclared, context, 1000)
-    assert verdict.freshness is tune.Freshness.STALE and verdict.reason.endswith("(gone.mako)")
+    assert verdict.freshness is tune.verdicts.Freshness.STALE and verdict.reason.endswith("(gone.mako)")
     del search["rendered"]["gone.mako"]
     store.put(dataclasses.replace(row, search=json.dumps(search)))
-    assert tuner.judge(Undeclared, context, 1000).freshness is tune.Freshness.FRESH
+    assert tuner.judge(Undeclared, context, 1000).freshness is tune.verdicts.Freshness.FRESH
 
 
 def test_changed_sources_names_every_file_that_differs():
     key = tune.TuningKey("m.T.autotune", 1, "dev", "plat", "1", "{}")
     record = tune.TuningRecord(key, "{}", 1e-5, "1", fingerprint="f" * 64,
                                sources=json.dumps({"a.mako": "1", "b.mako": "2", "gone.mako": "5"}))
-    assert tune.changed_sources(record, {"a.mako": "1", "b.mako": "2", "gone.mako": "5"}) == []
-    assert tune.changed_sources(record, {"a.mako": "1", "b.mako": "3", "new.mako": "4"}) == [
+    assert tune.validation.changed_sources(record, {"a.mako": "1", "b.mako": "2", "gone.mako": "5"}) == []
+    assert tune.validation.changed_sources(record, {"a.mako": "1", "b.mako": "3", "new.mako": "4"}) == [
         "b.mako", "gone.mako", "new.mako"]
     unreadable = tune.TuningRecord(key, "{}", 1e-5, "1", fingerprint="f" * 64, sources="[not json")
-    assert tune.changed_sources(unreadable, {"a.mako": "1"}) == ["a.mako"]
+    assert tune.validation.changed_sources(unreadable, {"a.mako": "1"}) == ["a.mako"]
 
 
 @pytest.mark.autotune_database
@@ -198,7 +198,7 @@ def test_a_change_of_the_declared_space_expires_results(context):
     tune.clear_memo()
     Growing.sizes = [1, 2, 3, 4]
     verdict = tune.tuner_of(Growing).judge(Growing, ctx, 1)
-    assert verdict.freshness is tune.Freshness.STALE and "space" in verdict.reason
+    assert verdict.freshness is tune.verdicts.Freshness.STALE and "space" in verdict.reason
     Growing.autotune(ctx, 1)
     assert calls["fake"] == 3 + 4
 
@@ -385,10 +385,10 @@ def test_db_option_leaves_the_environment_alone(capsys, tmp_path, monkeypatch):
 
 
 def test_trial_statuses_are_one_vocabulary():
-    assert tune.TrialStatus.parse("wrong_result") is tune.TrialStatus.WRONG_RESULT
+    assert tune.records.TrialStatus.parse("wrong_result") is tune.records.TrialStatus.WRONG_RESULT
     with pytest.raises(ValueError, match="invalid trial status 'great'; expected one of ok, "):
-        tune.TrialStatus.parse("great")
-    assert tune.TRIAL_STATUSES == tuple(s.value for s in tune.TrialStatus)
+        tune.records.TrialStatus.parse("great")
+    assert tune.records.TRIAL_STATUSES == tuple(s.value for s in tune.records.TrialStatus)
 
 
 def test_one_table_maps_dtypes_to_c_types():
@@ -529,7 +529,7 @@ from toy_templates import FakeTimedTemplate
 with tune.use_database({db!r}):
     FakeTimedTemplate.autotune.retune(FakeTimedTemplate, StandIn(), 1)  # asked for: no warning
     key = FakeTimedTemplate.autotune.key(FakeTimedTemplate, StandIn(), 2)
-    tune.ResultStore({url!r}).put(tune.TuningRecord(key, '{{"block":3}}', 1e-6, "0.0.1"))
+    tune.store.ResultStore({url!r}).put(tune.TuningRecord(key, '{{"block":3}}', 1e-6, "0.0.1"))
     FakeTimedTemplate.autotune(StandIn(), 2)  # stored but stale (no fingerprint): tuned again
 """
 

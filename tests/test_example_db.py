@@ -45,7 +45,7 @@ def test_every_registered_template_has_valid_rows(example):
         mine = [r for r in rows if r.key.function == function]
         assert mine, f"tune.db.example has no rows for {template.name}; rerun warm and import"
         for row in mine:
-            assert tune.record_problem(row, template.test_parameters) is None, row
+            assert tune.validation.record_problem(row, template.test_parameters) is None, row
     assert any(r.key.device_platform == "CUDA" for r in rows), "GPU results are missing"
     assert any(r.key.device_platform != "CUDA" for r in rows), "CPU OpenCL results are missing"
     store.dispose()
@@ -75,7 +75,7 @@ def test_nearest_match_serves_every_warm_key_without_tuning(example, context, mo
     for template in registered_templates():
         for config in template.configurations(context):
             params = template.tuner(template.cls, context, **config)
-            tune.validate_parameters(params, template.test_parameters)
+            tune.encoding.validate_parameters(params, template.test_parameters)
     assert len(ResultStore(f"sqlite:///{example}").trials()) == before, "something was tuned"
 
 
@@ -87,7 +87,8 @@ def test_nearest_skips_another_devices_parameters_that_do_not_fit(context, monke
 
     import numpy as np
 
-    from autotune.tune import TuningKey, TuningRecord, encode_arguments
+    from autotune.tune import TuningKey, TuningRecord
+    from autotune.tune.encoding import encode_arguments
     from operations.reduce import ReduceTemplate
 
     if context.backend == "cuda":

@@ -10,7 +10,7 @@ import pytest
 
 from autotune import accel, tune
 from autotune.accel import nvrtc
-from autotune.tune import ResultStore
+from autotune.tune.store import ResultStore
 from operations import gemm as G
 from operations.gemm import GemmTemplate
 from toy_templates import H200

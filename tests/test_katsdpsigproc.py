@@ -367,7 +367,7 @@ def test_a_search_inside_a_stand_in_s_tuning_function_is_stored_with_its_trials(
 def test_the_default_database_is_in_the_user_cache_directory(monkeypatch):
     monkeypatch.delenv("AUTOTUNE_DB", raising=False)
     expected = Path(platformdirs.user_cache_dir("autotune")) / "tuning.db"
-    assert tune.database_url().endswith(str(expected))
+    assert tune.store.database_url().endswith(str(expected))
 
 
 @pytest.mark.parametrize("device, why", [
@@ -461,4 +461,4 @@ def test_a_candidate_that_does_not_compile_is_passed_over(context, tmp_path):
 
     result = tune.search(generate, {"broken": [True, False]})
     assert result.best == {"broken": False}
-    assert [t.status for t in result.trials] == [tune.TrialStatus.COMPILE_ERROR, tune.TrialStatus.OK]
+    assert [t.status for t in result.trials] == [tune.records.TrialStatus.COMPILE_ERROR, tune.records.TrialStatus.OK]

@@ -216,7 +216,8 @@ def test_new_arguments_scan_first_what_this_device_chose_for_others(context, tmp
     another device's, a stale or an invalid row's, and choices outside the space do not count."""
     from dataclasses import replace
 
-    from autotune.tune import TuningRecord, encode_arguments
+    from autotune.tune import TuningRecord
+    from autotune.tune.encoding import encode_arguments
 
     db = tmp_path / "t.db"
     space = tune.Space({"reps": [300, 3, 30, 100], "wgs": [16, 32]})
@@ -372,7 +373,8 @@ def test_given_seeds_come_after_stored_choices_and_start_the_run(context, tmp_pa
     candidate and the fastest wins."""
     from dataclasses import replace
 
-    from autotune.tune import TuningRecord, encode_arguments
+    from autotune.tune import TuningRecord
+    from autotune.tune.encoding import encode_arguments
 
     db = tmp_path / "t.db"
     # a hundred times apart: on a many-core CPU, kernels of 3 and 30 are both mostly launch cost
@@ -411,7 +413,8 @@ def test_a_stored_choice_seeds_a_scan_that_fixes_some_of_its_parameters(context,
     a work-item, as PoCL's searches choose) still seeds it, with the scan's values of those."""
     from dataclasses import replace
 
-    from autotune.tune import TuningRecord, encode_arguments
+    from autotune.tune import TuningRecord
+    from autotune.tune.encoding import encode_arguments
     from operations.lqcd.dslash import DslashTemplate
 
     db = tmp_path / "t.db"
@@ -626,7 +629,7 @@ def test_a_template_tuner_shares_offline_keys_both_ways(context):
     np.testing.assert_array_equal(used.y.get(queue), 2 * x)
     assert tuner.stored
     # the offline call serves the online result (no tuning: no trials are added)
-    store = ResultStore(tune.database_url())
+    store = ResultStore(tune.store.database_url())
     trials = len(store.trials())
     assert ScaleTemplate.autotune(context, np.float32) == tuner.best
     assert len(store.trials()) == trials

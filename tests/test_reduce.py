@@ -163,7 +163,7 @@ def test_every_candidate_computes_the_same_answer(context, op, dtype):
     statuses = {t.status for t in trials}
     assert statuses == {"ok"}, [(t.parameters, t.status, t.message) for t in trials if t.status != "ok"]
     assert len(trials) >= 8
-    tune.validate_parameters(params, tune.tuner_of(ReduceTemplate).test)
+    tune.encoding.validate_parameters(params, tune.tuner_of(ReduceTemplate).test)
 
 
 @pytest.mark.cuda_only

@@ -109,7 +109,7 @@ def test_report_escapes_everything_read_from_the_database(capsys, db, tmp_path):
                          json.dumps({"n": hostile}))
     store.save(tune.TuningRecord(key, '{"block":3}', 1e-6, "x",
                                  search=json.dumps({"test": {"block": hostile}})),
-               [tune.TrialRecord(key, json.dumps({"block": b}), "ok", median_seconds=s)
+               [tune.records.TrialRecord(key, json.dumps({"block": b}), "ok", median_seconds=s)
                 for b, s in ((1, 3e-6), (2, 2e-6), (3, 1e-6))])
     # a second key whose stored winner is malformed JSON: shown as such, never parsed
     bad = tune.TuningKey("plain.Thing.autotune", 1, "GPU", "P", "1", '{"n":1}')
@@ -196,7 +196,7 @@ def test_report_marks_a_test_configuration_that_beat_the_space(capsys, db, tmp_p
     key = tune.TuningKey("m.T.autotune", 1, "CPU", "P", "1", '{"n":8}')
     search = json.dumps({"test": {"block": 16}})
     store.save(tune.TuningRecord(key, '{"block":4}', 2e-6, "x", search=search),
-               [tune.TrialRecord(key, json.dumps({"block": b}), "ok", median_seconds=s)
+               [tune.records.TrialRecord(key, json.dumps({"block": b}), "ok", median_seconds=s)
                 for b, s in ((1, 3e-6), (4, 2e-6), (16, 1e-6))])
     code, _, err = run(capsys, "report", "--out", tmp_path / "r")
     assert code == 0, err

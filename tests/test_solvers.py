@@ -210,7 +210,7 @@ def test_an_online_tuned_solve_is_right_and_its_tuning_serves_offline_calls(cont
     space = DslashTemplate.autotune_space(context, dims, "single", 12)
     assert space.why_not(dslash.best) is None
     assert dslash.stored
-    stored = ResultStore(tune.database_url()).get(dslash.key)
+    stored = ResultStore(tune.store.database_url()).get(dslash.key)
     assert stored.origin == "online" and json.loads(stored.search)["parts"] == 4
     # the key is the offline one: an offline call (or a new operator) serves the online result
     assert DslashTemplate.autotune(context, dims, "single", 12) == dslash.best

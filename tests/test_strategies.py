@@ -19,12 +19,12 @@ import pytest
 
 from autotune import tune
 from autotune.cli import main
-from autotune.tune import ResultStore
+from autotune.tune.store import ResultStore
 
 from test_trust import StandIn
 from toy_templates import FakeTimedTemplate, InterruptedTemplate, calls
 
-STRATEGIES = list(tune.STRATEGIES)
+STRATEGIES = list(tune.strategies.STRATEGIES)
 
 
 def cost(p):
@@ -174,10 +174,10 @@ def test_search_settings_from_outside_win():
 # -- replay --------------------------------------------------------------------------------------
 
 
-def _landscape() -> tune.Landscape:
+def _landscape() -> tune.replay.Landscape:
     keys = SPACE.configurations()
     times = {tuple(p.values()): (cost(p) if p["a"] != 7 else None) for p in keys}
-    return tune.Landscape(SPACE, times)
+    return tune.replay.Landscape(SPACE, times)
 
 
 def test_replay_finds_the_true_best_with_the_whole_budget_and_stays_within_a_small_one():
@@ -233,7 +233,7 @@ def test_warm_start_ignores_other_arguments_versions_and_malformed_trials(tmp_pa
     space = FakeTimedTemplate.autotune_space(None, 10)
 
     def trial(k, block, seconds, status="ok"):
-        return tune.TrialRecord(k, json.dumps({"block": block}), status, "", seconds, seconds, seconds)
+        return tune.records.TrialRecord(k, json.dumps({"block": block}), status, "", seconds, seconds, seconds)
 
     from dataclasses import replace
     store.add_trials([

@@ -21,7 +21,7 @@ import triton  # noqa: E402
 
 from autotune.integrations.triton import (autotune, config_parameters, key_value,  # noqa: E402
                                           source_digest)
-from autotune.tune import ResultStore  # noqa: E402
+from autotune.tune.store import ResultStore  # noqa: E402
 from triton_kernels import write_module  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent

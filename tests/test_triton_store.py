@@ -15,7 +15,8 @@ import pytest
 
 from autotune.integrations.stored_configs import (ConfigFailed, NoConfigurationError, StoredChoices,
                                                   Timing, digest, list_fingerprint)
-from autotune.tune import ResultStore, TrialStatus
+from autotune.tune.records import TrialStatus
+from autotune.tune.store import ResultStore
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = digest("def add(x, y, out, n, BLOCK): ...")

@@ -75,7 +75,7 @@ def _hostile_rows(db: Path) -> None:
                                separators=(",", ":"))
         key = tune.TuningKey(f"somebody.Template{i}.autotune", 1, "GPU", "CUDA", "1", arguments)
         store.put(tune.TuningRecord(key, '{"wgs":64}', 1e-3, "1.0"))
-        store.add_trial(tune.TrialRecord(key, '{"wgs":64}', "ok", "", 1e-3, 1e-3, 1e-3))
+        store.add_trial(tune.records.TrialRecord(key, '{"wgs":64}', "ok", "", 1e-3, 1e-3, 1e-3))
     store.dispose()
 
 
@@ -94,11 +94,11 @@ def test_show_export_import_and_plot_never_resolve_a_stored_name(capsys, tmp_pat
 
 def test_decoding_resolves_enums_only_against_the_callers_classes(probe):
     text = json.dumps({"x": {"__enum__": f"{PROBE}:Thing", "name": "X"}})
-    decoded = tune.decode_arguments(text)
-    assert decoded == {"x": tune.StoredEnum(f"{PROBE}:Thing", "X")}
+    decoded = tune.encoding.decode_arguments(text)
+    assert decoded == {"x": tune.encoding.StoredEnum(f"{PROBE}:Thing", "X")}
     assert not probe.exists()
-    with pytest.raises(tune.MalformedJSONError):
-        tune.decode_arguments(json.dumps({"d": {"__dtype__": "O"}}))  # objects are not data
+    with pytest.raises(tune.encoding.MalformedJSONError):
+        tune.encoding.decode_arguments(json.dumps({"d": {"__dtype__": "O"}}))  # objects are not data
 
 
 # -- a stored value is used only if it is valid here --------------------------------------------
@@ -203,7 +203,7 @@ def test_import_leaves_an_sqlite_source_untouched(capsys, tmp_path):
     folder.mkdir()
     source = folder / "source.db"
     _fake_rows(source)
-    tune.get_store(f"sqlite:///{source}").dispose()
+    tune.serving.get_store(f"sqlite:///{source}").dispose()
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     assert set(before) == {"source.db"}
     assert run(capsys, "import", source, "--db", tmp_path / "a.db")[0] == 0
@@ -299,7 +299,7 @@ def test_a_read_only_database_serves_hits_and_show(tmp_path):
     folder.mkdir()
     db = folder / "readonly.db"
     _fake_rows(db, sizes=(10,))
-    tune.get_store(f"sqlite:///{db}").dispose()
+    tune.serving.get_store(f"sqlite:///{db}").dispose()
     script = tmp_path / "child.py"
     script.write_text(_READ_ONLY_SCRIPT)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}

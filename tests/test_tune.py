@@ -61,7 +61,7 @@ def test_result_and_trial_tables_hold_the_key(context):
     assert row.key.device_name == context.device.name
     assert row.key.device_platform == context.device.platform
     assert row.key.driver_version == context.device.driver_version
-    arguments = tune.decode_arguments(row.key.arguments, enum_types=(Flavour,))
+    arguments = tune.encoding.decode_arguments(row.key.arguments, enum_types=(Flavour,))
     assert arguments == {"dtype": np.dtype(np.float64), "flavour": Flavour.FANCY,
                          "shape": (2, 3), "extra": None}
     assert row.score > 0 and row.package_version
@@ -138,7 +138,7 @@ def _fake_key(context, **changes):
         function="toy_templates.FakeTimedTemplate.autotune", version=0,
         device_name=context.device.name, device_platform=context.device.platform,
         driver_version=context.device.driver_version,
-        arguments=tune.encode_arguments({"size": 10}),
+        arguments=tune.encoding.encode_arguments({"size": 10}),
     )
     return replace(key, **changes)
 
@@ -180,7 +180,7 @@ def test_nearest_never_crosses_function_version_or_arguments(context, monkeypatc
     store = _store()
     monkeypatch.setenv("AUTOTUNE_MATCH", "nearest")
     _put(store, _fake_key(context, device_name="X", version=7), {"block": 5})
-    _put(store, _fake_key(context, device_name="X", arguments=tune.encode_arguments({"size": 11})),
+    _put(store, _fake_key(context, device_name="X", arguments=tune.encoding.encode_arguments({"size": 11})),
          {"block": 5})
     _put(store, _fake_key(context, device_name="X", function="other.f"), {"block": 5})
     assert FakeTimedTemplate.autotune(context, 10) == {"block": 3}
@@ -239,7 +239,7 @@ def test_a_hit_costs_well_under_a_millisecond(context):
 def test_arguments_that_cannot_be_keys_are_rejected(context):
     tune.serving().test.force = True
     try:
-        with pytest.raises(tune.ArgumentEncodingError, match="object"):
+        with pytest.raises(tune.encoding.ArgumentEncodingError, match="object"):
             FakeTimedTemplate.autotune(context, object())
     finally:
         tune.serving().test.force = False
@@ -259,9 +259,9 @@ _values = st.recursive(
 
 @given(st.dictionaries(st.from_regex(r"[a-z_]{1,8}", fullmatch=True), _values, max_size=4))
 def test_argument_encoding_round_trips_and_is_canonical(arguments):
-    text = tune.encode_arguments(arguments)
-    assert tune.decode_arguments(text, enum_types=(Flavour,)) == arguments
-    assert tune.encode_arguments(dict(reversed(list(arguments.items())))) == text
+    text = tune.encoding.encode_arguments(arguments)
+    assert tune.encoding.decode_arguments(text, enum_types=(Flavour,)) == arguments
+    assert tune.encoding.encode_arguments(dict(reversed(list(arguments.items())))) == text
 
 
 def _tune_in_process(db: str, selector: str, barrier, sizes: list[int]) -> str:

@@ -12,8 +12,9 @@ from .. import accel
 from ..tune.registry import RegistryError
 from ..tune.store.location import StorePathError, path_problem
 from ..tune.text import printable
-from ..tune import (STRATEGIES, AutotuneError, ConfigurationError, NotAnExportError, StoreError,
-                    database_url, sqlite_file)
+from ..tune import AutotuneError, ConfigurationError, StoreError
+from ..tune.store import NotAnExportError, database_url, sqlite_file
+from ..tune.strategies import STRATEGIES
 
 EPILOG_DB = (
     "The database is AUTOTUNE_DB (a file path or an SQLAlchemy URL), or --db, default "

@@ -8,7 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from ..tune.registry import registered_templates
-from ..tune import ResultStore, TrialRecord, TuningKey
+from ..tune import TuningKey
+from ..tune.records import TrialRecord
+from ..tune.store import ResultStore
 from .figures import write_figures
 from .report import key_trials
 from .results import function_pattern

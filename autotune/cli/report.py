@@ -17,8 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ..tune.registry import registered_templates
-from ..tune import (ResultStore, TrialRecord, TuningKey, TuningRecord, describe_arguments, display,
-                    parameters_problem, recorded_test, record_problem, trial_problem)
+from ..tune import TuningKey, TuningRecord
+from ..tune.encoding import describe_arguments
+from ..tune.records import TrialRecord
+from ..tune.store import ResultStore, display
+from ..tune.validation import parameters_problem, recorded_test, record_problem, trial_problem
 from .figures import KeyTrials, write_figures
 from .formatting import parameters_text, rate_text, seconds_text, short_function
 from .results import function_pattern, status_text, write_output

@@ -11,8 +11,11 @@ from typing import Any
 
 from ..tune.registry import RegisteredTemplate, registered_templates
 from ..tune.serving import get_store
-from ..tune import (MergePolicy, ResultStore, TuningRecord, changed_sources, describe_arguments, display,
-                    export_rows, format_for, read_import, record_problem, results_frame, rows_text)
+from ..tune import TuningRecord, results_frame
+from ..tune.encoding import describe_arguments
+from ..tune.frames import export_rows
+from ..tune.store import MergePolicy, ResultStore, display, format_for, read_import, rows_text
+from ..tune.validation import changed_sources, record_problem
 from .formatting import parameters_text, printable, rate_text, seconds_text, short_function
 
 

@@ -16,9 +16,11 @@ from typing import Any
 
 from .. import accel
 from ..tune.registry import RegisteredTemplate, load_template, registered_templates
-from ..tune import (Freshness, ReadOnlyStoreError, describe_arguments, display, encode_arguments,
-                    encode_parameters, get_store, match_mode, observing, search_settings,
-                    use_database)
+from ..tune import observing, search_settings, use_database
+from ..tune.encoding import describe_arguments, encode_arguments, encode_parameters
+from ..tune.serving import get_store, match_mode
+from ..tune.store import ReadOnlyStoreError, display
+from ..tune.verdicts import Freshness
 from ..tune.serving import serving
 from ..tune.store import StoreUnavailableError
 from .formatting import parameters_text, printable, seconds_text

@@ -7,165 +7,54 @@
 ...     @classmethod
 ...     def autotune_space(cls, context, dtype):
 ...         return tune.Space({"wgs": [32, 64, 128, 256]},
-...                           [lambda p: p["wgs"] <= context.device.max_work_group_size])
+...                           [tune.limit("fits", lambda p: p["wgs"] <= context.device.max_work_group_size)])
 ...     @classmethod
 ...     @tune.autotuner(test={"wgs": 64})
 ...     def autotune(cls, context, dtype):
 ...         ...
 ...         return tune.autotune(generate)      # searches autotune_space
+...     def __init__(self, context, dtype, tuning=None):
+...         self.tuning = tune.tuning_for(ScaleTemplate, context, tuning, dtype=dtype).parameters
+
+This module is the contract a user writes against (``__all__``). The machinery behind it is
+importable from named submodules (see docs/architecture.md): ``serving`` (the process state),
+``verdicts`` (the judge of stored rows), ``lookup``, ``recording``, ``offline``, ``online``,
+``search``/``strategies``/``evaluation``, ``space``, ``records``, ``encoding``,
+``validation``, ``store``, ``registry``, ``frames``, ``replay``, ``kernels``.
 """
 
-from .decorator import TunedFunction, autotuner, checked_tuning, tuner_of
-from .serving import (ENV_MATCH, MATCH_MODES, ConfigurationError, MatchMode, Serving, TestMode,
-                      clear_memo, get_store, match_mode, serving, using_serving)
-from .verdicts import Fingerprint, Freshness, TuningOutcome, Verdict
-from .encoding import (
-    ArgumentEncodingError,
-    ArgumentsTooLongError,
-    InvalidParametersError,
-    MalformedJSONError,
-    StoredEnum,
-    decode_arguments,
-    describe_arguments,
-    encode_arguments,
-    encode_parameters,
-    validate_parameters,
-)
+from .decorator import TunedFunction, autotuner, tuner_of
+from .encoding import InvalidParametersError
 from .expressions import ExpressionError
-from .kernels import KernelTuning, TunedKernel, tune_kernel, tuned_kernel
-from .frames import export_rows, results_frame, trials_frame
+from .frames import results_frame, trials_frame
+from .kernels import tune_kernel, tuned_kernel
 from .measurement import Measurement, WrongResult, make_measure
-from .records import TRIAL_STATUSES, ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
-from .evaluation import Budget
-from .replay import Landscape, ReplayRun, landscape, replay
 from .online import OnlineTuner, OnlineTuningError
-from .search import (
-    AutotuneError,
-    InvalidConfiguration,
-    SearchResult,
-    SearchSettings,
-    Trial,
-    autotune,
-    classify,
-    observing,
-    search,
-    search_settings,
-)
-from .strategies import STRATEGIES
-from .space import RestrictionKind, Space, SpaceError, at_most, limit, preference, restriction
-from .store import (
-    MergeCounts,
-    MergePolicy,
-    NotAnExportError,
-    ReadOnlyStoreError,
-    ResultStore,
-    StoreBusyError,
-    StoreError,
-    StorePathError,
-    StoreUnavailableError,
-    database_url,
-    display,
-    export_text,
-    format_for,
-    read_import,
-    rows_text,
-    sqlite_file,
-    use_database,
-)
-from .validation import changed_sources, parameters_problem, record_problem, recorded_test, trial_problem
+from .records import TuningKey, TuningRecord
+from .replay import landscape, replay
+from .search import AutotuneError, InvalidConfiguration, SearchResult, autotune, observing, search, search_settings
+from .serving import ConfigurationError, clear_memo, serving, using_serving
+from .space import Space, SpaceError, at_most, limit, preference, restriction
+from .store import StoreError, use_database
+from .templates import Tuning, checked_tuning, tuning_for
 
 __all__ = [
-    "ExpressionError",
-    "KernelTuning",
-    "TunedKernel",
-    "tune_kernel",
-    "tuned_kernel",
+    # declaring and calling a tuned template
+    "autotuner", "TunedFunction", "tuner_of", "tuning_for", "Tuning", "checked_tuning",
+    # searching
+    "autotune", "search", "search_settings", "observing", "SearchResult", "Measurement",
+    "make_measure", "WrongResult",
+    # spaces
+    "Space", "limit", "preference", "restriction", "at_most",
+    # online tuning
     "OnlineTuner",
-    "OnlineTuningError",
-    "ENV_MATCH",
-    "STRATEGIES",
-    "Budget",
-    "Landscape",
-    "ReplayRun",
-    "SearchSettings",
-    "landscape",
-    "replay",
-    "results_frame",
-    "rows_text",
-    "trials_frame",
-    "search_settings",
-    "MATCH_MODES",
-    "TRIAL_STATUSES",
-    "ArgumentEncodingError",
-    "ArgumentsTooLongError",
-    "AutotuneError",
-    "ConfigurationError",
-    "Fingerprint",
-    "Freshness",
-    "InvalidConfiguration",
-    "InvalidParametersError",
-    "MalformedJSONError",
-    "MatchMode",
-    "Measurement",
-    "MergeCounts",
-    "MergePolicy",
-    "NotAnExportError",
-    "ReadOnlyStoreError",
-    "ResultOrigin",
-    "ResultStore",
-    "SearchResult",
-    "Space",
-    "SpaceError",
-    "StoreBusyError",
-    "StoreError",
-    "StorePathError",
-    "StoreUnavailableError",
-    "StoredEnum",
-    "Trial",
-    "TrialRecord",
-    "TrialStatus",
-    "TunedFunction",
-    "TuningKey",
-    "TuningOutcome",
-    "TuningRecord",
-    "Verdict",
-    "WrongResult",
-    "autotune",
-    "autotuner",
-    "checked_tuning",
-    "classify",
-    "clear_memo",
-    "database_url",
-    "decode_arguments",
-    "describe_arguments",
-    "display",
-    "encode_arguments",
-    "encode_parameters",
-    "export_rows",
-    "export_text",
-    "format_for",
-    "get_store",
-    "make_measure",
-    "match_mode",
-    "observing",
-    "read_import",
-    "parameters_problem",
-    "record_problem",
-    "changed_sources",
-    "recorded_test",
-    "restriction",
-    "limit",
-    "preference",
-    "RestrictionKind",
-    "at_most",
-    "search",
-    "sqlite_file",
-    "serving",
-    "using_serving",
-    "Serving",
-    "TestMode",
-    "trial_problem",
-    "tuner_of",
-    "use_database",
-    "validate_parameters",
+    # Kernel Tuner's calling convention
+    "tune_kernel", "tuned_kernel",
+    # serving and the store
+    "serving", "using_serving", "clear_memo", "use_database", "TuningKey", "TuningRecord",
+    # reading results
+    "results_frame", "trials_frame", "replay", "landscape",
+    # errors
+    "AutotuneError", "InvalidConfiguration", "ConfigurationError", "SpaceError", "StoreError",
+    "InvalidParametersError", "OnlineTuningError", "ExpressionError",
 ]

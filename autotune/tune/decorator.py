@@ -22,8 +22,7 @@ from typing import Any
 
 from .. import accel
 from .calls import Call as _Call
-from .encoding import (InvalidParametersError, encode_key_arguments, validate_parameters,
-                       validate_test_parameters)
+from .encoding import encode_key_arguments, validate_test_parameters
 from .lookup import Judge, lookup_or_miss
 from .offline import tune_call
 from .search import current_run
@@ -32,10 +31,7 @@ from .rendered import template_dirs
 from .serving import serving
 from .space import Space, SpaceError
 from .store import database_url
-from .text import guard_logger
 from .verdicts import Fingerprint, TuningOutcome, Verdict, judge, make_fingerprint
-
-logger = guard_logger("autotune.tune")  # stored text in its messages is shown escaped
 
 def function_name(fn: Callable, owner: Any = None) -> str:
     """The ``function`` column for a tuning function called on ``owner`` (a class, or None).
@@ -276,30 +272,6 @@ def autotuner(test: dict[str, Any], *, space: Any = None, sources: Iterable[str 
         return TunedFunction(fn, test, space=space, sources=sources, version=version)
 
     return decorator
-
-
-def checked_tuning(template: type, context: Any, tuning: Any, **arguments: Any) -> dict[str, Any]:
-    """Explicit tuning parameters for ``template`` on ``context``, checked: the names and kinds
-    of its ``test=``, and allowed by the limits of the space it declares for these
-    ``arguments`` (the device's limits among them). Returns a clean copy; ValueError naming
-    the problem otherwise. Values need not be among the searched lists, and a preference they
-    break (a shape not worth searching) is logged at INFO, not refused."""
-    tuner = tuner_of(template)
-    try:
-        clean = validate_parameters(tuning, tuner.test)
-    except InvalidParametersError as exc:
-        raise ValueError(f"{template.__name__}: tuning {tuning!r}: {exc}") from None
-    space = tuner.declared_space(template, context, arguments)
-    if space is not None:
-        why = space.runs(clean)
-        if why is not None:
-            raise ValueError(f"{template.__name__}: tuning {clean} cannot run on "
-                             f"{context.device.name}: {why}")
-        broken = space.preference_broken(clean)
-        if broken is not None:
-            logger.info("%s: tuning %s is used as given although the preference %s would not "
-                        "search it on %s", template.__name__, clean, broken, context.device.name)
-    return clean
 
 
 def tuner_of(obj: Any) -> TunedFunction:

@@ -284,22 +284,13 @@ class DslashTemplate:
                                         self.domain, edges)
         self._kernels: dict[tuple, accel.Kernel] = {}  #: (parameters, *variant) -> kernel
         self._guard = threading.Lock()
-        self.online: tune.OnlineTuner | None = None
-        if isinstance(tuning, str):
-            if tuning != "online":
-                raise ValueError(f"tuning must be a dict of parameters, None or 'online', "
-                                 f"got {tuning!r}")
-            self.online = tune.OnlineTuner.for_template(
-                DslashTemplate, context, prepare=self.prepare, dims=self.lattice.dims,
-                precision=precision, reconstruct=reconstruct)
-            self.tuning = None
+        chosen = tune.tuning_for(DslashTemplate, context, tuning, online={"prepare": self.prepare},
+                                 dims=self.lattice.dims, precision=precision,
+                                 reconstruct=reconstruct)
+        self.online: tune.OnlineTuner | None = chosen.online
+        self.tuning = chosen.parameters
+        if self.online is not None:
             return
-        if tuning is None:
-            tuning = self.autotune(context, self.lattice.dims, precision, reconstruct)
-        elif isinstance(tuning, dict):  # parameters left out take their test= values
-            tuning = {**tune.tuner_of(DslashTemplate).test, **tuning}
-        self.tuning = tune.checked_tuning(DslashTemplate, context, tuning, dims=self.lattice.dims,
-                                          precision=precision, reconstruct=reconstruct)
         self.wgs = self.tuning["wgs"]
         self.global_size = self.launch_size(self.tuning)
 

@@ -193,9 +193,8 @@ class HalfConvertTemplate:
         if self.dtype == np.complex128 and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
         self.context = context
-        if tuning is None:
-            tuning = self.autotune(context, self.dtype)
-        self.tuning = tune.checked_tuning(HalfConvertTemplate, context, tuning, dtype=self.dtype)
+        self.tuning = tune.tuning_for(HalfConvertTemplate, context, tuning,
+                                      dtype=self.dtype).parameters
         self.wgs = self.tuning["wgs"]
         self.program = context.build(CONVERT_TEMPLATE, {"cplx": accel.c_type(self.dtype),
                                                         "wgs": self.wgs, "half_max": HALF_MAX})

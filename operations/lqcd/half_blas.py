@@ -40,9 +40,7 @@ class HalfBlasTemplate:
             raise TypeError(f"{context.device.name} has no double precision, which the half "
                             "precision reductions accumulate in")
         self.context = context
-        if tuning is None:
-            tuning = self.autotune(context)
-        self.tuning = tune.checked_tuning(HalfBlasTemplate, context, tuning)
+        self.tuning = tune.tuning_for(HalfBlasTemplate, context, tuning).parameters
         self.wgs = self.tuning["wgs"]
         self.program = context.build(TEMPLATE, {"wgs": self.wgs, "half_max": HALF_MAX})
         self.groups = 4 * context.device.multiprocessors

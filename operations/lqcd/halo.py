@@ -52,10 +52,9 @@ class HaloTemplate:
         self.dtype = np.dtype(PRECISIONS[precision][1])
         self.sections = sections(self.lattice.dims, self.partitioned)
         self.size = sum(12 * fh for *_, fh in self.sections)
-        if tuning is None:
-            tuning = self.autotune(context, self.lattice.dims, self.partitioned, precision)
-        self.tuning = tune.checked_tuning(HaloTemplate, context, tuning, dims=self.lattice.dims,
-                                          partitioned=self.partitioned, precision=precision)
+        self.tuning = tune.tuning_for(HaloTemplate, context, tuning, dims=self.lattice.dims,
+                                      partitioned=self.partitioned,
+                                      precision=precision).parameters
         self.wgs = self.tuning["wgs"]
         self.comps = self.tuning["comps"]
 

@@ -86,11 +86,9 @@ class SchwarzMRTemplate:
                             f"dtype=complex64, not {self.dtype}")
         self.context, self.parity = context, parity
         self.blocks = int(np.prod([n // b for n, b in zip(self.lattice.dims, self.block)]))
-        if tuning is None:
-            tuning = self.autotune(context, self.lattice.dims, self.block, self.dtype, self.half)
-        self.tuning = tune.checked_tuning(SchwarzMRTemplate, context, tuning,
-                                          dims=self.lattice.dims, block=self.block,
-                                          dtype=self.dtype, half=self.half)
+        self.tuning = tune.tuning_for(SchwarzMRTemplate, context, tuning, dims=self.lattice.dims,
+                                      block=self.block, dtype=self.dtype,
+                                      half=self.half).parameters
         self.wgs, self.splits = self.tuning["wgs"], self.tuning["splits"]
         self.program = context.build(MR_TEMPLATE, {
             "cplx": accel.c_type(self.dtype), "real": accel.c_type(accel.real_dtype(self.dtype)),

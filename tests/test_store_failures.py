@@ -85,7 +85,7 @@ def test_a_full_disk_serves_stored_keys_tunes_misses_and_shows(tmp_path):
     """A WAL database whose -shm file cannot be made: read immutably, served, shown."""
     db = tmp_path / "full.db"
     _fake_rows(db, sizes=(10,))
-    tune.serving.get_store(f"sqlite:///{db}").dispose()
+    tune.serving().store(f"sqlite:///{db}").dispose()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["full.db"]
     child = subprocess.run([sys.executable, "-c", _READ_ON_FULL_DISK, str(db)], env=ENV,
                            capture_output=True, text=True, timeout=120, preexec_fn=_limited(0))
@@ -179,7 +179,7 @@ _ONLINE_ON_FULL_DISK = textwrap.dedent("""
 def test_online_tuning_on_a_full_disk_goes_on_and_stores_once_there_is_room(context, tmp_path):
     db = tmp_path / "online.db"
     _fake_rows(db, sizes=(1,))  # a database in use, in WAL mode
-    tune.serving.get_store(f"sqlite:///{db}").dispose()
+    tune.serving().store(f"sqlite:///{db}").dispose()
     selector = "cuda" if context.device.backend == "cuda" else "opencl"
     child = subprocess.run([sys.executable, "-c", _ONLINE_ON_FULL_DISK, str(db)],
                            env=dict(ENV, AUTOTUNE_DEVICE=selector), capture_output=True,

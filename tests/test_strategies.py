@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from autotune import tune
+from autotune.tune.replay import Landscape
 from autotune.cli import main
 from autotune.tune.store import ResultStore
 
@@ -174,10 +175,10 @@ def test_search_settings_from_outside_win():
 # -- replay --------------------------------------------------------------------------------------
 
 
-def _landscape() -> tune.replay.Landscape:
+def _landscape() -> Landscape:
     keys = SPACE.configurations()
     times = {tuple(p.values()): (cost(p) if p["a"] != 7 else None) for p in keys}
-    return tune.replay.Landscape(SPACE, times)
+    return Landscape(SPACE, times)
 
 
 def test_replay_finds_the_true_best_with_the_whole_budget_and_stays_within_a_small_one():

@@ -203,7 +203,7 @@ def test_import_leaves_an_sqlite_source_untouched(capsys, tmp_path):
     folder.mkdir()
     source = folder / "source.db"
     _fake_rows(source)
-    tune.serving.get_store(f"sqlite:///{source}").dispose()
+    tune.serving().store(f"sqlite:///{source}").dispose()
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
     assert set(before) == {"source.db"}
     assert run(capsys, "import", source, "--db", tmp_path / "a.db")[0] == 0
@@ -299,7 +299,7 @@ def test_a_read_only_database_serves_hits_and_show(tmp_path):
     folder.mkdir()
     db = folder / "readonly.db"
     _fake_rows(db, sizes=(10,))
-    tune.serving.get_store(f"sqlite:///{db}").dispose()
+    tune.serving().store(f"sqlite:///{db}").dispose()
     script = tmp_path / "child.py"
     script.write_text(_READ_ONLY_SCRIPT)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}

@@ -112,7 +112,7 @@ def test_vector_add_is_tuned_checked_and_stored(context, trials_seen):
     assert found.best["block_size_x"] == min(results, key=lambda r: r["time"])["block_size_x"]
     assert len(trials_seen) == 2
     assert env["device_name"] == context.device.name and env["function"] == "tune_kernel.vector_add"
-    record = tune.serving.get_store(tune.store.database_url()).get(found.key)
+    record = tune.serving().store(tune.store.database_url()).get(found.key)
     assert record is not None and tune.encoding.decode_arguments(record.key.arguments)["arguments"] == [
         "float32[5000]", "float32[5000]", "float32[5000]", "int32"]
     # the served kernel computes the sum

@@ -119,7 +119,6 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
     from autotune.tune import online
     from operations import solvers
     from operations.lqcd import WilsonOperator, haar_field
-    from operations.lqcd.wilson import WilsonLinearOperator
 
     online.TEMPLATE_BUDGET = budget  # the online tuners' scan budget (None: every candidate)
 
@@ -137,7 +136,7 @@ def child(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pin: b
                         queue=context.create_command_queue(timed=True))
     if core:
         os.sched_setaffinity(0, core)  # this thread only: the one that launches the solves
-    A = WilsonLinearOperator(op, "MpcdagMpc")
+    A = op.linear_operator("MpcdagMpc")
     rng = np.random.default_rng(3)
     b = context.to_device(op.queue, (rng.standard_normal(A.size)
                                      + 1j * rng.standard_normal(A.size)).astype(np.complex64))

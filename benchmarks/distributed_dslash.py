@@ -60,18 +60,13 @@ def main() -> None:
     out = context.allocate((12, half), op.dtype)
     whole = timed(comm, op.queue, lambda: op.dslash_parity(out, inp, 0), args.launches)
     exchange = timed(comm, op.queue, lambda: op.exchange(inp, 1), args.launches)
-    args_ = [out, inp, op.gauge, inp, op.template.real_dtype.type(0), op.transport.ghost,
-             op._ghost_links, op._no_sites, np.uint32(0)]
-    kernel = op._kernel(0, False, False, "all")
-    alone = timed(comm, op.queue, lambda: kernel(args_), args.launches)
+    alone = timed(comm, op.queue, op.dslash_kernel(out, inp, 0), args.launches)
     pack = 0.0
-    if op._sections:
-        packer = op._packer(1)
-        pack = timed(comm, op.queue, lambda: packer(op._send, inp), args.launches)
-    interior_kernel = op._kernel(0, False, False, "interior")
-    interior = timed(comm, op.queue, lambda: interior_kernel(args_), args.launches)
+    if op.face_elements:
+        pack = timed(comm, op.queue, lambda: op.pack_faces(inp, 1), args.launches)
+    interior = timed(comm, op.queue, op.dslash_kernel(out, inp, 0, "interior"), args.launches)
     sites = int(np.prod(dims)) // 2
-    face_bytes = sum(12 * fh for *_, fh in op._sections) * op.dtype.itemsize
+    face_bytes = op.face_elements * op.dtype.itemsize
     result = {"device": context.device.describe(), "ranks": comm.size, "dims": list(dims),
               "grid": list(args.grid), "local": list(op.partition.local),
               "precision": args.precision, "reconstruct": args.reconstruct, "policy": args.policy,

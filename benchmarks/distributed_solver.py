@@ -42,7 +42,6 @@ from operations import solvers
 from operations.lqcd import DistributedWilsonOperator, haar_field
 from operations.lqcd.distributed import rank_context
 from operations.lqcd.schwarz import SchwarzPreconditioner
-from operations.lqcd.wilson import WilsonLinearOperator
 
 from timing import ranks_time
 
@@ -122,8 +121,8 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
     high.dslash_parity(rhs, field.odd, 0, x=field.even, a=high.kappa)
     rhs_n = high.context.allocate(rhs.size, high.dtype)
     high.apply_pc_dagger(rhs, out=rhs_n)
-    normal = WilsonLinearOperator(high, "MpcdagMpc"), WilsonLinearOperator(low, "MpcdagMpc")
-    direct = WilsonLinearOperator(high, "Mpc"), WilsonLinearOperator(low, "Mpc")
+    normal = high.linear_operator("MpcdagMpc"), low.linear_operator("MpcdagMpc")
+    direct = high.linear_operator("Mpc"), low.linear_operator("Mpc")
     blocks = None
     for method in args.methods:
         gcr = method.startswith("gcr")
@@ -135,8 +134,8 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
             if gcr:
                 # the Schwarz preconditioner on the outer solver's vectors (its block operator
                 # made and its MR step tuned once)
-                blocks = blocks or WilsonLinearOperator(
-                    high.with_domain(block, args.inner_precision), "Mpc")
+                blocks = blocks or high.with_domain(block, args.inner_precision).linear_operator(
+                    "Mpc")
                 K = SchwarzPreconditioner(direct[1 if method.endswith("mixed") else 0], blocks,
                                           inner_steps)
             solve = _solver(method, args, normal, direct, rhs, rhs_n, K, delta, nkrylov)

@@ -130,7 +130,6 @@ def timed_run(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pi
     from autotune import accel
     from operations import solvers
     from operations.lqcd import WilsonOperator, haar_field
-    from operations.lqcd.wilson import WilsonLinearOperator
 
     core, others = pin_main_thread() if pin else (set(), set())
     if others:  # threads and helper processes started from here on inherit this
@@ -146,7 +145,7 @@ def timed_run(mode: str, dims: tuple[int, ...], solves: int, iterations: int, pi
                         queue=context.create_command_queue(timed=True))
     if core:
         os.sched_setaffinity(0, core)  # this thread only: the one that launches the solves
-    A = WilsonLinearOperator(op, "MpcdagMpc")
+    A = op.linear_operator("MpcdagMpc")
     rng = np.random.default_rng(3)
     b = context.to_device(op.queue, (rng.standard_normal(A.size)
                                      + 1j * rng.standard_normal(A.size)).astype(np.complex64))

@@ -30,7 +30,7 @@ from operations import solvers
 from operations.blas import BlasTemplate, DeviceRatio
 from operations.lqcd import WilsonOperator, haar_field
 from operations.lqcd.gamma import GAMMA
-from operations.lqcd.wilson import SpinorField, WilsonLinearOperator
+from operations.lqcd.wilson import SpinorField
 from operations.reduce import ReduceTemplate
 
 from timing import queue_time
@@ -47,7 +47,7 @@ def spinor(dims, seed=0):
 
 def iteration_overhead(context, u, precision):
     op = WilsonOperator(context, u, KAPPA, precision, 12, check=False)
-    A = WilsonLinearOperator(op, "MpcdagMpc")
+    A = op.linear_operator("MpcdagMpc")
     b = context.to_device(op.queue, np.ones(A.size, op.dtype))
     pairs = []
     with warnings.catch_warnings():
@@ -63,7 +63,7 @@ def iteration_overhead(context, u, precision):
     per_iteration = statistics.median(pairs)
     tq = context.create_tuning_command_queue()
     op_t = WilsonOperator(context, u, KAPPA, precision, 12, check=False, queue=tq)
-    A_t = WilsonLinearOperator(op_t, "MpcdagMpc")
+    A_t = op_t.linear_operator("MpcdagMpc")
     p, ap, x, r = (context.allocate(A.size, op.dtype) for _ in range(4))
     for v in (p, ap, x, r):
         v.set(tq, np.ones(A.size, op.dtype))
@@ -89,9 +89,9 @@ def mixed_against_double(context, u, kappa):
     """Device-level even-odd CG on M_pc^dag M_pc to 1e-10: double against mixed precision,
     single sloppy ("mixed") and half sloppy ("mixed_half": the sloppy operator in 16 bits)."""
     high = WilsonOperator(context, u, kappa, "double", 12, check=False)
-    A = WilsonLinearOperator(high, "MpcdagMpc")
-    A_low = WilsonLinearOperator(high.with_precision("single"), "MpcdagMpc")
-    A_half = WilsonLinearOperator(high.with_precision("half"), "MpcdagMpc")
+    A = high.linear_operator("MpcdagMpc")
+    A_low = high.with_precision("single").linear_operator("MpcdagMpc")
+    A_half = high.with_precision("half").linear_operator("MpcdagMpc")
     rng = np.random.default_rng(1)
     b = context.to_device(high.queue, rng.standard_normal(A.size) + 1j * rng.standard_normal(A.size))
     solvers.cg(A, b, 1e-3)
@@ -161,7 +161,7 @@ def against_cupy(context, dims):
     u = haar_field(dims, seed=5)
     b = spinor(dims, 2)
     op = WilsonOperator(context, u, KAPPA, "double", 12, check=False)
-    A = WilsonLinearOperator(op, "MdagM")
+    A = op.linear_operator("MdagM")
     field = op.to_device(b)
     rhs_ours = context.allocate(A.size, op.dtype)
     op.apply_dagger(field, out=SpinorField(rhs_ours))  # M^dag b: the same normal equations

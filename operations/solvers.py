@@ -17,7 +17,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -48,24 +48,30 @@ class SolverBreakdown(RuntimeError):
     """BiCGstab hit rho = 0 or omega = 0 (or a NaN), and cannot continue."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class SolveInfo:
-    """What a solve did."""
+    """What a solve did, built whole when it ends and read-only after: a caller that adds to it
+    (``WilsonOperator.solve``: the true residual of M x = b, the whole solve's time) derives a
+    new one with :func:`dataclasses.replace`."""
 
     converged: bool
     iterations: int
     applications: int  #: operator applications (each counts once, whatever it costs)
     residual: float  #: final recursive relative residual |r| / |b|
     true_residual: float  #: |b - A x| / |b| recomputed at the end
-    history: list[float] = field(default_factory=list)  #: relative residual per iteration
+    #: relative residual per iteration (a tuple: any sequence given is copied into one)
+    history: tuple[float, ...] = ()
     seconds: float = 0.0
     reliable_updates: int = 0
-    message: str = ""
+    message: str = ""  #: why the solve stopped where it did not converge ("b = 0" for b = 0)
     #: the linear solver alone, from its first kernel to its solution (``WilsonOperator.solve``'s
     #: ``seconds`` also count the right-hand side's setup, the odd sites and the host-side check)
     solver_seconds: float = 0.0
     inner_iterations: int = 0  #: a preconditioner's inner solver steps, all outer steps together
     preconditioner_seconds: float = 0.0  #: wall time in the preconditioner (part of seconds)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "history", tuple(self.history))
 
 
 class VectorOps:
@@ -289,12 +295,13 @@ def _finish(solver: str, A: LinearOperator, ops: VectorOps, b: accel.DeviceArray
     A.apply(tmp, x)
     true = math.sqrt(ops.blas("xmy_norm", b, tmp) / bb)
     seconds = time.perf_counter() - start
+    message = "" if converged else (f"{solver} did not converge in {maxiter} iterations "
+                                    f"(|r|/|b| = {history[-1]:.3e})")
     info = SolveInfo(converged, iterations, applications + 1, history[-1], true, history,
-                     seconds, solver_seconds=seconds, reliable_updates=reliable_updates)
+                     seconds, solver_seconds=seconds, reliable_updates=reliable_updates,
+                     message=message)
     if not converged:
-        info.message = (f"{solver} did not converge in {maxiter} iterations "
-                        f"(|r|/|b| = {history[-1]:.3e})")
-        warnings.warn(info.message, RuntimeWarning, stacklevel=3)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
     return x, info
 
 

@@ -110,7 +110,7 @@ class Problem:
         return (method, self.tol, "eo" in rest, "mixed" if "mixed" in rest else None), extra
 
 
-OPERATORS = ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger")
+OPERATORS = ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger", "apply_pc_normal")
 
 
 def single_process_results(comm, context, problems: list[Problem]) -> list[dict]:
@@ -169,6 +169,8 @@ def compare(comm, context, problem: Problem, many: DistributedWilsonOperator,
                     "transport": many.transport.name}
     for name in OPERATORS:
         result[name] = float(np.max(np.abs(getattr(many, name)(psi) - want[name]))) / scale
+    result["kernels_alone"] = kernels_alone(many, psi)
+    result["face_elements"] = many.face_elements
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         for label in case["solves"]:
@@ -200,6 +202,24 @@ def compare(comm, context, problem: Problem, many: DistributedWilsonOperator,
                             "stored": tuner.stored,
                             "after": float(np.max(np.abs(got - want["dslash"]))) / scale}
     return result
+
+
+def kernels_alone(many: DistributedWilsonOperator, psi: np.ndarray) -> float:
+    """How far the dslash kernels run apart from the exchange are from the dslash (D_eo psi_o
+    on this rank's block, relative): after one exchange, "all" the sites alone, and "interior"
+    then "exterior" together, each against ``dslash_parity`` (which exchanges itself)."""
+    field = many.to_device(psi)
+    want = many.new_field()
+    many.dslash_parity(want.even, field.odd, 0)
+    expected = want.even.get(many.queue)
+    many.exchange(field.odd, 1)
+    whole, parts = many.new_field(), many.new_field()
+    many.dslash_kernel(whole.even, field.odd, 0)()
+    many.dslash_kernel(parts.even, field.odd, 0, "interior")()
+    many.dslash_kernel(parts.even, field.odd, 0, "exterior")()
+    scale = float(np.max(np.abs(expected)))
+    return max(float(np.max(np.abs(got.even.get(many.queue) - expected))) / scale
+               for got in (whole, parts))
 
 
 def tuned_per_rank(args: argparse.Namespace) -> None:

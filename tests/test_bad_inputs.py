@@ -13,7 +13,6 @@ from operations import solvers
 from operations.blas import BlasTemplate, DeviceRatio
 from operations.lqcd import DslashTemplate, Lattice, WilsonOperator, weak_field
 from operations.lqcd.lattice import MAX_HALF_VOLUME, check_volume
-from operations.lqcd.wilson import WilsonLinearOperator
 from operations.scale import ScaleTemplate
 
 N = 1000
@@ -163,9 +162,9 @@ def test_solve_refuses_a_tolerance_it_cannot_reach_and_bad_maxiter(context, wils
 
 def test_device_solvers_refuse_bad_tol_and_maxiter(context, wilson):
     op = wilson(context)
-    A = WilsonLinearOperator(op, "MpcdagMpc")
-    A_low = WilsonLinearOperator(op.with_precision("single"), "MpcdagMpc")
-    M = WilsonLinearOperator(op, "Mpc")
+    A = op.linear_operator("MpcdagMpc")
+    A_low = op.with_precision("single").linear_operator("MpcdagMpc")
+    M = op.linear_operator("Mpc")
     b = context.zeros(op.queue, A.size, A.dtype)  # b = 0: without the checks each call returns at once
     calls = {"cg": lambda **kw: solvers.cg(A, b, **kw),
              "bicgstab": lambda **kw: solvers.bicgstab(M, b, **kw),

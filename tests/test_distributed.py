@@ -130,8 +130,13 @@ def _check_case(context, case, ranks):
         assert rank["transport"] == expected, name
         expected_local = [d // g for d, g in zip(dims, grid)]
         assert rank["local"] == expected_local, name
-        for op in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger"):
+        for op in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger",
+                   "apply_pc_normal", "kernels_alone"):
             assert rank[op] <= tol, (name, op, rank[op])
+        # both faces of each cut direction, 12 components a site of one parity
+        assert rank["face_elements"] == sum(
+            2 * 12 * math.prod(expected_local) // (2 * n)
+            for n, g in zip(expected_local, grid) if g > 1), (name, rank["face_elements"])
         assert sorted(k for k in rank if k.startswith(("cg", "bicgstab", "gcr"))) == sorted(solves)
         for label in solves:
             solve = rank[label]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -9,7 +10,6 @@ import pytest
 
 from operations import solvers
 from operations.lqcd import WilsonOperator, haar_field, reference, weak_field
-from operations.lqcd.wilson import WilsonLinearOperator
 
 KAPPA = 0.12
 
@@ -93,6 +93,38 @@ def test_a_mixed_solve_stopped_by_maxiter_returns_all_its_progress(context, weak
     assert true < 0.5 and true == pytest.approx(info.true_residual, rel=1e-6)
 
 
+def test_solve_info_is_built_whole_read_only_and_says_why_a_solve_stopped(context, weak8):
+    """A solve's SolveInfo comes whole: a solve stopped by maxiter says so in its message (the
+    warning's text), its history is a tuple of every iteration's residual, its true residual
+    and times are the whole solve's, and nothing can be changed after; a converged solve has
+    no message, and a device solver's info is frozen too."""
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    b = _b((8, 8, 8, 8), 4)
+    with pytest.warns(RuntimeWarning, match="did not converge") as warned:
+        x, info = op.solve(b, "cg", 1e-10, True, maxiter=3)
+    assert info.message == f"CG did not converge in 3 iterations (|r|/|b| = {info.residual:.3e})"
+    assert [str(w.message) for w in warned] == [info.message]
+    assert isinstance(info.history, tuple) and len(info.history) == 4
+    assert info.history[-1] == info.residual and not info.converged
+    assert info.true_residual == pytest.approx(_true_residual(weak8, x, b), rel=1e-9)
+    assert info.seconds >= info.solver_seconds > 0
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.message = ""
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        info.true_residual = 0.0
+    with pytest.raises(AttributeError):
+        info.history.append(0.0)
+    x, done = op.solve(b, "bicgstab", 1e-8, True, "mixed")
+    assert done.converged and done.message == "" and done.reliable_updates >= 1
+    A = op.linear_operator("Mpc")
+    rhs = op.to_device(b).even
+    with pytest.warns(RuntimeWarning):
+        _, device = solvers.bicgstab(A, rhs, 1e-10, 2)
+    assert device.message.startswith("BiCGstab did not converge in 2 iterations (|r|/|b| = ")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        device.iterations = 0
+
+
 class Zero:
     """A singular (zero) operator."""
 
@@ -133,7 +165,7 @@ def test_gcr_restarts_and_takes_a_flexible_preconditioner(context, weak8):
     or two steps; a preconditioner that returns zero is a breakdown, named."""
     b = _b((8, 8, 8, 8), 3)
     op = WilsonOperator(context, weak8, KAPPA, "double", 12)
-    A = WilsonLinearOperator(op, "Mpc")
+    A = op.linear_operator("Mpc")
     rhs = op.to_device(b).even
     runs = {}
     for nkrylov in (2, 8, 64):
@@ -183,7 +215,7 @@ def test_bad_arguments(context, weak8):
     with pytest.raises(ValueError, match="sloppy='half'"):
         op.solve(b, precision="half")
     with pytest.raises(ValueError, match="elements"):
-        solvers.cg(WilsonLinearOperator(op, "Mpc"), op.to_device(b).flat)
+        solvers.cg(op.linear_operator("Mpc"), op.to_device(b).flat)
 
 
 @pytest.mark.autotune_database
@@ -231,7 +263,7 @@ def test_solves_take_their_work_vectors_from_a_pool(context, monkeypatch, method
     the same answer, and leaves the first solution as it was."""
     dims = (4, 4, 4, 4)
     op = WilsonOperator(context, weak_field(dims, 0.1, 5), KAPPA, "double", 12)
-    A = WilsonLinearOperator(op, "MpcdagMpc" if method == "cg" else "Mpc")
+    A = op.linear_operator("MpcdagMpc" if method == "cg" else "Mpc")
     rng = np.random.default_rng(6)
     b = context.to_device(op.queue, (rng.standard_normal(A.size)
                                      + 1j * rng.standard_normal(A.size)).astype(A.dtype))

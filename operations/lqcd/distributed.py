@@ -17,6 +17,7 @@ work on the rank's block. Solvers sum their reductions over the ranks.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -35,7 +36,7 @@ from .lattice import Lattice
 from .partition import Partition
 from .transport import Route, Transport, make_transport
 from .transport import check_kind as check_transport
-from .wilson import SpinorField, WilsonOperator, check_links, link_array
+from .wilson import SpinorField, WilsonOperator, check_links, host_spinor, link_array
 
 
 def rank_context(comm: Any, selector: str | None = None) -> accel.Context:
@@ -67,6 +68,9 @@ class DistributedWilsonOperator(WilsonOperator):
     #: data while the faces travel, then the boundary sites; "serial" exchanges first, then
     #: updates every site in one kernel.
     POLICIES = ("overlap", "serial")
+    #: The parts of a block one dslash kernel updates (:meth:`dslash_kernel`): all its sites,
+    #: those with no hop off the block, and the others.
+    REGIONS = ("all", "interior", "exterior")
     #: the name of the collective online tuner that chooses the policy (``policy="tuned"``)
     POLICY_TUNER = "operations.lqcd.DistributedWilsonOperator.policy"
 
@@ -207,6 +211,12 @@ class DistributedWilsonOperator(WilsonOperator):
             launch = self._kernels[key] = self.queue.launcher(program.get_kernel(name), size, wgs)
         return launch
 
+    @property
+    def face_elements(self) -> int:
+        """The spinor elements of this rank's faces: what one exchange sends its neighbours (0
+        when no direction is partitioned)."""
+        return sum(12 * fh for *_, fh in self._sections)
+
     def exchange(self, inp: accel.DeviceArray, parity: int) -> None:
         """Fill the ghost zone with the neighbours' faces of ``inp`` (a block of parity
         ``parity``): pack them, and ship them (:attr:`transport`)."""
@@ -214,9 +224,14 @@ class DistributedWilsonOperator(WilsonOperator):
             self.transport.start(self._send, self._pack(inp, parity))
             self.transport.finish()
 
+    def pack_faces(self, inp: accel.DeviceArray, parity: int) -> None:
+        """Enqueue the packing of the faces of ``inp`` (a block of parity ``parity``) that the
+        neighbours need into the send buffer: the first half of :meth:`exchange`."""
+        self._packer(parity)(self._send, inp)
+
     def _pack(self, inp: accel.DeviceArray, parity: int) -> accel.Marker:
         """Enqueue the packing of the faces of ``inp``; the marker says when it is done."""
-        self._packer(parity)(self._send, inp)
+        self.pack_faces(inp, parity)
         return self.queue.mark()
 
     # Device operations ---------------------------------------------------------------------
@@ -224,15 +239,36 @@ class DistributedWilsonOperator(WilsonOperator):
                       dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
         """out = D_{parity,1-parity} inp on this rank's block (x + a D inp with ``x``), the
         neighbours' faces of ``inp`` exchanged first."""
-        a = finite_real_scalar("dslash", "a", a, self.template.real_dtype.type)
-        args = [out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
-                self.transport.ghost, self._ghost_links, self._no_sites, np.uint32(0)]
+        args = self._arguments(out, inp, x, a)
         variant = (parity, bool(dagger), x is not None)
         if self.policy_tuner is not None and self._sections:
             with self.policy_tuner.measure(self.queue, variant) as params:
                 self._dslash_with(args, variant, params["policy"])
         else:
             self._dslash_with(args, variant, self.policy)
+
+    def dslash_kernel(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int,
+                      region: str = "all", *, dagger: bool = False,
+                      x: accel.DeviceArray | None = None, a: float = 0.0) -> Callable[[], None]:
+        """One dslash kernel on its own, to time it apart from the exchange: a call enqueues
+        out = D_{parity,1-parity} inp (x + a D inp with ``x``) on the ``region`` of the block
+        ("all" its sites, "interior" those with no hop off the block, "exterior" the others),
+        reading the ghost zone as it stands (nothing is exchanged)."""
+        if region not in self.REGIONS:
+            raise ValueError(f"region must be one of {', '.join(self.REGIONS)}, got {region!r}")
+        args = self._arguments(out, inp, x, a)
+        if region == "exterior":
+            sites, count = self._boundary[parity]
+            args[-2:] = [sites, np.uint32(count)]
+        kernel = self._kernel(parity, bool(dagger), x is not None, region)
+        return lambda: kernel(args)
+
+    def _arguments(self, out: accel.DeviceArray, inp: accel.DeviceArray,
+                   x: accel.DeviceArray | None, a: float) -> list:
+        """A dslash kernel's arguments, the whole block's sites (``a`` checked)."""
+        a = finite_real_scalar("dslash", "a", a, self.template.real_dtype.type)
+        return [out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
+                self.transport.ghost, self._ghost_links, self._no_sites, np.uint32(0)]
 
     def _dslash_with(self, args: list, variant: tuple[int, bool, bool], policy: str) -> None:
         parity = variant[0]
@@ -254,20 +290,14 @@ class DistributedWilsonOperator(WilsonOperator):
         self._kernel(*variant, "exterior")(args)
 
     # Host arrays: global in, global out ----------------------------------------------------
-    def _check_spinor(self, psi: Any) -> np.ndarray:
-        shape = self.global_lattice.shape + (4, 3)
-        if not isinstance(psi, np.ndarray):
-            raise TypeError(f"spinor must be a numpy array of shape {shape} (or a SpinorField)")
-        if psi.shape != shape:
-            raise ValueError(f"spinor has shape {psi.shape}, expected the global {shape} "
-                             "(T, Z, Y, X, spin, colour)")
-        if not np.issubdtype(psi.dtype, np.number):
-            raise TypeError(f"spinor must be numeric, got {psi.dtype}")
-        return psi
+    def check_spinor(self, psi: Any) -> np.ndarray:
+        """``psi`` if it is a global host spinor (numeric, of the global lattice's shape (T, Z,
+        Y, X, 4, 3)), else a TypeError or ValueError saying why."""
+        return host_spinor(psi, self.global_lattice.shape + (4, 3), "the global ")
 
     def to_device(self, psi: np.ndarray) -> SpinorField:
         """This rank's block of the global spinor ``psi``, on the device."""
-        psi = self._check_spinor(psi)
+        psi = self.check_spinor(psi)
         block = self.partition.block(psi, site_axis=0)
         lat = self.lattice
         halves = np.stack([lat.spinor_to_device(block, p, self.dtype) for p in (0, 1)])
@@ -284,14 +314,16 @@ class DistributedWilsonOperator(WilsonOperator):
             out[t0:t0 + lt, z0:z0 + lz, y0:y0 + ly, x0:x0 + lx] = block
         return out
 
-    def apply_pc(self, psi: Any, out: accel.DeviceArray | None = None, *, dagger: bool = False) -> Any:
-        """M_pc on the even sites (see :meth:`WilsonOperator.apply_pc`); host arrays are global."""
-        if isinstance(psi, accel.DeviceArray):
-            return super().apply_pc(psi, out, dagger=dagger)
+    def _on_even_sites(self, psi: np.ndarray, device_op: Callable[[accel.DeviceArray,
+                                                                   accel.DeviceArray], None]
+                       ) -> np.ndarray:
+        """The host forms of ``apply_pc`` and ``apply_pc_normal``: ``device_op(out, inp)`` on
+        this rank's block of the even sites of the global ``psi``; the global result, zeros on
+        the odd sites."""
         field = self.to_device(psi)
         result = self.new_field()
         result.odd.zero(self.queue)
-        self._pc(result.even, field.even, dagger)
+        device_op(result.even, field.even)
         return self.from_device(result)
 
     def _in_domain(self, block: tuple[int, ...], precision: str) -> WilsonOperator:

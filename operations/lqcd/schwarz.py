@@ -250,7 +250,7 @@ class SchwarzPreconditioner:
     """``K(out, inp)``: out = K inp for flexible GCR (:func:`operations.solvers.gcr`).
 
     ``outer``: the outer solver's linear operator (a :class:`~.wilson.WilsonLinearOperator` of
-    kind "Mpc"); ``block``: the block system's, ``WilsonLinearOperator(local, "Mpc")`` of a
+    kind "Mpc"); ``block``: the block system's, ``local.linear_operator("Mpc")`` of a
     :class:`~.wilson.WilsonOperator` ``local`` with ``domain=`` the blocks, in the inner
     precision, acting on this process's sites. Counts the inner steps
     (:attr:`inner_iterations`) and the wall time spent (:attr:`seconds`, each call waiting for

@@ -6,9 +6,11 @@ Host methods take and return numpy spinors of shape (T, Z, Y, X, 4, 3); device m
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from autotune import accel
 
+from .. import solvers
 from ..scalars import finite_real_scalar
 
 from . import half as half_storage
@@ -54,6 +57,20 @@ def link_array(U: Any) -> np.ndarray:
     return U
 
 
+def host_spinor(psi: Any, shape: tuple[int, ...], scope: str = "") -> np.ndarray:
+    """``psi`` if it is a numeric numpy array of ``shape`` (T, Z, Y, X, 4, 3), else a TypeError
+    or ValueError saying what a host spinor must be (``scope``, such as "the global ", qualifies
+    the expected shape in the message)."""
+    if not isinstance(psi, np.ndarray):
+        raise TypeError(f"spinor must be a numpy array of shape {shape} (or a SpinorField)")
+    if psi.shape != shape:
+        raise ValueError(f"spinor has shape {psi.shape}, expected {scope}{shape} "
+                         "(T, Z, Y, X, spin, colour)")
+    if not np.issubdtype(psi.dtype, np.number):
+        raise TypeError(f"spinor must be numeric, got {psi.dtype}")
+    return psi
+
+
 def check_links(U: np.ndarray, kappa: Any, reconstruct: int, check: bool, unitarity_tol: Any) -> None:
     """``kappa`` and, when ``check``, the links' values (see :class:`WilsonOperator`);
     ValueError or TypeError naming the problem."""
@@ -77,6 +94,11 @@ def check_links(U: np.ndarray, kappa: Any, reconstruct: int, check: bool, unitar
         if reconstruct != 18 and not det <= unitarity_tol:
             raise ValueError(f"reconstruct={reconstruct} needs SU(3) links, but max |det U - 1| "
                              f"= {det:.2e}; use reconstruct=18 for U(3) links")
+
+
+#: device arrays the even-site operations take as they are: ours, and (a half operator's
+#: block systems, :mod:`.schwarz`) 16-bit half precision fields
+_OURS = (accel.DeviceArray, half_storage.HalfSpinor)
 
 
 class WilsonOperator:
@@ -139,26 +161,24 @@ class WilsonOperator:
 
     # Device fields -------------------------------------------------------------------------
     def new_field(self) -> SpinorField:
+        """A new device field of this operator's dtype (contents undefined)."""
         return SpinorField(self.context.allocate((2, 12, self.lattice.half_volume), self.dtype))
 
     def to_device(self, psi: np.ndarray) -> SpinorField:
-        psi = self._check_spinor(psi)
+        """The host spinor ``psi`` as a new device field."""
+        psi = self.check_spinor(psi)
         lat = self.lattice
         halves = np.stack([lat.spinor_to_device(psi, p, self.dtype) for p in (0, 1)])
         return SpinorField(self.context.to_device(self.queue, halves))
 
     def from_device(self, field: SpinorField) -> np.ndarray:
+        """The device field ``field`` as a host spinor (complex128)."""
         return self.lattice.spinor_from_device((field.even.get(self.queue), field.odd.get(self.queue)))
 
-    def _check_spinor(self, psi: Any) -> np.ndarray:
-        shape = self.lattice.shape + (4, 3)
-        if not isinstance(psi, np.ndarray):
-            raise TypeError(f"spinor must be a numpy array of shape {shape} (or a SpinorField)")
-        if psi.shape != shape:
-            raise ValueError(f"spinor has shape {psi.shape}, expected {shape} (T, Z, Y, X, spin, colour)")
-        if not np.issubdtype(psi.dtype, np.number):
-            raise TypeError(f"spinor must be numeric, got {psi.dtype}")
-        return psi
+    def check_spinor(self, psi: Any) -> np.ndarray:
+        """``psi`` if it is a host spinor this operator takes (numeric, of shape (T, Z, Y, X, 4,
+        3)), else a TypeError or ValueError saying why (:func:`host_spinor`)."""
+        return host_spinor(psi, self.lattice.shape + (4, 3))
 
     def _scratch(self) -> SpinorField:
         if self._tmp is None:
@@ -171,22 +191,53 @@ class WilsonOperator:
         """out = D_{parity,1-parity} inp (x + a D inp with ``x``): D_eo for parity 0, D_oe for 1."""
         self._dslash(out, inp, self.gauge, parity, dagger=dagger, x=x, a=a)
 
-    def _full(self, out: SpinorField, inp: SpinorField, dagger: bool, xpay: bool) -> None:
+    def apply_full(self, out: SpinorField, inp: SpinorField, *, dagger: bool = False,
+                   xpay: bool = True) -> None:
+        """out = M inp = inp - kappa D inp on device fields (both parities), or D inp without
+        ``xpay``; M^dag (D^dag) with ``dagger``. Enqueued; ``out`` must not be ``inp``."""
+        if out is inp:
+            raise ValueError("apply_full needs a distinct out= SpinorField")
         for p in (0, 1):
             self.dslash_parity(out.parity(p), inp.parity(1 - p), p, dagger=dagger,
                                x=inp.parity(p) if xpay else None, a=-self.kappa if xpay else 0.0)
 
     def _pc(self, out: accel.DeviceArray, inp: accel.DeviceArray, dagger: bool) -> None:
+        """out = M_pc inp (M_pc^dag with ``dagger``) on even-site arrays, through scratch."""
         tmp = self._scratch().odd if self._between is None else self._between[0]
         self.dslash_parity(tmp, inp, 1, dagger=dagger)
         self.dslash_parity(out, tmp, 0, dagger=dagger, x=inp, a=-self.kappa ** 2)
 
-    def _pc_normal(self, out: accel.DeviceArray, inp: accel.DeviceArray,
-                   tmp: accel.DeviceArray) -> None:
-        """out = M_pc^dag M_pc inp (``tmp``: scratch of the same size)."""
-        mid = tmp if self._between is None else self._between[1]
+    def _pc_normal(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        """out = M_pc^dag M_pc inp on even-site arrays (M_pc inp kept in the scratch field's
+        even half, which :meth:`_pc` leaves alone, or in 16 bits for a half operator)."""
+        mid = self._scratch().even if self._between is None else self._between[1]
         self._pc(mid, inp, False)
         self._pc(out, mid, True)
+
+    def _even_arrays(self, psi: Any, out: Any) -> tuple[Any, Any]:
+        """Device ``psi`` and ``out`` of an even-site operation as our arrays (ours as they
+        are, a half operator's 16-bit ones too; another library's viewed in place), or a
+        ValueError: ``out`` must be given and distinct."""
+        given = psi
+        if not isinstance(psi, _OURS):
+            psi = spinor_array(self.template, self.queue, psi, "psi")
+        if out is None or out is given:
+            raise ValueError("device operations need a distinct out= array")
+        if not isinstance(out, _OURS):
+            out = spinor_array(self.template, self.queue, out, "out")
+        return psi, out
+
+    def _on_even_sites(self, psi: np.ndarray, device_op: Callable[[accel.DeviceArray,
+                                                                   accel.DeviceArray], None]
+                       ) -> np.ndarray:
+        """``device_op(out, inp)`` on the even sites of the host spinor ``psi``: a host spinor
+        with the result on the even sites and zeros on the odd ones."""
+        psi = self.check_spinor(psi)
+        even = self.context.to_device(self.queue, self.lattice.spinor_to_device(psi, 0, self.dtype))
+        result = self.context.allocate(even.shape, self.dtype)
+        device_op(result, even)
+        even = result.get(self.queue)
+        return self.lattice.spinor_from_device((even, np.zeros_like(even)))
 
     # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
     def _dispatch(self, psi: Any, out: Any, device_op) -> Any:
@@ -209,43 +260,51 @@ class WilsonOperator:
 
     def dslash(self, psi: Any, out: SpinorField | None = None) -> Any:
         """D psi."""
-        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, False))
+        return self._dispatch(psi, out, lambda o, i: self.apply_full(o, i, xpay=False))
 
     def apply(self, psi: Any, out: SpinorField | None = None) -> Any:
         """M psi = psi - kappa D psi."""
-        return self._dispatch(psi, out, lambda o, i: self._full(o, i, False, True))
+        return self._dispatch(psi, out, self.apply_full)
 
     def apply_dagger(self, psi: Any, out: SpinorField | None = None) -> Any:
         """M^dag psi = gamma_5 M gamma_5 psi."""
-        return self._dispatch(psi, out, lambda o, i: self._full(o, i, True, True))
+        return self._dispatch(psi, out, lambda o, i: self.apply_full(o, i, dagger=True))
 
     def apply_pc(self, psi: Any, out: accel.DeviceArray | None = None, *, dagger: bool = False) -> Any:
         """M_pc psi_e = psi_e - kappa^2 D_eo D_oe psi_e on the even sites.
 
         On host arrays, ``psi`` is a full spinor whose even sites are used; the result has the
         even sites of M_pc psi and zeros on the odd sites. On the device, ``psi`` and ``out``
-        are (12, V/2) even-parity arrays.
+        are (12, V/2) even-parity arrays (ours, or another library's of 12 V/2 elements in the
+        operator's dtype), ``out`` distinct from ``psi``; the work is enqueued and ``out``
+        returned. M_pc^dag with ``dagger``.
         """
-        if not isinstance(psi, np.ndarray):  # ours, or another library's device array
-            given = psi
-            if not isinstance(psi, accel.DeviceArray):
-                psi = spinor_array(self.template, self.queue, psi, "psi")
-            if out is None or out is given:
-                raise ValueError("device operations need a distinct out= array")
-            if not isinstance(out, accel.DeviceArray):
-                out = spinor_array(self.template, self.queue, out, "out")
-            self._pc(out, psi, dagger)
-            return out
-        psi = self._check_spinor(psi)
-        even = self.context.to_device(self.queue, self.lattice.spinor_to_device(psi, 0, self.dtype))
-        result = self.context.allocate(even.shape, self.dtype)
-        self._pc(result, even, dagger)
-        even = result.get(self.queue)
-        return self.lattice.spinor_from_device((even, np.zeros_like(even)))
+        if isinstance(psi, np.ndarray):
+            return self._on_even_sites(psi, lambda o, i: self._pc(o, i, dagger))
+        psi, out = self._even_arrays(psi, out)
+        self._pc(out, psi, dagger)
+        return out
 
     def apply_pc_dagger(self, psi: Any, out: accel.DeviceArray | None = None) -> Any:
         """M_pc^dag on the even sites."""
         return self.apply_pc(psi, out, dagger=True)
+
+    def apply_pc_normal(self, psi: Any, out: accel.DeviceArray | None = None) -> Any:
+        """M_pc^dag M_pc psi_e on the even sites: what CG iterates on for the even-odd system.
+
+        Host and device forms as for :meth:`apply_pc` (a host result has zeros on the odd
+        sites). M_pc psi_e lives in the operator's own scratch between the two applications.
+        """
+        if isinstance(psi, np.ndarray):
+            return self._on_even_sites(psi, self._pc_normal)
+        psi, out = self._even_arrays(psi, out)
+        self._pc_normal(out, psi)
+        return out
+
+    def linear_operator(self, kind: str) -> WilsonLinearOperator:
+        """This operator as a solver sees it (:class:`WilsonLinearOperator`): ``kind`` "M",
+        "MdagM" (both parities) or "Mpc", "MpcdagMpc" (the even sites)."""
+        return WilsonLinearOperator(self, kind)
 
     def with_precision(self, precision: str) -> WilsonOperator:
         """This operator in another precision (same links, kappa, boundary and compression)."""
@@ -283,7 +342,7 @@ class WilsonOperator:
               sloppy: str = "single", preconditioner: str | None = None,
               block: tuple[int, int, int, int] | None = None, inner_iterations: int = 10,
               inner_precision: str = "half", nkrylov: int = 16,
-              delta: float = 0.1) -> tuple[np.ndarray, Any]:
+              delta: float = 0.1) -> tuple[np.ndarray, solvers.SolveInfo]:
         """Solve M x = b (host arrays in and out); returns ``(x, info)``.
 
         ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (flexible, restarted
@@ -306,7 +365,8 @@ class WilsonOperator:
 
 
 class WilsonLinearOperator:
-    """A Wilson operator as a solver sees it: ``apply(out, inp)`` on flat device vectors.
+    """A Wilson operator as a solver sees it: ``apply(out, inp)`` on flat device vectors
+    (:class:`operations.solvers.LinearOperator`; made by :meth:`WilsonOperator.linear_operator`).
 
     ``kind``: ``"M"``, ``"MdagM"`` (full lattice, vectors of 24 V/2 elements) or ``"Mpc"``,
     ``"MpcdagMpc"`` (even sites, 12 V/2 elements).
@@ -323,8 +383,12 @@ class WilsonLinearOperator:
         self.comm = getattr(wilson, "comm", None)  #: a distributed operator's ranks
         half = 12 * wilson.lattice.half_volume
         self.size = half if kind.startswith("Mpc") else 2 * half
-        self._tmp = wilson.context.allocate(self.size, self.dtype)
+        #: M^dag M's M x, between its two applications
+        self._tmp = wilson.context.allocate(self.size, self.dtype) if kind == "MdagM" else None
         self._fields: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._apply: Callable[[accel.DeviceArray, accel.DeviceArray], None] = {
+            "M": self._m, "MdagM": self._mdagm, "Mpc": self._mpc,
+            "MpcdagMpc": self._mpcdagmpc}[kind]
 
     def _field(self, flat: accel.DeviceArray) -> SpinorField:
         field = self._fields.get(flat)
@@ -333,16 +397,22 @@ class WilsonLinearOperator:
         return field
 
     def apply(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
-        w = self.wilson
-        if self.kind == "Mpc":
-            w._pc(out, inp, False)
-        elif self.kind == "MpcdagMpc":
-            w._pc_normal(out, inp, self._tmp)
-        elif self.kind == "M":
-            w._full(self._field(out), self._field(inp), False, True)
-        else:
-            w._full(self._field(self._tmp), self._field(inp), False, True)
-            w._full(self._field(out), self._field(self._tmp), True, True)
+        """Enqueue out = A inp (A the operator of :attr:`kind`)."""
+        self._apply(out, inp)
+
+    def _mpc(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        self.wilson.apply_pc(inp, out)
+
+    def _mpcdagmpc(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        self.wilson.apply_pc_normal(inp, out)
+
+    def _m(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        self.wilson.apply_full(self._field(out), self._field(inp))
+
+    def _mdagm(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
+        tmp = self._field(self._tmp)
+        self.wilson.apply_full(tmp, self._field(inp))
+        self.wilson.apply_full(self._field(out), tmp, dagger=True)
 
 
 def _schwarz_options(method: str, even_odd: bool, preconditioner: Any, block: Any,
@@ -363,10 +433,43 @@ def _schwarz_options(method: str, even_odd: bool, preconditioner: Any, block: An
 
 def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd: bool,
            precision: str | None, maxiter: int, sloppy: str = "single", schwarz: tuple | None = None,
-           nkrylov: int = 16, delta: float = 0.1) -> tuple[np.ndarray, Any]:
-    from .. import solvers
+           nkrylov: int = 16, delta: float = 0.1) -> tuple[np.ndarray, solvers.SolveInfo]:
+    """:meth:`WilsonOperator.solve` (``schwarz``: :func:`_schwarz_options`'s): the right-hand
+    side, the solver of ``(method, precision)`` (:data:`_SOLVERS`), the full solution."""
+    precision = _check_solve_options(op, method, precision, sloppy)
+    tol, maxiter = solvers.check_stopping(tol, maxiter)
+    b = _checked_rhs(op, b)
+    b_norm = float(np.linalg.norm(b))
+    if b_norm == 0:  # M x = 0: x = 0 exactly, with no residual (and nothing to iterate)
+        return np.zeros_like(b), solvers.SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], message="b = 0")
+    high = op.with_precision("double" if precision == "mixed" else precision)
+    low = op.with_precision(sloppy) if precision == "mixed" else None
+    b_field = high.to_device(b)
+    start = time.perf_counter()
+    kind, rhs = _system_rhs(high, b_field, method, even_odd)
+    A = high.linear_operator(kind)
+    A_low = low.linear_operator(kind) if low is not None else None
+    # GCR's Schwarz preconditioner acts on the vectors GCR iterates on (mixed: the sloppy ones)
+    K = _schwarz_preconditioner(high, A if A_low is None else A_low, schwarz)
+    # The normal equations' residual bounds the true one only up to the condition number:
+    # CG asks for a tenth of the tolerance, and the true residual of M x = b is checked below.
+    system = _System(A, A_low, rhs, tol * 0.1 if method == "cg" else tol, maxiter, nkrylov, K,
+                     delta)
+    x, info = _SOLVERS[method, precision](system)
+    out = _full_solution(high, x, b_field, even_odd)
+    result = high.from_device(out)
+    check = high.from_device(high.apply(out, out=high.new_field()))
+    outer = {} if K is None else {"inner_iterations": K.inner_iterations,
+                                  "preconditioner_seconds": K.seconds}
+    return result, dataclasses.replace(
+        info, true_residual=float(np.linalg.norm(b - check)) / b_norm,
+        seconds=time.perf_counter() - start, **outer)
 
-    if method not in ("cg", "bicgstab", "gcr"):
+
+def _check_solve_options(op: WilsonOperator, method: Any, precision: Any, sloppy: Any) -> str:
+    """The solve's precision (``precision``, else the operator's) once ``method``,
+    ``precision`` and ``sloppy`` are checked; a ValueError naming a bad one."""
+    if method not in _METHODS:
         raise ValueError(f"method must be 'cg', 'bicgstab' or 'gcr', got {method!r}")
     precision = precision or op.precision
     if precision == "half":
@@ -376,73 +479,100 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
         raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
     if sloppy not in ("single", "half"):
         raise ValueError(f"sloppy must be 'single' or 'half', got {sloppy!r}")
-    tol, maxiter = solvers.check_stopping(tol, maxiter)
-    b = op._check_spinor(b).astype(np.complex128)
+    return precision
+
+
+def _checked_rhs(op: WilsonOperator, b: Any) -> np.ndarray:
+    """``b`` as a complex128 host spinor, once its shape and finiteness are checked."""
+    b = op.check_spinor(b).astype(np.complex128)
     bad = nonfinite_entries(b)
     if bad:
         raise ValueError(f"b has {bad} non-finite entries (NaN or inf) out of {b.size}; the "
                          "right-hand side must be finite")
-    b_norm = float(np.linalg.norm(b))
-    if b_norm == 0:  # M x = 0: x = 0 exactly, with no residual (and nothing to iterate)
-        return np.zeros_like(b), solvers.SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], message="b = 0")
-    high = op.with_precision("double" if precision == "mixed" else precision)
-    low = op.with_precision(sloppy) if precision == "mixed" else None
-    lat, queue = high.lattice, high.queue
-    b_field = high.to_device(b)
-    start = time.perf_counter()
+    return b
+
+
+def _system_rhs(high: WilsonOperator, b_field: SpinorField, method: str,
+                even_odd: bool) -> tuple[str, accel.DeviceArray]:
+    """The kind of operator the solver iterates on (:attr:`WilsonLinearOperator.KINDS`) and its
+    right-hand side, on the device. Even-odd, the Schur complement M_pc x_e = b_e + kappa D_eo
+    b_o (x_o follows, :func:`_full_solution`); CG solves the normal equations A^dag A x =
+    A^dag rhs."""
     if even_odd:
-        # Schur complement: M_pc x_e = b_e + kappa D_eo b_o, then x_o = b_o + kappa D_oe x_e
-        rhs = high.context.allocate(12 * lat.half_volume, high.dtype)
+        rhs = high.context.allocate(12 * high.lattice.half_volume, high.dtype)
         high.dslash_parity(rhs, b_field.odd, 0, x=b_field.even, a=high.kappa)
-        kind, normal = ("MpcdagMpc", "Mpc") if method == "cg" else ("Mpc", None)
     else:
         rhs = b_field.flat
-        kind, normal = ("MdagM", "M") if method == "cg" else ("M", None)
-    A = WilsonLinearOperator(high, kind)
-    if normal is not None:  # CG solves the normal equations A^dag A x = A^dag rhs
-        rhs_n = high.context.allocate(A.size, high.dtype)
-        if normal == "Mpc":
-            high.apply_pc_dagger(rhs, out=rhs_n)
-        else:
-            high.apply_dagger(SpinorField(rhs), out=SpinorField(rhs_n))
-        rhs = rhs_n
-    # The normal equations' residual bounds the true one only up to the condition number:
-    # ask for a tenth of the tolerance, then check the true residual of M x = b at the end.
-    inner_tol = tol * 0.1 if normal is not None else tol
-    if method == "gcr":
-        # GCR iterates on A (or, mixed, on the sloppy operator with reliable updates in A),
-        # the Schwarz preconditioner acting on the vectors GCR iterates on
-        outer = WilsonLinearOperator(low, kind) if precision == "mixed" else A
-        K = None
-        if schwarz is not None:
-            block, iterations, inner = schwarz
-            blocks = WilsonLinearOperator(high.with_domain(block, inner), "Mpc")
-            K = schwarz_module.SchwarzPreconditioner(outer, blocks, iterations)
-        if precision == "mixed":
-            x, info = solvers.gcr_mixed(A, outer, rhs, tol, maxiter, nkrylov=nkrylov,
-                                        preconditioner=K, delta=delta)
-        else:
-            x, info = solvers.gcr(A, rhs, tol, maxiter, nkrylov=nkrylov, preconditioner=K)
-        if K is not None:
-            info.inner_iterations, info.preconditioner_seconds = K.inner_iterations, K.seconds
-    elif precision == "mixed" and method == "cg":
-        x, info = solvers.cg_mixed(A, WilsonLinearOperator(low, kind), rhs, inner_tol, maxiter,
-                                   delta=delta)
-    elif precision == "mixed":
-        x, info = solvers.bicgstab_mixed(A, WilsonLinearOperator(low, kind), rhs, tol, maxiter,
-                                         delta=delta)
-    elif method == "cg":
-        x, info = solvers.cg(A, rhs, inner_tol, maxiter)
-    else:
-        x, info = solvers.bicgstab(A, rhs, tol, maxiter)
+    if method != "cg":
+        return ("Mpc" if even_odd else "M"), rhs
+    normal = high.context.allocate(rhs.size, high.dtype)
+    if even_odd:
+        high.apply_pc_dagger(rhs, out=normal)
+        return "MpcdagMpc", normal
+    high.apply_dagger(SpinorField(rhs), out=SpinorField(normal))
+    return "MdagM", normal
+
+
+def _full_solution(high: WilsonOperator, x: accel.DeviceArray, b_field: SpinorField,
+                   even_odd: bool) -> SpinorField:
+    """The solver's solution ``x`` as a full device field: even-odd, x holds x_e and the odd
+    sites follow, x_o = b_o + kappa D_oe x_e."""
     out = high.new_field()
     if even_odd:
-        out.even.copy_from(queue, x.view(0, x.size, out.even.shape))
+        out.even.copy_from(high.queue, x.view(0, x.size, out.even.shape))
         high.dslash_parity(out.odd, out.even, 1, x=b_field.odd, a=high.kappa)
     else:
-        out.flat.copy_from(queue, x.view(0, x.size, out.flat.shape))
-    result = high.from_device(out)
-    check = high.from_device(high.apply(out, out=high.new_field()))
-    info.true_residual = float(np.linalg.norm(b - check)) / b_norm
-    info.seconds = time.perf_counter() - start
-    return result, info
+        out.flat.copy_from(high.queue, x.view(0, x.size, out.flat.shape))
+    return out
+
+
+def _schwarz_preconditioner(high: WilsonOperator, outer: WilsonLinearOperator,
+                            schwarz: tuple | None) -> schwarz_module.SchwarzPreconditioner | None:
+    """The Schwarz preconditioner of ``schwarz`` (block, inner iterations, inner precision) for
+    GCR iterating on ``outer``, or None without one."""
+    if schwarz is None:
+        return None
+    block, iterations, inner = schwarz
+    blocks = high.with_domain(block, inner).linear_operator("Mpc")
+    return schwarz_module.SchwarzPreconditioner(outer, blocks, iterations)
+
+
+@dataclass(frozen=True)
+class _System:
+    """What a solver of :data:`_SOLVERS` is given: the operator ``A`` (and the sloppy
+    ``A_low`` of a mixed solve), the right-hand side, the tolerance the iteration aims for,
+    and the options of the methods that take them."""
+
+    A: WilsonLinearOperator
+    A_low: WilsonLinearOperator | None
+    rhs: accel.DeviceArray
+    tol: float
+    maxiter: int
+    nkrylov: int
+    preconditioner: schwarz_module.SchwarzPreconditioner | None
+    delta: float
+
+
+#: the methods :meth:`WilsonOperator.solve` takes
+_METHODS = ("cg", "bicgstab", "gcr")
+_Solver = Callable[[_System], tuple[accel.DeviceArray, solvers.SolveInfo]]
+_PLAIN: dict[str, _Solver] = {
+    "cg": lambda s: solvers.cg(s.A, s.rhs, s.tol, s.maxiter),
+    "bicgstab": lambda s: solvers.bicgstab(s.A, s.rhs, s.tol, s.maxiter),
+    "gcr": lambda s: solvers.gcr(s.A, s.rhs, s.tol, s.maxiter, nkrylov=s.nkrylov,
+                                 preconditioner=s.preconditioner),
+}
+_MIXED: dict[str, _Solver] = {
+    "cg": lambda s: solvers.cg_mixed(s.A, s.A_low, s.rhs, s.tol, s.maxiter, delta=s.delta),
+    "bicgstab": lambda s: solvers.bicgstab_mixed(s.A, s.A_low, s.rhs, s.tol, s.maxiter,
+                                                 delta=s.delta),
+    "gcr": lambda s: solvers.gcr_mixed(s.A, s.A_low, s.rhs, s.tol, s.maxiter, nkrylov=s.nkrylov,
+                                       preconditioner=s.preconditioner, delta=s.delta),
+}
+#: (method, precision) -> the solver :meth:`WilsonOperator.solve` calls: "double" and "single"
+#: iterate in that precision, "mixed" in the sloppy one with reliable updates in double
+_SOLVERS: dict[tuple[str, str], _Solver] = {
+    **{(method, precision): solve for method, solve in _PLAIN.items()
+       for precision in ("double", "single")},
+    **{(method, "mixed"): solve for method, solve in _MIXED.items()},
+}

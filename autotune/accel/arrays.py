@@ -9,16 +9,13 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .errors import AccelError
+from .roles import ContextRole, QueueRole
 from .shapes import Shape, as_shape
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .context import Context
-    from .queues import CommandQueue
 
 
 class DeviceArray(ABC):
@@ -28,7 +25,7 @@ class DeviceArray(ABC):
     #: the object, kept alive, and how to order work after its producer's); None for ours
     foreign: Any = None
 
-    def __init__(self, context: Context, shape: int | Sequence[int], dtype: Any):
+    def __init__(self, context: ContextRole, shape: int | Sequence[int], dtype: Any):
         self.context = context
         self.shape = as_shape(shape)
         self.dtype = np.dtype(dtype)
@@ -74,7 +71,7 @@ class DeviceArray(ABC):
                 f"shape/dtype mismatch: {other.shape} {other.dtype} vs {self.shape} {self.dtype}"
             )
 
-    def set(self, queue: CommandQueue, host: np.ndarray, *, wait: bool = True) -> None:
+    def set(self, queue: QueueRole, host: np.ndarray, *, wait: bool = True) -> None:
         """Copy a numpy array of the same shape and dtype to the device (waits for it).
 
         ``wait=False`` only enqueues the copy (``host`` must be C-contiguous, and stay
@@ -91,7 +88,7 @@ class DeviceArray(ABC):
             if wait:
                 queue.finish()
 
-    def get(self, queue: CommandQueue, out: np.ndarray | None = None, *,
+    def get(self, queue: QueueRole, out: np.ndarray | None = None, *,
             wait: bool = True) -> np.ndarray:
         """Copy the device contents to a new (or the given) numpy array.
 
@@ -113,7 +110,7 @@ class DeviceArray(ABC):
                 queue.finish()
         return out
 
-    def read(self, queue: CommandQueue, start: int, stop: int) -> np.ndarray:
+    def read(self, queue: QueueRole, start: int, stop: int) -> np.ndarray:
         """Copy elements ``start:stop`` of the flattened array to a new numpy array."""
         start, stop = int(start), int(stop)
         if not 0 <= start <= stop <= self.size:
@@ -142,13 +139,13 @@ class DeviceArray(ABC):
     @abstractmethod
     def _view(self, offset: int, shape: Shape) -> DeviceArray: ...
 
-    def zero(self, queue: CommandQueue) -> None:
+    def zero(self, queue: QueueRole) -> None:
         """Set every byte to zero (asynchronously, on ``queue``)."""
         queue._wait_turn()
         if self.nbytes:
             queue._record(self._fill_zero(queue))
 
-    def copy_from(self, queue: CommandQueue, other: DeviceArray) -> None:
+    def copy_from(self, queue: QueueRole, other: DeviceArray) -> None:
         """Device-to-device copy of ``other`` into this array (asynchronously, on ``queue``)."""
         self._check_peer(other)
         queue._wait_turn()
@@ -161,16 +158,16 @@ class DeviceArray(ABC):
         """What the backend passes to a kernel for this array."""
 
     @abstractmethod
-    def _upload(self, queue: CommandQueue, host: np.ndarray) -> Any: ...
+    def _upload(self, queue: QueueRole, host: np.ndarray) -> Any: ...
 
     @abstractmethod
-    def _download(self, queue: CommandQueue, host: np.ndarray) -> Any: ...
+    def _download(self, queue: QueueRole, host: np.ndarray) -> Any: ...
 
     @abstractmethod
-    def _download_range(self, queue: CommandQueue, host: np.ndarray, offset: int) -> Any: ...
+    def _download_range(self, queue: QueueRole, host: np.ndarray, offset: int) -> Any: ...
 
     @abstractmethod
-    def _fill_zero(self, queue: CommandQueue) -> Any: ...
+    def _fill_zero(self, queue: QueueRole) -> Any: ...
 
     @abstractmethod
-    def _copy_from(self, queue: CommandQueue, other: DeviceArray) -> Any: ...
+    def _copy_from(self, queue: QueueRole, other: DeviceArray) -> Any: ...

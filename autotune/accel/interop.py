@@ -24,12 +24,11 @@ the contiguity check and the reading of ``__cuda_array_interface__``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .queues import CommandQueue
+from .roles import QueueRole
 
 #: why an object is refused, in the messages
 NO_COPY = "viewing it would need a copy, which is never made silently"
@@ -45,7 +44,7 @@ class Foreign:
     def __init__(self, obj: Any):
         self.obj = obj
 
-    def order(self, queue: CommandQueue) -> None:
+    def order(self, queue: QueueRole) -> None:
         """Nothing to wait for (the protocol gives no stream or event)."""
 
     def __repr__(self) -> str:

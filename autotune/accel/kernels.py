@@ -11,14 +11,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .errors import LaunchError
 from .render import RenderedSource
+from .roles import ContextRole
 from .shapes import as_sizes
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .context import Context
 
 
 @dataclass(frozen=True)
@@ -83,7 +80,7 @@ class Kernel(ABC):
 class Program(ABC):
     """A compiled kernel source. ``compile_seconds`` is how long the compiler took."""
 
-    def __init__(self, context: Context, source: RenderedSource, compile_seconds: float,
+    def __init__(self, context: ContextRole, source: RenderedSource, compile_seconds: float,
                  log: str, compiler: str):
         self.context = context
         self.source = source

@@ -12,17 +12,15 @@ import contextlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .arrays import DeviceArray
+from .roles import ContextRole
 from .errors import AccelError
 from .kernels import Kernel
 from .shapes import as_sizes
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .context import Context
 
 _turn: ContextVar[Callable[[], None] | None] = ContextVar("autotune_tuning_turn", default=None)
 
@@ -128,7 +126,7 @@ class CommandQueue(ABC):
     without waiting for it (:meth:`interval_timer`), as online tuning does.
     """
 
-    def __init__(self, context: Context, tuning: bool, timed: bool = False):
+    def __init__(self, context: ContextRole, tuning: bool, timed: bool = False):
         self.context = context
         self.tuning = tuning
         self.timed = tuning or timed

@@ -47,24 +47,12 @@ MODULES = _modules()
 TREES = {name: ast.parse(path.read_text(), str(path)) for name, path in MODULES.items()}
 
 
-def _type_only(tree: ast.AST) -> set[int]:
-    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks (imports for annotations)."""
-    inside: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            inside.update(id(n) for child in node.body for n in ast.walk(child))
-    return inside
-
-
-def _imports(name: str, *, annotations: bool = True) -> list[tuple[str, str]]:
+def _imports(name: str) -> list[tuple[str, str]]:
     """(module imported, name taken from it or '') for every import in ``name``, wherever it
-    is written (late imports too; ``annotations``: those in TYPE_CHECKING blocks too)."""
+    is written (late imports and TYPE_CHECKING blocks too)."""
     package = name if MODULES[name].name == "__init__.py" else name.rpartition(".")[0]
-    skipped = set() if annotations else _type_only(TREES[name])
     found = []
     for node in ast.walk(TREES[name]):
-        if id(node) in skipped:
-            continue
         if isinstance(node, ast.Import):
             found += [(alias.name, "") for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -98,10 +86,9 @@ def test_layers_import_downward_only():
 
 
 def test_no_import_circle():
-    """Imports that run (at module level or late, inside functions) form no circle. Imports
-    for annotations only (``if TYPE_CHECKING:``) are left out: a context and its arrays name
-    each other's types without importing each other."""
-    graph = {name: {t for t, _ in _imports(name, annotations=False) if t in MODULES and t != name}
+    """No circle of imports, wherever they are written: at module level, late (inside
+    functions) or for annotations only (``if TYPE_CHECKING:``)."""
+    graph = {name: {t for t, _ in _imports(name) if t in MODULES and t != name}
              for name in MODULES}
     circles = []
     for start in graph:

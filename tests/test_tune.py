@@ -229,10 +229,13 @@ def test_bad_environment_values_are_clear_errors(context, monkeypatch, tmp_path)
 @pytest.mark.autotune_database
 def test_a_hit_costs_well_under_a_millisecond(context):
     FakeTimedTemplate.autotune(context, 10)
-    start = time.perf_counter()
-    for _ in range(2000):
-        FakeTimedTemplate.autotune(context, 10)
-    per_call = (time.perf_counter() - start) / 2000
+    batches = []  # the best of several batches: what a hit costs, not what a busy machine adds
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(400):
+            FakeTimedTemplate.autotune(context, 10)
+        batches.append((time.perf_counter() - start) / 400)
+    per_call = min(batches)
     assert per_call < 2e-4, f"{per_call * 1e6:.1f} us per hit"
 
 

@@ -497,7 +497,7 @@ def test_a_version_1_database_is_upgraded_in_place_on_first_use(tmp_path):
         store.put(make_record(make_key(arguments='{"n": 2}')))
     engine = sqlalchemy.create_engine(f"sqlite:///{path}")
     with engine.connect() as connection:
-        assert connection.execute(sqlalchemy.text("SELECT schema_version FROM autotune_schema")).scalar() == 2
+        assert connection.execute(sqlalchemy.text("SELECT schema_version FROM autotune_schema")).scalar() == SCHEMA_VERSION
         columns = {c["name"] for c in sqlalchemy.inspect(connection).get_columns("tuning_results")}
         assert {"fingerprint", "sources", "search", "origin", "gbps", "gflops"} <= columns
     engine.dispose()

@@ -344,10 +344,13 @@ def test_a_resumed_search_measures_only_what_the_interrupted_one_had_not(tmp_pat
     calls["interrupted"] = 0
     with tune.use_database(db), tune.search_settings(resume=True):
         outcome = InterruptedTemplate.autotune.retune(InterruptedTemplate, StandIn(), 1)
-    assert calls["interrupted"] == 5 and outcome.parameters == {"block": 6}
+    # the five not measured yet, and test= (block 1, resumed) built once more: the choice
+    # times it again beside the winner, for the speed-up's interval
+    assert calls["interrupted"] == 5 + 1 and outcome.parameters == {"block": 6}
     record = ResultStore.open(db).records()[0]
     search = json.loads(record.search)
     assert search["resumed"] == 3 and search["measured"] == 8
+    assert search["choice"]["contenders"] == 2 and outcome.speedup == pytest.approx(6)
     space = InterruptedTemplate.autotune_space(None, 1)
     assert tune.landscape(ResultStore.open(db).trials(), space).complete()
     assert len(ResultStore.open(db).trials()) == 8  # the resumed ones are not written again
@@ -395,12 +398,17 @@ def test_batches_sets_how_many_timed_batches_each_candidate_gets(capsys, tmp_pat
 
         return measure
 
-    with tune.search_settings(batches=2):
+    with tune.search_settings(batches=2, settle=0):  # settle=0: the leaders are not timed again
         result = tune.search(generate, SPACE, strategy="random", max_evals=4, seed=0, workers=0)
     assert result.info["batches"] == 2 and set(timed.values()) == {2 + 2}  # two warm-ups
+    assert result.choice is None and "choice" not in result.info
     timed.clear()
-    tune.search(generate, SPACE, strategy="random", max_evals=4, seed=0, workers=0)
+    with tune.search_settings(settle=0):
+        tune.search(generate, SPACE, strategy="random", max_evals=4, seed=0, workers=0)
     assert set(timed.values()) == {2 + 5}
+    timed.clear()  # by default the winner is timed again: a warm-up and a batch each round
+    result = tune.search(generate, SPACE, strategy="random", max_evals=4, seed=0, workers=0)
+    assert timed[tuple(result.best.values())] == 2 + 5 + 1 + result.choice.rounds
     with pytest.raises(ValueError, match="batches must be an int >= 1"):
         with tune.search_settings(batches=0):
             pass
@@ -442,5 +450,5 @@ def test_warm_resume_goes_on_from_an_interrupted_search(capsys, tmp_path):
     code = main([*argv, "--resume"])
     out, _ = capsys.readouterr()
     assert code == 0 and "1 tuned" in out and "block=6" in out
-    assert calls["interrupted"] == 3
+    assert calls["interrupted"] == 3 + 1  # and test= (resumed) built again to be timed again
     assert json.loads(ResultStore.open(db).records()[0].search)["resumed"] == 5

@@ -21,9 +21,11 @@ from ..tune import TuningKey, TuningRecord
 from ..tune.encoding import describe_arguments
 from ..tune.records import TrialRecord
 from ..tune.store import ResultStore, display
-from ..tune.validation import parameters_problem, recorded_test, record_problem, trial_problem
+from ..tune.validation import (parameters_problem, recorded_speedup, recorded_test, record_problem,
+                               trial_problem)
 from .figures import KeyTrials, write_figures
-from .formatting import parameters_text, rate_text, seconds_text, short_function
+from .formatting import (count_text, interval_text, parameters_text, rate_text, seconds_text,
+                         share_text, short_function, speedup_text)
 from .results import function_pattern, status_text, write_output
 
 _STYLE = """
@@ -62,16 +64,22 @@ def key_trials(key: TuningKey, trials: list[TrialRecord], winner: str | None,
     return found
 
 
-def _speedup(record: TuningRecord, keyed: KeyTrials) -> str:
+def _speedup(record: TuningRecord, keyed: KeyTrials) -> tuple[float, float | None, float | None] | None:
+    """The speed-up over ``test=`` with its 95% interval where the choice recorded them, else
+    from the trials' medians (no interval)."""
+    found = recorded_speedup(record)
+    if found is not None:
+        return found
     test = keyed.time_of(keyed.test)
     if test is None or not record.score or record.score == float("inf") or record_problem(record):
-        return "-"
-    return f"{test / record.score:.2f}x"
+        return None
+    return test / record.score, None, None
 
 
 def _speedup_cell(record: TuningRecord, keyed: KeyTrials) -> str:
-    text = _speedup(record, keyed)
-    if text.endswith("x") and float(text[:-1]) < 1:
+    found = _speedup(record, keyed)
+    text = speedup_text(*found) if found is not None else "-"
+    if found is not None and found[0] < 1:
         # test= lies outside the searched space here and beat everything in it
         return (f"<td class='num differs' title='the test= parameters, outside the space searched "
                 f"on this device, were faster: the space may miss good configurations'>{_e(text)}"
@@ -106,8 +114,13 @@ def run_report(args: Any, url: str) -> int:
              "<h1>Tuning results</h1>",
              f"<p class='note'>Database {_e(display(url))}; {len(records)} results of "
              f"{len(by_function)} functions; made {_e(time.strftime('%Y-%m-%d %H:%M'))} by "
-             "<code>python -m autotune report</code>. Times are medians per call; the speed-up is "
-             "over the template's <code>test=</code> parameters where both were timed; one below "
+             "<code>python -m autotune report</code>. Times are medians per call, with the 95% "
+             "interval of the winner's median where the leaders and <code>test=</code> were timed "
+             "again side by side; <i>ties</i> counts the candidates that could not be told apart "
+             "from the fastest (the winner among them is <code>test=</code> if tied, else the "
+             "first declared), <i>spread</i> how much one timed batch varies. The speed-up is "
+             "over the template's <code>test=</code> parameters where both were timed, with its "
+             "95% interval in brackets; one below "
              "1 (marked) means <code>test=</code> lies outside the space searched on that device "
              "and beat it.</p>",
              "<ul>" + "".join(f"<li><a href='#f{i}'>{_e(short_function(f))}</a> "
@@ -123,12 +136,15 @@ def run_report(args: Any, url: str) -> int:
         keyed = {r.key: key_trials(r.key, trials_by_key.get(r.key, []), r.parameters,
                                    recorded_test(r) or test) for r in rows}
         parts.append("<table><tr><th>device</th><th>arguments</th><th>parameters</th><th>time</th>"
-                     "<th>GB/s</th><th>GFLOP/s</th><th>speed-up vs test=</th><th>status</th>"
+                     "<th>95% interval</th><th>ties</th><th>spread</th><th>GB/s</th><th>GFLOP/s</th><th>speed-up vs test=</th><th>status</th>"
                      "<th>tuned</th></tr>")
         for r in rows:
             parts.append(
                 f"<tr><td>{_e(r.key.device_name)}</td><td>{_e(describe_arguments(r.key.arguments))}</td>"
                 f"<td>{_e(parameters_text(r.parameters))}</td><td class='num'>{_e(seconds_text(r.score))}</td>"
+                f"<td class='num'>{_e(interval_text(r.ci_low, r.ci_high))}</td>"
+                f"<td class='num'>{_e(count_text(r.ties))}</td>"
+                f"<td class='num'>{_e(share_text(r.spread))}</td>"
                 f"<td class='num'>{_e(rate_text(r.gbps))}</td><td class='num'>{_e(rate_text(r.gflops))}</td>"
                 f"{_speedup_cell(r, keyed[r.key])}"
                 f"<td>{_e(status_text(r, templates, current))}</td>"

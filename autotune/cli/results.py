@@ -16,7 +16,8 @@ from ..tune.encoding import describe_arguments
 from ..tune.frames import export_rows
 from ..tune.store import MergePolicy, ResultStore, display, format_for, read_import, rows_text
 from ..tune.validation import changed_sources, record_problem
-from .formatting import parameters_text, printable, rate_text, seconds_text, short_function
+from .formatting import (count_text, interval_text, parameters_text, printable, rate_text,
+                         seconds_text, share_text, short_function, speedup_text)
 
 
 def _registered() -> dict[str, RegisteredTemplate]:
@@ -61,6 +62,11 @@ def _table(records: list[TuningRecord]) -> str:
         "driver": frame.driver_version,
         "parameters": frame.parameters.map(parameters_text),
         "time": frame.score.map(seconds_text),
+        "95% interval": [interval_text(lo, hi) for lo, hi in zip(frame.ci_low, frame.ci_high)],
+        "ties": frame.ties.map(count_text),
+        "spread": frame.spread.map(share_text),
+        "vs test=": [speedup_text(s, lo, hi) for s, lo, hi in
+                     zip(frame.speedup, frame.speedup_low, frame.speedup_high)],
         "GB/s": frame.gbps.map(rate_text),
         "GFLOP/s": frame.gflops.map(rate_text),
         "found": frame.origin,

@@ -133,6 +133,8 @@ class Trial:
     max_seconds: float | None = None
     gbps: float | None = None
     gflops: float | None = None
+    #: every timed batch's seconds per call, in the order taken (kept in memory, not stored)
+    samples: tuple[float, ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -306,12 +308,17 @@ class DeviceEvaluator(Evaluator):
     processes) ahead of the one being timed; every command they put on a tuning queue still
     waits for its turn, so shared buffers are set up, checked and timed in order. ``batches``
     is the number of timed batches per candidate (their median is its score).
+
+    The ``keep`` fastest candidates so far, and ``baseline`` (``test=``), stay built after
+    their timing (the others are released at once), so that the choice can time them again
+    (:mod:`~autotune.tune.choice`); :meth:`candidate` hands them out.
     """
 
     def __init__(self, space: Space, budget: Budget, generate: Callable[..., Any], *,
                  workers: int = 0, thread_scope: Any = None,
                  on_trial: Callable[[Trial | None], None] | None = None,
-                 reference: Config | None = None, batches: int = MIN_BATCHES):
+                 reference: Config | None = None, batches: int = MIN_BATCHES,
+                 keep: int = 0, baseline: Config | None = None):
         super().__init__(space, budget)
         self.generate = generate
         self.workers = workers
@@ -319,6 +326,10 @@ class DeviceEvaluator(Evaluator):
         self.thread_scope = thread_scope
         self.on_trial = on_trial
         self.reference = None if reference is None else self.key(reference)
+        self.keep = keep
+        self.baseline = None if baseline is None else self.key(baseline)
+        #: the candidates kept built: the ``keep`` fastest so far, and the baseline
+        self.built: dict[Key, Any] = {}
         self.trials: list[Trial] = []
         self.last_error: BaseException | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(workers) if workers > 0 else None
@@ -330,6 +341,29 @@ class DeviceEvaluator(Evaluator):
         if self._pool is not None:
             self._turns.close()
             self._pool.shutdown(wait=True)
+
+    def candidate(self, key: Key) -> Any:
+        """The built candidate of a measured ``key``: the one kept, else built again (a
+        resumed trial's); None where ``generate`` skips it or fails now."""
+        found = self.built.get(key)
+        if found is None:
+            found = _generate(self.generate, self.config(key), None, None, 0)
+        return None if isinstance(found, Exception) else found
+
+    def release(self) -> None:
+        """Let go of the candidates kept built."""
+        self.built.clear()
+
+    def _keep(self, key: Key, outcome: Any) -> None:
+        """Keep ``outcome`` built if it is among the ``keep`` fastest (or the baseline);
+        release the one it pushes out."""
+        if self.keep <= 0:
+            return
+        self.built[key] = outcome
+        ranked = sorted((k for k in self.built if k not in (self.baseline, self.reference)),
+                        key=lambda k: self.scores[k])
+        for k in ranked[self.keep:]:
+            del self.built[k]
 
     def resume(self, trial: Trial) -> bool:
         """Take a successful trial of an interrupted search of this key as measured: it is
@@ -417,8 +451,9 @@ class DeviceEvaluator(Evaluator):
             return
         gbps, gflops = rates(outcome, timing.median_seconds)
         self._trial(Trial(params, TrialStatus.OK, "", timing.min_seconds, timing.median_seconds,
-                          timing.max_seconds, gbps, gflops))
+                          timing.max_seconds, gbps, gflops, timing.samples))
         self._record(key, timing.median_seconds)
+        self._keep(key, outcome)
 
 
 @dataclass

@@ -5,7 +5,10 @@
 
 One row per stored result (or trial); one column per key field, the arguments and parameters
 decoded into ``arg.NAME`` and ``param.NAME`` columns (as data: dtypes and enums as their names,
-nothing imported), the score and rates, whether the row is well formed (``valid``, with the
+nothing imported), the score with the statistics of its choice (``ci_low``/``ci_high``: the 95%
+interval of the winner's median, ``ties``, ``spread``; ``speedup`` over ``test=`` with
+``speedup_low``/``speedup_high``; empty where the choice did not time again), the rates, whether
+the row is well formed (``valid``, with the
 ``problem`` otherwise), whether it is ``stale`` against the kernel sources of the template that
 owns it (None where no registered template does), and the timestamps.
 """
@@ -24,7 +27,7 @@ from .records import TrialRecord, TuningRecord
 from .registry import registered_templates
 from .store import ResultStore
 from .store.rows import KEY_FIELDS
-from .validation import changed_sources, record_problem, trial_problem
+from .validation import changed_sources, record_problem, recorded_speedup, trial_problem
 
 
 def _plain(value: Any) -> Any:
@@ -83,10 +86,16 @@ def results_frame(db: str | os.PathLike | ResultStore | None = None, *, function
     rows = []
     for r in records:
         problem = record_problem(r)
+        speedup = recorded_speedup(r) if problem is None else None
         rows.append({
             **{name: getattr(r.key, name) for name in KEY_FIELDS},
             **_arguments(r.key.arguments), **_parameters(r.parameters),
-            "parameters": r.parameters, "score": r.score, "gbps": r.gbps, "gflops": r.gflops,
+            "parameters": r.parameters, "score": r.score, "ci_low": r.ci_low,
+            "ci_high": r.ci_high, "ties": r.ties, "spread": r.spread,
+            "speedup": speedup[0] if speedup else None,
+            "speedup_low": speedup[1] if speedup else None,
+            "speedup_high": speedup[2] if speedup else None,
+            "gbps": r.gbps, "gflops": r.gflops,
             "valid": problem is None, "problem": problem or "",
             "stale": _stale(r, current) if problem is None else None,
             "origin": r.origin, "created_at": r.created_at, "package_version": r.package_version,

@@ -103,6 +103,9 @@ class Timing:
     min_seconds: float
     median_seconds: float
     max_seconds: float
+    #: every timed batch's seconds per call, in the order taken (the warm-up's alone for a
+    #: candidate cut off by :data:`CUTOFF`)
+    samples: tuple[float, ...] = ()
 
 
 #: A candidate whose warm-up runs are this many times slower than the best so far is not timed
@@ -117,6 +120,13 @@ def check_batches(batches: Any) -> int:
     return batches
 
 
+def batch_iterations(measure: Any, seconds: float) -> int:
+    """Calls in one timed batch of ``measure`` taking ``seconds`` a call: enough to fill its
+    target batch duration (``batch_seconds``), between 1 and 10,000."""
+    target = getattr(measure, "batch_seconds", GPU_BATCH_SECONDS)
+    return max(1, min(10_000, round(target / seconds)))
+
+
 def time_candidate(measure: Measure, best: float | None = None, batches: int = MIN_BATCHES) -> Timing:
     """Prepare (setup, check), warm up, size batches to the target duration, time ``batches``
     batches (default :data:`MIN_BATCHES`); then restore. A candidate whose warm-up already takes
@@ -125,15 +135,14 @@ def time_candidate(measure: Measure, best: float | None = None, batches: int = M
     try:
         if isinstance(measure, Measurement):
             measure.prepare()
-        target = getattr(measure, "batch_seconds", GPU_BATCH_SECONDS)
         estimate = measure(1)  # warm-up
         estimate = min(estimate, measure(1))
         if not (estimate > 0 and math.isfinite(estimate)):
             raise MeasurementError(
                 f"measure returned {estimate} seconds; a tuning queue must time the work it runs")
         if best is not None and estimate > CUTOFF * best:
-            return Timing(estimate, estimate, estimate)
-        iterations = max(1, min(10_000, round(target / estimate)))
+            return Timing(estimate, estimate, estimate, (estimate,))
+        iterations = batch_iterations(measure, estimate)
         samples = [measure(iterations) for _ in range(batches)]
         for s in samples:
             if not (s > 0 and math.isfinite(s)):
@@ -141,7 +150,7 @@ def time_candidate(measure: Measure, best: float | None = None, batches: int = M
     finally:
         if isinstance(measure, Measurement):
             measure.finish()
-    return Timing(min(samples), statistics.median(samples), max(samples))
+    return Timing(min(samples), statistics.median(samples), max(samples), tuple(samples))
 
 
 def rates(measure: Any, seconds: float | None) -> tuple[float | None, float | None]:

@@ -15,6 +15,7 @@ import autotune
 from .. import accel
 from . import nearest
 from . import search as _search
+from .choice import NOISY, Choice
 from .encoding import InvalidParametersError, describe_arguments, encode_parameters, validate_parameters
 from .records import ResultOrigin, TuningKey, TuningRecord
 from .recording.seeds import interrupted_trials, warm_start
@@ -61,14 +62,17 @@ def tune_call(call: Call, function: Callable[..., Any], test: dict[str, Any],
     check_rendered(serving, key.function, fingerprint, rendered)
     params = _checked_result(returned, test, key, fingerprint, run)
     timed = run.timed(params)
-    baseline = run.timed(test)
-    score = timed.median_seconds if timed is not None else math.inf
+    chosen, score, test_seconds = _scores(run, params, test)
+    if chosen is not None:
+        warn_noisy(serving, key, chosen)
     search_info = {**run.info, "trials": len(run.trials),
                    "seconds": round(time.perf_counter() - started, 3),
                    # what the winner was compared against, for reports that cannot import the
                    # template
                    "test": json.loads(encode_parameters(test)),
-                   "test_seconds": baseline.median_seconds if baseline else None}
+                   "test_seconds": test_seconds}
+    if chosen is None:
+        search_info.pop("choice", None)  # an earlier search's, not this result's
     search_info[nearest.DEVICE] = nearest.summary(call.device)
     built = beyond_declared(rendered, fingerprint.sources)
     if built:  # what the declared sources miss: an edit to it expires the result too
@@ -79,12 +83,51 @@ def tune_call(call: Call, function: Callable[..., Any], test: dict[str, Any],
         sources=fingerprint.sources_json,
         search=json.dumps(search_info, sort_keys=True, separators=(",", ":")),
         origin=ResultOrigin.OFFLINE.value,
-        gbps=timed.gbps if timed is not None else None,
-        gflops=timed.gflops if timed is not None else None,
+        gbps=_rate(timed, "gbps", score), gflops=_rate(timed, "gflops", score),
+        ci_low=chosen.ci_low if chosen else None, ci_high=chosen.ci_high if chosen else None,
+        ties=chosen.ties if chosen else None, spread=chosen.spread if chosen else None,
     )
     stored = writer.finish(record, params)
-    return TuningOutcome(key, params, score, baseline.median_seconds if baseline else None,
-                         stored, len(run.trials), writer.error)
+    speedup = chosen.speedup if chosen is not None else None
+    return TuningOutcome(key, params, score, test_seconds, stored, len(run.trials), writer.error,
+                         speedup_interval=speedup[1:] if speedup else None,
+                         ties=chosen.ties if chosen else None)
+
+
+def _scores(run: _search.TuningRun, params: dict[str, Any],
+            test: dict[str, Any]) -> tuple[Choice | None, float, float | None]:
+    """The last search's choice where the function returned its winner (else None), the
+    winner's median and ``test=``'s: re-timed by the choice, else as the search timed them."""
+    timed, baseline = run.timed(params), run.timed(test)
+    chosen = run.choice if run.choice is not None and run.choice.winner == params else None
+    score = timed.median_seconds if timed is not None else math.inf
+    test_seconds = baseline.median_seconds if baseline else None
+    if chosen is not None:
+        score = chosen.seconds
+        test_seconds = chosen.test_seconds if chosen.test_seconds is not None else test_seconds
+    return chosen, score, test_seconds
+
+
+def _rate(timed: _search.Trial | None, name: str, score: float) -> float | None:
+    """The trial's rate at the stored score (the re-timed median, where the choice timed
+    again)."""
+    rate = getattr(timed, name, None) if timed is not None else None
+    if rate is None or not timed.median_seconds or not math.isfinite(score) or score <= 0:
+        return rate
+    return rate * timed.median_seconds / score
+
+
+def warn_noisy(serving: Serving, key: TuningKey, chosen: Choice) -> None:
+    """One warning a process where a choice's batches spread more than the machine allows
+    ranking (:data:`~.choice.NOISY`), with the figure."""
+    if not chosen.noisy or not serving.first("noisy", "choice"):
+        return
+    logger.warning("the machine is too noisy to rank candidates: tuning %s on %s, the winner's "
+                   "batches spread %.1f%% (more than %.0f%%), and %d candidates could not be told "
+                   "apart from the fastest; the winner was chosen among them by the fixed rule "
+                   "(test= if tied, else the first declared). Tune on a quieter machine (or "
+                   "pre-tune with `python -m autotune warm`) for a sharper choice", key.function,
+                   key.device_name, 100 * chosen.spread, 100 * NOISY, chosen.ties)
 
 
 def _tuning_run(call: Call, store: ResultStore, fingerprint: Fingerprint, writer: TrialWriter,

@@ -89,6 +89,11 @@ class TuningRecord:
     origin: str = ResultOrigin.OFFLINE.value
     gbps: float | None = None  #: bytes moved per call / score, in GB/s, where declared
     gflops: float | None = None  #: flops per call / score, in GFLOP/s, where declared
+    #: the 95% interval of the winner's median, in seconds (None: chosen without re-timing)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    ties: int | None = None  #: candidates that could not be told apart from the fastest
+    spread: float | None = None  #: of the winner's batches: IQR / (1.349 * median)
     malformed: str = ""
 
 

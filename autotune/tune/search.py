@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -36,7 +37,8 @@ from .evaluation import (
     default_workers,
 )
 from ..accel import CompileError
-from .measurement import MIN_BATCHES, Measure, check_batches
+from . import choice as _choice
+from .measurement import MIN_BATCHES, Measure, batch_iterations, check_batches
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
 from .strategies import Strategy, strategy_named
@@ -54,11 +56,16 @@ class AutotuneError(RuntimeError):
 
 @dataclass
 class SearchResult:
+    """The winner (``best``, its median seconds per call ``score``), every trial, what the
+    search did (``info``), and the statistics of the choice (None where nothing was timed
+    again: ``search_settings(settle=0)``)."""
+
     best: dict[str, Any]
     score: float
     trials: list[Trial] = field(default_factory=list)
     #: what the search did: strategy, seed, budget, configurations in the space, measured
     info: dict[str, Any] = field(default_factory=dict)
+    choice: _choice.Choice | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,9 @@ class SearchSettings:
     #: go on from the stored trials of an interrupted search of the key (see
     #: :func:`~.recording.seeds.interrupted_trials`) instead of measuring them again
     resume: bool | None = None
+    #: interleaved rounds at most when the leaders and ``test=`` are timed again before the
+    #: choice (default :data:`~.choice.MAX_ROUNDS`; 0: no re-timing, the best median wins)
+    settle: int | None = None
 
 
 _settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", default=SearchSettings())
@@ -93,6 +103,9 @@ def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     Budget(chosen.max_evals, chosen.max_seconds)  # checks the values
     if chosen.batches is not None:
         check_batches(chosen.batches)
+    if chosen.settle is not None and (isinstance(chosen.settle, bool) or
+                                      not isinstance(chosen.settle, int) or chosen.settle < 0):
+        raise ValueError(f"settle must be an int >= 0 (rounds; 0: no re-timing), got {chosen.settle!r}")
     token = _settings.set(chosen)
     try:
         yield chosen
@@ -131,6 +144,8 @@ class TuningRun:
     #: the spaces templates declared while the run searched (each candidate checks its
     #: parameters against its template's space: made once per run, not once per candidate)
     spaces: dict[tuple, Any] = field(default_factory=dict)
+    #: the last search's choice (its winner's interval, ties, spread), if it timed again
+    choice: _choice.Choice | None = None
 
     def timed(self, parameters: dict[str, Any]) -> Trial | None:
         """The last successful trial of ``parameters`` in this run, if they were timed."""
@@ -279,10 +294,12 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         notify("trial", trial=trial, done=len(evaluator.scores), total=planned)
 
     batches = chosen.batches if chosen.batches is not None else MIN_BATCHES
+    rounds = chosen.settle if chosen.settle is not None else _choice.MAX_ROUNDS
     evaluator = DeviceEvaluator(space, budget, generate,
                                 workers=default_workers(run.parallel) if workers is None else workers,
                                 thread_scope=run.thread_scope, on_trial=on_trial,
-                                reference=reference, batches=batches)
+                                reference=reference, batches=batches,
+                                keep=_choice.LEADERS if rounds else 0, baseline=baseline)
     resumed = _resume(run, space, evaluator)
     warm = [c for c in run.seeds if space.why_not(c) is None]
     first: list[dict[str, Any]] = []  # the caller's seeds, then the database's warm start
@@ -299,12 +316,49 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         "configurations": len(configs), "measured": evaluator.evals, "warm_start": len(warm),
         "prior": len(run.prior), "resumed": resumed, "batches": batches}
     if best is None:
+        evaluator.release()
         tried = sum(1 for key in evaluator.scores if key != evaluator.reference)
         trials = [t for t in evaluator.trials if t.parameters != reference]
         raise AutotuneError(_summarise_failures(trials, len(configs), tried)
                             + stopped) from evaluator.last_error
     key, score = best
+    run.choice = chosen_now = _settle(evaluator, configs, baseline or reference, rounds)
+    if chosen_now is not None:
+        info["choice"] = chosen_now.summary()
+        return SearchResult(best=chosen_now.winner, score=chosen_now.seconds,
+                            trials=evaluator.trials, info=info, choice=chosen_now)
     return SearchResult(best=evaluator.config(key), score=score, trials=evaluator.trials, info=info)
+
+
+def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
+            test: dict[str, Any] | None, rounds: int) -> _choice.Choice | None:
+    """Time the leaders (the :data:`~.choice.LEADERS` fastest within
+    :data:`~.choice.LEAD_MARGIN` of the best) and ``test=`` again, interleaved, within
+    :data:`~.choice.SHARE` of the search's time, and choose (:func:`~.choice.settle`)."""
+    if not rounds:
+        return None
+    searched = time.perf_counter() - evaluator.started
+    try:
+        medians = {evaluator.key(t.parameters): t.median_seconds for t in evaluator.trials
+                   if t.status is TrialStatus.OK and t.median_seconds}
+        position = {evaluator.key(c): i for i, c in enumerate(configs)}
+        ranked = sorted((k for k in medians if k != evaluator.reference),
+                        key=lambda k: (medians[k], position.get(k, len(position))))
+        best = medians[ranked[0]]
+        keys = [k for k in ranked if medians[k] <= _choice.LEAD_MARGIN * best][:_choice.LEADERS]
+        test_key = None if test is None else evaluator.key(test)
+        if test_key in medians and test_key not in keys:
+            keys.append(test_key)
+        contenders = []
+        for k in keys:
+            built = evaluator.candidate(k)
+            if built is not None:
+                contenders.append(_choice.Contender(
+                    evaluator.config(k), built, batch_iterations(built, medians[k]),
+                    position.get(k), k == test_key, k != evaluator.reference))
+        return _choice.settle(contenders, seconds=_choice.SHARE * searched, rounds=rounds)
+    finally:
+        evaluator.release()
 
 
 def _notifier() -> Callable[..., None]:

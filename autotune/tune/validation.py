@@ -84,6 +84,25 @@ def _rate_problem(name: str, value: Any) -> str | None:
     return None
 
 
+def statistics_problem(record: TuningRecord) -> str | None:
+    """Why a result's statistics of its choice (``ci_low``, ``ci_high``, ``ties``, ``spread``)
+    cannot be right, or None (each may be absent)."""
+    for name in ("ci_low", "ci_high"):
+        value = getattr(record, name)
+        if value is not None and (score_problem(value) or not math.isfinite(value)):
+            return f"{name} {value!r} is not a positive number of seconds"
+    if record.ci_low is not None and record.ci_high is not None and record.ci_low > record.ci_high:
+        return f"ci_low {record.ci_low!r} is above ci_high {record.ci_high!r}"
+    if record.ties is not None and (isinstance(record.ties, bool) or not isinstance(record.ties, int)
+                                    or record.ties < 0):
+        return f"ties {record.ties!r} is not a count"
+    spread = record.spread
+    if spread is not None and (isinstance(spread, bool) or not isinstance(spread, (int, float))
+                               or not math.isfinite(spread) or spread < 0):
+        return f"spread {spread!r} is not a finite number >= 0"
+    return None
+
+
 def _key_problem(record: TuningRecord | TrialRecord) -> str | None:
     key = record.key
     for name in ("function", "device_name", "device_platform", "driver_version"):
@@ -105,7 +124,8 @@ def record_problem(record: TuningRecord, test: dict[str, Any] | None = None) -> 
     problem = (score_problem(record.score) or _key_problem(record)
                or parameters_problem(record.parameters, test)
                or _text_problem("package_version", record.package_version, empty=True)
-               or _rate_problem("gbps", record.gbps) or _rate_problem("gflops", record.gflops))
+               or _rate_problem("gbps", record.gbps) or _rate_problem("gflops", record.gflops)
+               or statistics_problem(record))
     if problem:
         return problem
     if record.fingerprint and not _HEX.fullmatch(record.fingerprint):
@@ -133,6 +153,22 @@ def recorded_test(record: TuningRecord) -> dict[str, Any] | None:
     if not isinstance(test, dict) or parameters_problem(json.dumps(test)):
         return None
     return test
+
+
+def recorded_speedup(record: TuningRecord) -> tuple[float, float, float] | None:
+    """The speed-up over ``test=`` and its 95% interval (estimate, low, high) as the result's
+    search summary records them (``choice.speedup``); None where it does not say or says it
+    badly (results chosen without re-timing, rows of autotune before 0.3)."""
+    if record_problem(record) or not record.search:
+        return None
+    choice = load_json(record.search, "search").get("choice")
+    found = choice.get("speedup") if isinstance(choice, dict) else None
+    if not (isinstance(found, list) and len(found) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            for v in found)):
+        return None
+    estimate, low, high = (float(v) for v in found)
+    return (estimate, low, high) if low <= estimate <= high else None
 
 
 def trial_problem(trial: TrialRecord) -> str | None:

@@ -68,6 +68,9 @@ class TuningOutcome:
     trials: int
     #: why it was not stored (a ReadOnlyStoreError: never will be; else it is kept and retried)
     store_error: StoreError | None = None
+    #: the 95% interval of :attr:`speedup`, where the choice timed both again
+    speedup_interval: tuple[float, float] | None = None
+    ties: int | None = None  #: candidates that could not be told apart from the fastest
 
     @property
     def speedup(self) -> float | None:

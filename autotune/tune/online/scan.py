@@ -21,6 +21,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ... import accel
+from ..choice import median_interval, rank, spread, tie_break
 from ..records import TrialStatus
 from .timers import Timers
 
@@ -91,6 +92,11 @@ class ScanResult:
     left_out: int  #: candidates not prepared within the budget
     started: float  #: ``time.monotonic()`` at the scan's start
     off_best_seconds: float = 0.0  #: device time of its launches beyond the best's time
+    #: the statistics of the choice (:mod:`~autotune.tune.choice`), over the best's launches
+    #: round by round (None for a collective scan, which takes the slowest rank's best):
+    ties: int | None = None  #: candidates that could not be told apart from the fastest
+    interval: tuple[float, float] | None = None  #: 95% interval of the best's median
+    spread: float | None = None  #: of the best's launches
 
     @property
     def best_seconds(self) -> float:
@@ -150,7 +156,8 @@ class Scan:
         self._target = samples  #: launches per part each candidate of this round needs
         self._budget_at = math.inf  #: when this scan leaves out what is not prepared yet
         self._first: Mapping[str, Any] = {}  #: launched while nothing is timed, if a candidate
-        self._default: Mapping[str, Any] = {}  #: else this
+        self._default: Mapping[str, Any] = {}  #: else this (``test=``: it wins if tied)
+        self._order: Callable[[Mapping[str, Any]], float] | None = None
         #: part -> the candidates of its current round not launched in it yet (see _next_candidate)
         self._rounds: dict[Hashable, deque[Candidate]] = {}
         self._part_launches: dict[Hashable, int] = {}  #: part -> launches this scan, any kind
@@ -167,15 +174,15 @@ class Scan:
     # -- what the tuner calls -----------------------------------------------------------------
 
     def start(self, configurations: Iterable[Mapping[str, Any]], *, first: Mapping[str, Any],
-              default: Mapping[str, Any],
-              waiting: Callable[[Mapping[str, Any]], bool] | None = None) -> list[Candidate]:
+              default: Mapping[str, Any], waiting: Callable[[Mapping[str, Any]], bool] | None = None,
+              order: Callable[[Mapping[str, Any]], float] | None = None) -> list[Candidate]:
         """Start scanning ``configurations``, in this order. While nothing is timed, untimed
         launches use ``first`` where it is a candidate, else ``default``. The candidates whose
         parameters ``waiting`` accepts are not ready (until :meth:`prepared`): returned, to be
-        prepared."""
+        prepared. Ties are broken by :func:`choose` (``order``: the declared order)."""
         self.candidates = [Candidate(MappingProxyType(dict(c)), Fixed(MappingProxyType(dict(c))))
                            for c in configurations]
-        self._first, self._default = first, default
+        self._first, self._default, self._order = first, default, order
         self._rounds, self._part_launches, self._fallbacks, self._fastest, self._idle = {}, {}, {}, {}, {}
         self._epoch += 1
         self._target = self.samples
@@ -394,9 +401,11 @@ class Scan:
         if self._slowest is not None:  # the slowest rank's time decides, the same on every rank
             scores = self._slowest(candidates, scores)
             timed = [c for c in timed if math.isfinite(scores[id(c)])] or timed
-        best = min(timed, key=lambda c: scores[id(c)])
+            best, stats = min(timed, key=lambda c: scores[id(c)]), ()
+        else:  # the rule of a choice: ties, then test=, then the declared order
+            best, stats = choose(timed, shares, self._default, self._order)
         self._done(ScanResult(candidates, best, scores, shares, self.refined, self.left_out,
-                              self.started, _off_best_seconds(best, timed, parts)))
+                              self.started, _off_best_seconds(best, timed, parts), *stats))
 
     def _refine(self, candidates: list[Candidate], timed: list[Candidate], scores: Scores) -> bool:
         """After the first round, give the candidates within :data:`REFINE_MARGIN` of the best
@@ -432,6 +441,31 @@ def closest(timed: list[Candidate], scores: Scores) -> list[Candidate]:
     best = min(scores[id(c)] for c in timed)
     return sorted((c for c in timed if scores[id(c)] <= best * (1 + REFINE_MARGIN)),
                   key=lambda c: scores[id(c)])[:REFINE_AT_MOST]
+
+
+def choose(timed: list[Candidate], shares: Mapping[Hashable, float], test: Mapping[str, Any],
+           order: Callable[[Mapping[str, Any]], float] | None
+           ) -> tuple[Candidate, tuple[int, tuple[float, float], float]]:
+    """The best by the rule of :mod:`~autotune.tune.choice`: the candidates that cannot be told
+    apart from the fastest, launch round by launch round (each round's time the parts' mix),
+    are ties; among them ``test`` wins, else the lowest ``order`` (a place in the space's
+    declared order; else the first timed). The best, and its (ties, 95% interval, spread)."""
+    series = [_mix(c, shares) for c in timed]
+    ranking = rank(series)
+    wanted = dict(test)
+    tested = next((i for i, c in enumerate(timed) if dict(c.params) == wanted), None)
+    index = tie_break(ranking.tied, tested,
+                      lambda i: order(timed[i].params) if order is not None else i)
+    return timed[index], (len(ranking.tied) - 1, median_interval(series[index]),
+                          spread(series[index]))
+
+
+def _mix(candidate: Candidate, shares: Mapping[Hashable, float]) -> list[float]:
+    """A candidate's time round by round: its ``r``-th launch of each part, mixed by the parts'
+    shares, over the rounds every part has."""
+    rounds = min(len(candidate.samples[p]) for p in shares)
+    return [sum(share * candidate.samples[p][r] for p, share in shares.items())
+            for r in range(rounds)]
 
 
 def _off_best_seconds(best: Candidate, timed: list[Candidate], parts: list[Hashable]) -> float:

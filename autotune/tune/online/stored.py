@@ -123,7 +123,10 @@ def store(url: str, key: TuningKey, fingerprint: Fingerprint, test: dict[str, An
         package_version=autotune.__version__, fingerprint=fingerprint.digest,
         sources=fingerprint.sources_json,
         search=json.dumps(search, sort_keys=True, separators=(",", ":")),
-        origin=ResultOrigin.ONLINE.value)
+        origin=ResultOrigin.ONLINE.value,
+        ci_low=result.interval[0] if result.interval else None,
+        ci_high=result.interval[1] if result.interval else None,
+        ties=result.ties, spread=result.spread)
     return writer.finish(record, dict(best.params))
 
 

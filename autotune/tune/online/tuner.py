@@ -21,7 +21,7 @@ from ... import accel
 from ..decorator import tuner_of
 from ..serving import serving
 from ..verdicts import Fingerprint
-from ..encoding import encode_key_arguments
+from ..encoding import encode_key_arguments, encode_parameters
 from ..records import TuningKey
 from ..space import Space, SpaceError
 from ..store import database_url
@@ -101,6 +101,8 @@ class OnlineTuner:
         #: stored results must lie in this space (the template's, where the scan covers part of it)
         self._valid_space = self._fingerprint.space or self.space
         self._configurations = scan_order(configurations, self.test)  # test= first
+        #: each configuration's place in the space's declared order: ties are broken by it
+        self._declared_order = {encode_parameters(c): i for i, c in enumerate(configurations)}
         #: scanned first, in order: what this device chose for the same function under other
         #: arguments, then the ``seeds`` given
         self.seeds: list[dict[str, Any]] = []
@@ -282,12 +284,17 @@ class OnlineTuner:
         unready = self._scan.start(self._configurations,
                                    first=self.seeds[0] if self.seeds else self.test,
                                    default=self.test,
-                                   waiting=builds.waiting if builds is not None else None)
+                                   waiting=builds.waiting if builds is not None else None,
+                                   order=self._position)
         self.scans += 1
         logger.info("online tuning %s on %s: scanning %d configurations, %d launches each",
                     self.name, self.key.device_name, len(self._scan.candidates), self.samples)
         if builds is not None:
             builds.submit(unready)
+
+    def _position(self, params: Mapping[str, Any]) -> float:
+        """``params``' place in the space's declared order (after all of them if not there)."""
+        return self._declared_order.get(encode_parameters(dict(params)), math.inf)
 
     def _scan_done(self, result: ScanResult) -> None:
         """The scan ended (the lock held): lock on its best (``test=`` where every candidate

@@ -11,12 +11,13 @@ from typing import Any
 from ..records import TrialRecord, TuningKey, TuningRecord
 
 #: Version of the table layout written by this package, kept in the ``autotune_schema`` table.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: The columns of a TuningKey, in its field order.
 KEY_FIELDS = ("function", "version", "device_name", "device_platform", "driver_version", "arguments")
 RESULT_COLUMNS = (*KEY_FIELDS, "parameters", "score", "created_at", "package_version",
-                  "fingerprint", "sources", "search", "origin", "gbps", "gflops")
+                  "fingerprint", "sources", "search", "origin", "gbps", "gflops",
+                  "ci_low", "ci_high", "ties", "spread")
 TRIAL_COLUMNS = (*KEY_FIELDS, "parameters", "status", "message", "min_seconds", "median_seconds",
                  "max_seconds", "created_at", "fingerprint", "gbps", "gflops")
 #: Columns added by schema version 2: (table, column, SQL type, default).
@@ -30,6 +31,13 @@ ADDED_IN_2 = (
     ("tuning_trials", "fingerprint", "TEXT", "''"),
     ("tuning_trials", "gbps", "FLOAT", None),
     ("tuning_trials", "gflops", "FLOAT", None),
+)
+#: Columns added by schema version 3 (the statistics of a choice), all nullable.
+ADDED_IN_3 = (
+    ("tuning_results", "ci_low", "FLOAT", None),
+    ("tuning_results", "ci_high", "FLOAT", None),
+    ("tuning_results", "ties", "INTEGER", None),
+    ("tuning_results", "spread", "FLOAT", None),
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
@@ -84,6 +92,16 @@ class _Cells:
             return math.nan
         return float(value)
 
+    def count(self, name: str) -> int | None:
+        """An optional integer >= 0 (None where absent)."""
+        value = self.values.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            self.problems.append(f"{name} {value!r} is not a count")
+            return None
+        return value
+
     def timestamp(self, name: str) -> datetime:
         value = self.values.get(name)
         try:
@@ -107,7 +125,9 @@ def result_from_cells(cells: Sequence[Any], columns: Sequence[str] = RESULT_COLU
         package_version=c.text("package_version"), created_at=c.timestamp("created_at"),
         fingerprint=c.text("fingerprint"), sources=c.text("sources"), search=c.text("search"),
         origin=c.text("origin", "offline"), gbps=c.number("gbps", optional=True),
-        gflops=c.number("gflops", optional=True), malformed="",
+        gflops=c.number("gflops", optional=True), ci_low=c.number("ci_low", optional=True),
+        ci_high=c.number("ci_high", optional=True), ties=c.count("ties"),
+        spread=c.number("spread", optional=True), malformed="",
     )
     return _with_problems(record, c.problems)
 
@@ -151,6 +171,10 @@ def result_values(record: TuningRecord) -> dict[str, Any]:
         "origin": record.origin,
         "gbps": record.gbps,
         "gflops": record.gflops,
+        "ci_low": record.ci_low,
+        "ci_high": record.ci_high,
+        "ties": record.ties,
+        "spread": record.spread,
     }
 
 

@@ -52,6 +52,7 @@ from . import settings
 from .location import ReadOnlyStoreError, StoreBusyError, StoreError, StoreUnavailableError, display, hint
 from .rows import (
     ADDED_IN_2,
+    ADDED_IN_3,
     KEY_FIELDS,
     RESULT_COLUMNS,
     SCHEMA_VERSION,
@@ -118,6 +119,10 @@ tuning_results = Table(
     Column("origin", Text, nullable=False, server_default="offline"),
     Column("gbps", Float, nullable=True),
     Column("gflops", Float, nullable=True),
+    Column("ci_low", Float, nullable=True),
+    Column("ci_high", Float, nullable=True),
+    Column("ties", Integer, nullable=True),
+    Column("spread", Float, nullable=True),
     UniqueConstraint(*KEY_FIELDS, name="uq_tuning_results_key"),
     Index("ix_tuning_results_function", "function"),
 )
@@ -447,7 +452,7 @@ def _upgrade(connection: Connection, version: int) -> None:
         raise StoreError(f"unsupported schema version {version}")
     present = {table: {c["name"] for c in inspect(connection).get_columns(table)}
                for table in ("tuning_results", "tuning_trials")}
-    for table, column, kind, default in ADDED_IN_2:
+    for table, column, kind, default in (*ADDED_IN_2, *ADDED_IN_3):
         if column in present[table]:
             continue
         clause = f" NOT NULL DEFAULT {default}" if default is not None else ""

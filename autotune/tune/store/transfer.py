@@ -37,7 +37,9 @@ def record_to_row(record: TuningRecord) -> dict[str, Any]:
     row.update(parameters=record.parameters, score=record.score,
                created_at=record.created_at.isoformat(), package_version=record.package_version,
                fingerprint=record.fingerprint, sources=record.sources, search=record.search,
-               origin=record.origin, gbps=record.gbps, gflops=record.gflops)
+               origin=record.origin, gbps=record.gbps, gflops=record.gflops,
+               ci_low=record.ci_low, ci_high=record.ci_high, ties=record.ties,
+               spread=record.spread)
     return row
 
 
@@ -169,6 +171,18 @@ def _number(value: Any, name: str) -> float | None:
     return float(value)
 
 
+def _count(value: Any, name: str) -> int | None:
+    """An optional count (an integer >= 0, as a number or as text)."""
+    if value in ("", None):
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{name} {value!r} is not a count")
+    number = float(value)
+    if not (number.is_integer() and 0 <= number <= _MAX_VERSION):
+        raise ValueError(f"{name} {str(value)[:40]!r} is not a count")
+    return int(number)
+
+
 def record_from_row(row: dict[str, Any], where: str) -> TuningRecord:
     """One export row as a record; ValueError naming ``where`` and the field for a bad cell."""
     missing = [f for f in _REQUIRED if f not in row]
@@ -203,6 +217,11 @@ def record_from_row(row: dict[str, Any], where: str) -> TuningRecord:
         gbps = _number(row.get("gbps"), "gbps")
         field = "gflops"
         gflops = _number(row.get("gflops"), "gflops")
+        stats: dict[str, Any] = {}
+        for field in ("ci_low", "ci_high", "spread"):
+            stats[field] = _number(row.get(field), field)
+        field = "ties"
+        stats["ties"] = _count(row.get("ties"), "ties")
         texts = {}
         for field in ("package_version", "fingerprint", "sources", "search", "origin"):
             value = row.get(field)
@@ -213,7 +232,7 @@ def record_from_row(row: dict[str, Any], where: str) -> TuningRecord:
                           package_version=texts["package_version"] or "unknown",
                           fingerprint=texts["fingerprint"], sources=texts["sources"],
                           search=texts["search"], origin=texts["origin"] or "offline",
-                          gbps=gbps, gflops=gflops)
+                          gbps=gbps, gflops=gflops, **stats)
     if created_at is not None:
         from dataclasses import replace
 

@@ -1,0 +1,270 @@
+"""Statistics of a choice: the leading candidates and ``test=`` timed again side by side, their
+95% intervals, the ties, and the one rule that breaks them.
+
+A search ranks candidates by the median of a few batches each, taken one candidate after
+another; on a busy machine that ranking changes from run to run. Before a winner is stored,
+:func:`settle` times the leading candidates and ``test=`` again, interleaved (one batch of each
+in turn, round after round: A B C A B C ...), so that each round sees the machine in one state,
+until the ranking is settled at 95% confidence or the sample budget is spent. Then:
+
+- **Intervals.** A time's 95% interval is the distribution-free interval of the median of its
+  batches: two of its order statistics, chosen with the binomial distribution (no assumption on
+  the shape of the noise; a batch slowed by other work moves it by one rank, not by its size).
+  It needs :data:`MIN_ROUNDS` batches for 95%.
+- **Ties.** Each candidate is compared with the fastest (the lowest median) round by round: the
+  log of its batch's time over the fastest's batch of the same round, so that the machine's slow
+  stretches cancel. It is a *tie* when the 95% interval of the median of those log-ratios reaches
+  down to the resolution: the larger of :data:`RESOLUTION` and the batches' spread (a difference
+  smaller than the noise of one batch does not reproduce from one tuning to the next on that
+  machine). It is *settled* once that interval lies wholly above the resolution (slower) or
+  wholly below it (surely a tie).
+- **The rule.** Among the ties the winner is ``test=`` if it is one, else the earliest in the
+  space's declared order (:func:`tie_break`): the same inputs give the same answer on a noisy
+  machine. The online tuner locks by the same rule.
+- **Spread.** How much one batch varies: the interquartile range of the batches over 1.349 times
+  their median (a robust relative standard deviation: 0.02 for Gaussian noise of 2%). Above
+  :data:`NOISY` the machine is too noisy to rank, and the tuner warns once.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .measurement import Measurement
+
+logger = logging.getLogger("autotune.tune")
+
+#: The confidence of every interval and of the ties.
+CONFIDENCE = 0.95
+#: The smallest relative difference told apart (the batches' spread where it is larger).
+RESOLUTION = 0.005
+#: Candidates timed again besides ``test=``: the fastest ones of the search...
+LEADERS = 4
+#: ... whose median is within this factor of the best's.
+LEAD_MARGIN = 1.25
+#: Rounds always timed (the fewest batches that give a 95% interval of a median).
+MIN_ROUNDS = 6
+#: Rounds at most, unless ``search_settings(settle=...)`` says otherwise (0: no re-timing).
+MAX_ROUNDS = 64
+#: The re-timing stops once it has taken this share of the search's time (after MIN_ROUNDS).
+SHARE = 0.1
+#: A winner's spread above this says the machine is too noisy to rank candidates: one warning.
+NOISY = 0.05
+
+
+def order_rank(n: int, confidence: float = CONFIDENCE) -> int:
+    """The 1-based rank ``k`` for which the ``k``-th smallest and ``k``-th largest of ``n``
+    samples hold their median with at least ``confidence`` (1 where ``n`` is too small for it:
+    fewer than 6 samples at 95%)."""
+    alpha, found, below = 1 - confidence, 1, 0
+    for k in range(1, (n + 1) // 2 + 1):
+        below += math.comb(n, k - 1)  # outcomes with at most k - 1 samples under the median
+        if 2 * below / 2 ** n > alpha:
+            break
+        found = k
+    return found
+
+
+def median_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """The distribution-free ``confidence`` interval of the median of ``samples``."""
+    ordered = sorted(samples)
+    k = order_rank(len(ordered), confidence)
+    return ordered[k - 1], ordered[-k]
+
+
+def spread(samples: Sequence[float]) -> float:
+    """The interquartile range of ``samples`` over 1.349 times their median (0 for fewer than
+    two samples)."""
+    if len(samples) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    middle = statistics.median(samples)
+    return (q3 - q1) / (1.349 * middle) if middle > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """Which of several series of batch times (one per candidate, round by round) cannot be told
+    apart from the fastest (:func:`rank`)."""
+
+    fastest: int  #: the index of the series with the lowest median
+    tied: tuple[int, ...]  #: the fastest and its ties, in index order
+    slower: tuple[int, ...]  #: told apart from the fastest: slower
+    settled: bool  #: every comparison is sure at the confidence, with enough rounds
+    resolution: float  #: the relative difference told apart
+    noise: float  #: the median of the series' spreads
+
+
+def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
+         confidence: float = CONFIDENCE, least: int = MIN_ROUNDS) -> Ranking:
+    """Compare each series with the fastest, round by round over the rounds both have (see
+    the module docstring); ``least``: rounds a comparison needs to count as settled."""
+    medians = [statistics.median(s) for s in series]
+    fastest = min(range(len(series)), key=lambda i: (medians[i], i))
+    noise = statistics.median(spread(s) for s in series)
+    resolution = max(floor, noise)
+    limit = math.log1p(resolution)
+    best = series[fastest]
+    tied, slower, settled = [fastest], [], True
+    for i, s in enumerate(series):
+        if i == fastest:
+            continue
+        n = min(len(s), len(best))
+        low, high = median_interval([math.log(s[r] / best[r]) for r in range(n)], confidence)
+        if low > limit:
+            slower.append(i)
+        else:
+            tied.append(i)
+        settled = settled and n >= least and (low > limit or high <= limit)
+    return Ranking(fastest, tuple(sorted(tied)), tuple(slower), settled, resolution, noise)
+
+
+def tie_break(tied: Sequence[int], test: int | None, position: Callable[[int], float]) -> int:
+    """The winner among ``tied`` (indices): ``test`` if it is one of them, else the one with
+    the lowest ``position`` (the space's declared order; ties of that by index)."""
+    if test is not None and test in tied:
+        return test
+    return min(tied, key=lambda i: (position(i), i))
+
+
+@dataclass
+class Contender:
+    """One candidate timed again: its ``measure(iterations)`` and its batches."""
+
+    config: dict[str, Any]
+    measure: Callable[[int], float]
+    iterations: int = 1  #: calls a batch
+    position: int | None = None  #: in the space's declared order; None outside the space
+    test: bool = False  #: the ``test=`` configuration
+    eligible: bool = True  #: may win (``test=`` outside the space is timed, never chosen)
+    samples: list[float] = field(default_factory=list)  #: seconds a call, one per round
+    failed: str = ""
+    retired: bool = False  #: surely slower: not timed in later rounds
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What :func:`settle` chose, with its statistics (times in seconds per call)."""
+
+    winner: dict[str, Any]
+    seconds: float  #: the winner's median
+    ci_low: float  #: the 95% interval of the winner's median
+    ci_high: float
+    ties: int  #: candidates that cannot be told apart from the fastest (besides it)
+    spread: float  #: of the winner's batches (see :func:`spread`)
+    rounds: int  #: interleaved rounds timed
+    settled: bool  #: the ranking was settled before the budget was spent
+    resolution: float  #: the relative difference told apart
+    contenders: int  #: candidates timed again, ``test=`` included
+    retime_seconds: float  #: wall time of the re-timing
+    tied: tuple[dict[str, Any], ...] = ()  #: the fastest and its ties
+    test_seconds: float | None = None  #: ``test=``'s median, where it was timed again
+    test_low: float | None = None
+    test_high: float | None = None
+
+    @property
+    def speedup(self) -> tuple[float, float, float] | None:
+        """How many times faster than ``test=`` the winner is, with the interval from the two
+        medians' intervals (``test=``'s low over the winner's high, and the reverse)."""
+        if self.test_seconds is None or self.test_low is None or self.test_high is None:
+            return None
+        return (self.test_seconds / self.seconds, self.test_low / self.ci_high,
+                self.test_high / self.ci_low)
+
+    @property
+    def noisy(self) -> bool:
+        """The winner's batches spread more than :data:`NOISY`: too noisy to rank."""
+        return self.spread > NOISY
+
+    def summary(self) -> dict[str, Any]:
+        """The choice as plain JSON values (for a result's ``search`` text)."""
+        speedup = self.speedup
+        return {"rounds": self.rounds, "settled": self.settled, "contenders": self.contenders,
+                "ties": self.ties, "resolution": round(self.resolution, 6),
+                "seconds": round(self.retime_seconds, 3),
+                "speedup": None if speedup is None else [round(v, 4) for v in speedup],
+                "test_interval": None if self.test_low is None else [self.test_low, self.test_high]}
+
+
+def _batch(c: Contender, iterations: int) -> float | None:
+    """One batch of ``c`` (its setup first, untimed), or None with ``c.failed`` set."""
+    try:
+        if isinstance(c.measure, Measurement) and c.measure.setup is not None:
+            c.measure.setup()
+        seconds = c.measure(iterations)
+        if not (seconds > 0 and math.isfinite(seconds)):
+            raise ValueError(f"measure returned {seconds} seconds")
+        return seconds
+    except Exception as exc:  # the candidate is left out of the choice; the rest go on
+        c.failed = f"{type(exc).__name__}: {exc}"
+        logger.info("timing %s again failed (%s); it is left out of the choice", c.config, c.failed)
+        return None
+
+
+def _finish(contenders: Sequence[Contender]) -> None:
+    for c in contenders:
+        if isinstance(c.measure, Measurement):
+            try:
+                c.measure.finish()
+            except Exception as exc:  # restoring one candidate's buffers must not lose the choice
+                logger.info("restoring after %s failed: %s", c.config, exc)
+
+
+def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
+           rounds: int = MAX_ROUNDS, clock: Callable[[], float] = time.perf_counter) -> Choice | None:
+    """Time ``contenders`` interleaved, round after round, until their ranking is settled, or
+    ``rounds`` rounds are timed, or (after :data:`MIN_ROUNDS`) ``seconds`` are spent; then choose
+    among the ties by :func:`tie_break`. None where every contender failed or none may win."""
+    started = clock()
+    live = [c for c in contenders if _batch(c, 1) is not None]  # a warm-up call each
+    done, ranking = 0, None
+    try:
+        while live:
+            for c in live:
+                if not c.retired:
+                    value = _batch(c, c.iterations)
+                    if value is not None:
+                        c.samples.append(value)
+            live = [c for c in live if not c.failed]
+            done += 1
+            if not live or done < min(MIN_ROUNDS, rounds):
+                continue
+            ranking = rank([c.samples for c in live])
+            if ranking.settled or done >= rounds or (seconds is not None
+                                                     and clock() - started >= seconds):
+                break
+            for i in ranking.slower:  # surely slower, with an interval of its own: no more batches
+                live[i].retired = live[i].retired or len(live[i].samples) >= MIN_ROUNDS
+    finally:
+        _finish(contenders)
+    if not live or ranking is None or not any(c.eligible for c in live):
+        return None
+    return _choice(live, ranking, done, clock() - started)
+
+
+def _choice(live: list[Contender], ranking: Ranking, rounds: int, spent: float) -> Choice:
+    tied = [i for i in ranking.tied if live[i].eligible]
+    test = next((i for i, c in enumerate(live) if c.test), None)
+    if tied:
+        index = tie_break(tied, test, lambda i: math.inf if live[i].position is None
+                          else live[i].position)
+    else:  # the fastest may not win (test= outside the space) and nothing eligible is tied
+        index = min((i for i, c in enumerate(live) if c.eligible),
+                    key=lambda i: statistics.median(live[i].samples))
+    w = live[index]
+    low, high = median_interval(w.samples)
+    timed = live[test] if test is not None else None
+    test_low, test_high = median_interval(timed.samples) if timed is not None else (None, None)
+    return Choice(
+        winner=dict(w.config), seconds=statistics.median(w.samples), ci_low=low, ci_high=high,
+        ties=len(ranking.tied) - 1, spread=spread(w.samples), rounds=rounds,
+        settled=ranking.settled, resolution=ranking.resolution, contenders=len(live),
+        retime_seconds=spent, tied=tuple(dict(live[i].config) for i in ranking.tied),
+        test_seconds=statistics.median(timed.samples) if timed is not None else None,
+        test_low=test_low, test_high=test_high)

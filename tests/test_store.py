@@ -137,7 +137,8 @@ def test_tables_and_columns(store, url):
 
         result_columns = {c["name"] for c in inspector.get_columns("tuning_results")}
         assert result_columns == {"id", *key_columns, "parameters", "score", "created_at", "package_version",
-                                  "fingerprint", "sources", "search", "origin", "gbps", "gflops"}
+                                  "fingerprint", "sources", "search", "origin", "gbps", "gflops",
+                                  "ci_low", "ci_high", "ties", "spread"}
         unique = inspector.get_unique_constraints("tuning_results")
         assert [u["column_names"] for u in unique] == [key_columns]
         assert ["function"] in [i["column_names"] for i in inspector.get_indexes("tuning_results")]

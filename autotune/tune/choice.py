@@ -14,9 +14,9 @@ until the ranking is settled at 95% confidence or the sample budget is spent. Th
 - **Ties.** Each candidate is compared with the fastest (the lowest median) round by round: the
   log of its batch's time over the fastest's batch of the same round, so that the machine's slow
   stretches cancel. It is a *tie* when the 95% interval of the median of those log-ratios reaches
-  down to the resolution: the larger of :data:`RESOLUTION` and the batches' spread (a difference
-  smaller than the noise of one batch does not reproduce from one tuning to the next on that
-  machine). It is *settled* once that interval lies wholly above the resolution (slower) or
+  down to the resolution: the larger of :data:`RESOLUTION` and the noise of one batch that those
+  ratios show (a difference smaller than the noise of one batch does not reproduce from one
+  tuning to the next on that machine; what slows both batches of a round alike cancels). It is *settled* once that interval lies wholly above the resolution (slower) or
   wholly below it (surely a tie).
 - **The rule.** Among the ties the winner is ``test=`` if it is one, else the earliest in the
   space's declared order (:func:`tie_break`): the same inputs give the same answer on a noisy
@@ -44,10 +44,9 @@ logger = logging.getLogger("autotune.tune")
 CONFIDENCE = 0.95
 #: The smallest relative difference told apart (the batches' spread where it is larger).
 RESOLUTION = 0.005
-#: Candidates timed again besides ``test=``: the fastest ones of the search...
+#: Candidates timed again besides ``test=``: the fastest ones of the search (on a noisy machine
+#: the search's medians are rough: no margin keeps out a candidate that could be tied).
 LEADERS = 4
-#: ... whose median is within this factor of the best's.
-LEAD_MARGIN = 1.25
 #: Rounds always timed (the fewest batches that give a 95% interval of a median).
 MIN_ROUNDS = 6
 #: Rounds at most, unless ``search_settings(settle=...)`` says otherwise (0: no re-timing).
@@ -88,6 +87,16 @@ def spread(samples: Sequence[float]) -> float:
     return (q3 - q1) / (1.349 * middle) if middle > 0 else 0.0
 
 
+def _paired_noise(ratios: Sequence[float]) -> float:
+    """The noise of one batch that round-by-round log-ratios show: their interquartile range
+    over 1.349, over the square root of 2 (two batches make a ratio); what the machine does to
+    both batches of a round alike (another job's burst) cancels out of it."""
+    if len(ratios) < 2:
+        return 0.0
+    q1, _, q3 = statistics.quantiles(ratios, n=4, method="inclusive")
+    return (q3 - q1) / (1.349 * math.sqrt(2))
+
+
 @dataclass(frozen=True)
 class Ranking:
     """Which of several series of batch times (one per candidate, round by round) cannot be told
@@ -98,7 +107,7 @@ class Ranking:
     slower: tuple[int, ...]  #: told apart from the fastest: slower
     settled: bool  #: every comparison is sure at the confidence, with enough rounds
     resolution: float  #: the relative difference told apart
-    noise: float  #: the median of the series' spreads
+    noise: float  #: of one batch, as the round-by-round ratios show it (the median over them)
 
 
 def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
@@ -107,16 +116,16 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
     the module docstring); ``least``: rounds a comparison needs to count as settled."""
     medians = [statistics.median(s) for s in series]
     fastest = min(range(len(series)), key=lambda i: (medians[i], i))
-    noise = statistics.median(spread(s) for s in series)
+    best = series[fastest]
+    ratios = {i: [math.log(s[r] / best[r]) for r in range(min(len(s), len(best)))]
+              for i, s in enumerate(series) if i != fastest}
+    noise = statistics.median(_paired_noise(d) for d in ratios.values()) if ratios else 0.0
     resolution = max(floor, noise)
     limit = math.log1p(resolution)
-    best = series[fastest]
     tied, slower, settled = [fastest], [], True
-    for i, s in enumerate(series):
-        if i == fastest:
-            continue
-        n = min(len(s), len(best))
-        low, high = median_interval([math.log(s[r] / best[r]) for r in range(n)], confidence)
+    for i, d in ratios.items():
+        n = len(d)
+        low, high = median_interval(d, confidence)
         if low > limit:
             slower.append(i)
         else:

@@ -332,9 +332,9 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
 
 def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
             test: dict[str, Any] | None, rounds: int) -> _choice.Choice | None:
-    """Time the leaders (the :data:`~.choice.LEADERS` fastest within
-    :data:`~.choice.LEAD_MARGIN` of the best) and ``test=`` again, interleaved, within
-    :data:`~.choice.SHARE` of the search's time, and choose (:func:`~.choice.settle`)."""
+    """Time the leaders (the :data:`~.choice.LEADERS` fastest) and ``test=`` again,
+    interleaved, within :data:`~.choice.SHARE` of the search's time, and choose
+    (:func:`~.choice.settle`)."""
     if not rounds:
         return None
     searched = time.perf_counter() - evaluator.started
@@ -344,8 +344,7 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
         position = {evaluator.key(c): i for i, c in enumerate(configs)}
         ranked = sorted((k for k in medians if k != evaluator.reference),
                         key=lambda k: (medians[k], position.get(k, len(position))))
-        best = medians[ranked[0]]
-        keys = [k for k in ranked if medians[k] <= _choice.LEAD_MARGIN * best][:_choice.LEADERS]
+        keys = ranked[:_choice.LEADERS]
         test_key = None if test is None else evaluator.key(test)
         if test_key in medians and test_key not in keys:
             keys.append(test_key)

@@ -1,0 +1,331 @@
+"""Statistics of a choice (issue 41): the leaders and ``test=`` timed again interleaved, the
+95% intervals, the ties and the fixed rule that breaks them, on real kernels and on replayed
+landscapes with injected noise; what a stored result records of it, and where it is shown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+import sqlite3
+import time
+from math import comb
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune import tune
+from autotune.cli import main
+from autotune.tune import choice
+from autotune.tune.choice import Contender, median_interval, order_rank, rank, settle, spread, tie_break
+from autotune.tune.online.scan import Candidate, Fixed, choose
+from autotune.tune.search import TuningRun, tuning_run
+from autotune.tune.store import ResultStore, export_text, read_import
+
+from test_trust import StandIn
+
+
+# -- the statistics ------------------------------------------------------------------------------
+
+
+def _coverage(n: int, k: int) -> float:
+    """P(the k-th smallest <= median <= the k-th largest) for n samples, by counting."""
+    return 1 - 2 * sum(comb(n, j) for j in range(k)) / 2 ** n
+
+
+@pytest.mark.parametrize("n", [3, 6, 7, 10, 20, 64])
+def test_the_median_interval_takes_the_tightest_order_statistics_that_hold_95_percent(n):
+    k = order_rank(n)
+    if n < 6:  # too few for 95% even with the extremes: the extremes
+        assert k == 1 and _coverage(n, 1) < 0.95
+        return
+    assert _coverage(n, k) >= 0.95 and _coverage(n, k + 1) < 0.95
+
+
+def test_the_median_interval_holds_the_true_median_95_times_in_100():
+    rng = np.random.default_rng(0)
+    draws = rng.lognormal(0.0, 0.3, size=(2000, 12))  # skewed, as batch times are; median 1
+    held = sum(low <= 1.0 <= high for low, high in map(median_interval, draws))
+    assert 0.95 <= held / 2000 <= 0.995  # (n = 12: coverage 96.1%)
+
+
+def test_spread_is_the_relative_noise_of_one_batch():
+    rng = np.random.default_rng(1)
+    assert spread(list(1e-3 * (1 + 0.02 * rng.standard_normal(4000)))) == pytest.approx(0.02, rel=0.1)
+    assert spread([1e-3] * 8) == 0.0 and spread([1e-3]) == 0.0
+
+
+def _noisy(seconds: float, noise: float, rng: random.Random):
+    """A replayed landscape's measure: its time, times Gaussian noise of ``noise``."""
+    return lambda iterations: seconds * (1 + noise * rng.gauss(0, 1))
+
+
+def test_close_candidates_under_noise_are_tied_and_a_clearly_slower_one_is_not():
+    rng = random.Random(3)
+    series = [[_noisy(s, 0.02, rng)(1) for _ in range(40)] for s in (1.003e-3, 1.0e-3, 1.2e-3)]
+    found = rank(series)
+    assert set(found.tied) == {0, 1} and found.slower == (2,)
+    assert found.resolution >= 0.015  # the resolution follows the noise (2%)
+    quiet = rank([[1.0e-3] * 8, [1.01e-3] * 8])  # no noise: 1% is told apart
+    assert quiet.tied == (0,) and quiet.slower == (1,) and quiet.settled
+    assert rank([[1.0e-3] * 8, [1.004e-3] * 8]).tied == (0, 1)  # under the 0.5% floor
+
+
+def test_the_tie_rule_takes_test_if_tied_else_the_earliest_declared():
+    position = {0: 5, 1: 2, 2: 9}.__getitem__
+    assert tie_break([0, 1, 2], None, position) == 1
+    assert tie_break([0, 1, 2], 2, position) == 2
+    assert tie_break([0, 1], 2, position) == 1  # test= not tied: the declared order decides
+
+
+# -- settling on replayed landscapes ---------------------------------------------------------------
+
+
+def _two_close(seed: int, *, test_first: bool = False) -> choice.Choice:
+    """Two candidates 0.3% apart under 2% noise, the slower declared first."""
+    rng = random.Random(seed)
+    slow = Contender({"c": "slow"}, _noisy(1.003e-3, 0.02, rng), position=0, test=test_first)
+    fast = Contender({"c": "fast"}, _noisy(1.0e-3, 0.02, rng), position=1)
+    found = settle([fast, slow])
+    assert found is not None
+    return found
+
+
+def test_two_candidates_within_noise_give_the_same_winner_every_run():
+    runs = [_two_close(seed) for seed in range(8)]
+    assert {r.winner["c"] for r in runs} == {"slow"}  # the earliest declared, every time
+    assert all(r.ties >= 1 for r in runs)
+    assert all(r.ci_low <= r.seconds <= r.ci_high for r in runs)
+    assert all(0.01 <= r.spread <= 0.03 for r in runs)
+
+
+def test_a_search_over_a_replayed_landscape_gives_the_same_winner_every_run():
+    """Through ``tune.search``: its own re-timing budget (a tenth of the search) and rule."""
+    def generate(seed):
+        rng = random.Random(seed)
+        return lambda c: _noisy({"slow": 1.003e-3, "fast": 1.0e-3}[c], 0.02, rng)
+
+    winners = set()
+    for seed in range(8):
+        result = tune.search(generate(seed), {"c": ["slow", "fast"]}, workers=0)
+        winners.add(result.best["c"])
+        assert result.choice.ties >= 1 and result.choice.rounds >= choice.MIN_ROUNDS
+    assert winners == {"slow"}
+
+
+def test_test_wins_when_tied_even_declared_last():
+    assert {_two_close(seed, test_first=True).winner["c"] for seed in range(4)} == {"slow"}
+    rng = random.Random(0)
+    test = Contender({"c": "test"}, _noisy(1.001e-3, 0.02, rng), position=7, test=True)
+    other = Contender({"c": "other"}, _noisy(1.0e-3, 0.02, rng), position=0)
+    found = settle([other, test])
+    assert found.winner == {"c": "test"} and found.speedup[1] <= 1 <= found.speedup[2]
+
+
+def test_a_clearly_faster_candidate_wins_and_the_speedup_has_its_interval():
+    rng = random.Random(5)
+    test = Contender({"c": "test"}, _noisy(3e-3, 0.01, rng), position=0, test=True)
+    fast = Contender({"c": "fast"}, _noisy(1e-3, 0.01, rng), position=1)
+    found = settle([fast, test], rounds=20)
+    assert found.winner == {"c": "fast"} and found.ties == 0 and found.settled
+    estimate, low, high = found.speedup
+    assert low <= 3.0 <= high and low <= estimate <= high and high / low < 1.1
+
+
+def test_test_outside_the_space_is_timed_but_never_chosen():
+    rng = random.Random(2)
+    outside = Contender({"c": "test"}, _noisy(0.5e-3, 0.01, rng), test=True, eligible=False)
+    inside = Contender({"c": "in"}, _noisy(1e-3, 0.01, rng), position=0)
+    found = settle([inside, outside])
+    assert found.winner == {"c": "in"} and found.speedup[0] == pytest.approx(0.5, rel=0.05)
+
+
+def test_a_candidate_that_fails_when_timed_again_is_left_out():
+    def broken(iterations):
+        raise RuntimeError("the device went away")
+
+    found = settle([Contender({"c": 1}, broken, position=0),
+                    Contender({"c": 2}, lambda i: 1e-3, position=1)])
+    assert found.winner == {"c": 2} and found.contenders == 1
+    assert settle([Contender({"c": 1}, broken, position=0)]) is None
+
+
+# -- real kernels ------------------------------------------------------------------------------------
+
+SPIN = """KERNEL void spin(GLOBAL float *y, unsigned int n)
+{
+    // ${label}
+    const size_t i = get_global_id(0);
+    float v = y[i];
+    for (unsigned int k = 0; k < ${work}u * n; ++k)
+        v = v * 0.999f + 0.001f;
+    y[i] = v;
+}
+"""
+
+
+def test_real_kernels_within_noise_are_tied_and_the_rule_chooses(context, tmp_path):
+    """Two labels of one kernel (ties whatever the machine) and twice the work (test=)."""
+    path = tmp_path / "spin.mako"
+    path.write_text(SPIN)
+    queue = context.create_tuning_command_queue()
+    y = context.to_device(queue, np.zeros(256, np.float32))
+
+    def generate(work, label):
+        kernel = context.build(path, {"work": work, "label": label}).get_kernel("spin")
+        return tune.make_measure(queue, lambda: queue.enqueue_kernel(
+            kernel, [y, np.uint32(20000)], 256, 64))
+
+    space = tune.Space({"work": [1, 2], "label": ["a", "b"]})
+    test = {"work": 2, "label": "a"}
+    with tuning_run(TuningRun(baseline=test)):
+        result = tune.search(generate, space, workers=0)
+    found = result.choice
+    assert found.contenders == 4 and found.rounds >= choice.MIN_ROUNDS
+    tied = [dict(c) for c in found.tied]
+    assert {"work": 1, "label": "a"} in tied and {"work": 1, "label": "b"} in tied
+    declared = space.configurations()
+    assert result.best == (test if test in tied else min(tied, key=declared.index))
+    assert found.ci_low <= found.seconds <= found.ci_high and result.score == found.seconds
+    estimate, low, high = found.speedup
+    assert low <= estimate <= high
+    if not found.noisy:  # a machine quiet enough to rank: twice the work is told apart
+        assert result.best == {"work": 1, "label": "a"} and found.ties >= 1
+        assert 1.2 < low and high < 2.5
+
+
+# -- what is stored, shown and exchanged ------------------------------------------------------------
+
+
+class NoisyTemplate:
+    """A replayed landscape under injected noise (``noise`` per batch), through the
+    decorator: block 3 is fastest, block 2 within 0.3% of it."""
+
+    autotune_version = 0
+    autotune_sources = ()
+    noise = 0.02
+
+    @classmethod
+    def autotune_space(cls, context, size):
+        return tune.Space({"block": [1, 2, 3, 4]})
+
+    @classmethod
+    @tune.autotuner(test={"block": 1})
+    def autotune(cls, context, size):
+        rng = random.Random(time.perf_counter_ns())
+        times = {1: 4e-6, 2: 1.003e-6, 3: 1e-6, 4: 2e-6}
+
+        def generate(block):
+            return _noisy(times[block] * size, cls.noise, rng)
+
+        return tune.autotune(generate)
+
+
+def test_a_stored_result_records_the_choice_and_every_view_shows_it(db, tmp_path, capsys):
+    tune.serving().clear_memo()
+    NoisyTemplate.autotune.retune(NoisyTemplate, StandIn(), 1)
+    (record,) = ResultStore.open(db).records()
+    assert json.loads(record.parameters) == {"block": 2}  # tied with 3, declared first
+    assert record.ties >= 1 and record.ci_low <= record.score <= record.ci_high
+
+    frame = tune.results_frame(db)
+    row = frame.iloc[0]
+    assert (row.ci_low, row.ci_high, row.ties) == (record.ci_low, record.ci_high, record.ties)
+    assert row.speedup_low <= row.speedup <= row.speedup_high
+    assert row.speedup == pytest.approx(4, rel=0.1)
+
+    assert main(["show", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "95% interval" in out and "ties" in out and f"{row.speedup:.2f}x (" in out
+
+    assert main(["report", "--db", str(db), "--out", str(tmp_path / "report")]) == 0
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert "95% interval" in page and f"{row.speedup:.2f}x ({row.speedup_low:.2f}-" in page
+
+    for fmt in ("csv", "json"):  # export and import keep the statistics
+        path = tmp_path / f"out.{fmt}"
+        path.write_text(export_text([record], fmt))
+        (back,) = read_import(path).records
+        assert (back.ci_low, back.ci_high, back.ties, back.spread) == \
+            (record.ci_low, record.ci_high, record.ties, record.spread)
+
+
+def test_a_machine_too_noisy_to_rank_gets_one_warning_with_the_figure(db, caplog, monkeypatch):
+    monkeypatch.setattr(NoisyTemplate, "noise", 0.15)
+    with tune.using_serving(), caplog.at_level(logging.WARNING, logger="autotune.tune"):
+        NoisyTemplate.autotune.retune(NoisyTemplate, StandIn(), 1)
+        NoisyTemplate.autotune.retune(NoisyTemplate, StandIn(), 2)
+    warned = [r.getMessage() for r in caplog.records if "too noisy to rank" in r.getMessage()]
+    assert len(warned) == 1
+    spread_now = ResultStore.open(db).records()[0].spread
+    assert spread_now > choice.NOISY and "% (more than 5%)" in warned[0]
+
+
+def test_an_invalid_statistic_makes_a_row_invalid(db):
+    tune.serving().clear_memo()
+    NoisyTemplate.autotune.retune(NoisyTemplate, StandIn(), 1)
+    with sqlite3.connect(db) as connection:
+        connection.execute("UPDATE tuning_results SET ci_low = ci_high * 2")
+    connection.close()
+    (record,) = ResultStore.open(db).records()
+    assert "ci_low" in tune.validation.record_problem(record)
+
+
+def _version_2_copy(tmp_path: Path) -> Path:
+    """The committed example database as autotune 0.2 wrote it: schema 2, without the columns
+    of the statistics."""
+    path = tmp_path / "v2.db"
+    path.write_bytes((Path(__file__).parent.parent / "tune.db.example").read_bytes())
+    with sqlite3.connect(path) as connection:
+        for column in ("ci_low", "ci_high", "ties", "spread"):
+            connection.execute(f"ALTER TABLE tuning_results DROP COLUMN {column}")
+        connection.execute("UPDATE autotune_schema SET schema_version = 2")
+    connection.close()
+    return path
+
+
+def test_a_version_2_database_is_served_read_only_and_upgraded_when_written(tmp_path):
+    path = _version_2_copy(tmp_path)
+    with ResultStore(f"sqlite:///{path}", read_only=True) as store:
+        old = store.records()
+        assert old and all(r.ci_low is None and r.ties is None for r in old)
+        assert all(tune.validation.record_problem(r) is None for r in old)
+    with ResultStore(f"sqlite:///{path}") as store:
+        assert [r.parameters for r in store.records()] == [r.parameters for r in old]
+        record = old[0]
+        from dataclasses import replace
+
+        store.put(replace(record, ci_low=1e-6, ci_high=2e-6, ties=3, spread=0.01))
+        assert store.get(record.key).ties == 3
+    with sqlite3.connect(path) as connection:
+        assert connection.execute("SELECT schema_version FROM autotune_schema").fetchone() == (3,)
+    connection.close()
+
+
+# -- the online scan's lock ------------------------------------------------------------------------
+
+
+def _candidate(params: dict, samples: list[float]) -> Candidate:
+    c = Candidate(params, Fixed(params))
+    c.samples[None] = samples
+    return c
+
+
+def test_the_online_scan_locks_by_the_same_rule():
+    rng = random.Random(4)
+    noisy = lambda s: [s * (1 + 0.02 * rng.gauss(0, 1)) for _ in range(16)]  # noqa: E731
+    fast, close, test, slow = ({"w": w} for w in (1, 2, 3, 4))
+    order = {1: 2, 2: 1, 3: 3, 4: 0}
+    timed = [_candidate(fast, noisy(1.0)), _candidate(close, noisy(1.003)),
+             _candidate(test, noisy(1.3)), _candidate(slow, noisy(2.0))]
+    by_order = lambda p: order[p["w"]]  # noqa: E731
+    best, (ties, interval, found_spread) = choose(timed, {None: 1.0}, test, by_order)
+    assert best.params == close and ties == 1  # tied with the fastest, declared before it
+    assert interval[0] <= 1.003 * 1.02 and interval[1] >= 1.003 * 0.98 and found_spread > 0
+    timed[2] = _candidate(test, noisy(1.001))  # test= tied as well: it wins
+    assert choose(timed, {None: 1.0}, test, by_order)[0].params == test
+    timed = [_candidate(fast, [1.0] * 8), _candidate(close, [1.05] * 8)]  # told apart
+    assert choose(timed, {None: 1.0}, test, by_order)[0].params == fast
+    assert math.isfinite(choose(timed, {None: 1.0}, test, None)[1][2])

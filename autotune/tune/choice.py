@@ -113,7 +113,9 @@ class Ranking:
 def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
          confidence: float = CONFIDENCE, least: int = MIN_ROUNDS) -> Ranking:
     """Compare each series with the fastest, round by round over the rounds both have (see
-    the module docstring); ``least``: rounds a comparison needs to count as settled."""
+    the module docstring). ``least``: rounds a comparison needs for its interval; with fewer
+    (an online scan's few launches), the median of the ratios alone is held against the
+    resolution, and nothing is settled."""
     medians = [statistics.median(s) for s in series]
     fastest = min(range(len(series)), key=lambda i: (medians[i], i))
     best = series[fastest]
@@ -125,7 +127,8 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
     tied, slower, settled = [fastest], [], True
     for i, d in ratios.items():
         n = len(d)
-        low, high = median_interval(d, confidence)
+        # too few rounds for an interval (an online scan's few launches): the median decides
+        low, high = median_interval(d, confidence) if n >= least else (statistics.median(d),) * 2
         if low > limit:
             slower.append(i)
         else:

@@ -58,8 +58,8 @@ def test_spread_is_the_relative_noise_of_one_batch():
 
 
 def _noisy(seconds: float, noise: float, rng: random.Random):
-    """A replayed landscape's measure: its time, times Gaussian noise of ``noise``."""
-    return lambda iterations: seconds * (1 + noise * rng.gauss(0, 1))
+    """A replayed landscape's measure: its time, times log-normal noise of ``noise``."""
+    return lambda iterations: seconds * math.exp(noise * rng.gauss(0, 1))
 
 
 def test_close_candidates_under_noise_are_tied_and_a_clearly_slower_one_is_not():
@@ -193,7 +193,7 @@ def test_real_kernels_within_noise_are_tied_and_the_rule_chooses(context, tmp_pa
     assert low <= estimate <= high
     if not found.noisy:  # a machine quiet enough to rank: twice the work is told apart
         assert result.best == {"work": 1, "label": "a"} and found.ties >= 1
-        assert 1.2 < low and high < 2.5
+        assert 1.2 < estimate < 2.3  # twice the work, less the launch's share
 
 
 # -- what is stored, shown and exchanged ------------------------------------------------------------
@@ -253,7 +253,7 @@ def test_a_stored_result_records_the_choice_and_every_view_shows_it(db, tmp_path
 
 
 def test_a_machine_too_noisy_to_rank_gets_one_warning_with_the_figure(db, caplog, monkeypatch):
-    monkeypatch.setattr(NoisyTemplate, "noise", 0.15)
+    monkeypatch.setattr(NoisyTemplate, "noise", 0.3)
     with tune.using_serving(), caplog.at_level(logging.WARNING, logger="autotune.tune"):
         NoisyTemplate.autotune.retune(NoisyTemplate, StandIn(), 1)
         NoisyTemplate.autotune.retune(NoisyTemplate, StandIn(), 2)

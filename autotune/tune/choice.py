@@ -191,8 +191,9 @@ class Choice:
 
     @property
     def noisy(self) -> bool:
-        """The winner's batches spread more than :data:`NOISY`: too noisy to rank."""
-        return self.spread > NOISY
+        """Too noisy to rank: the winner's batches spread more than :data:`NOISY`, or the
+        candidates' noise makes the resolution coarser than that."""
+        return max(self.spread, self.resolution) > NOISY
 
     def summary(self) -> dict[str, Any]:
         """The choice as plain JSON values (for a result's ``search`` text)."""

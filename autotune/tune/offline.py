@@ -123,11 +123,12 @@ def warn_noisy(serving: Serving, key: TuningKey, chosen: Choice) -> None:
     if not chosen.noisy or not serving.first("noisy", "choice"):
         return
     logger.warning("the machine is too noisy to rank candidates: tuning %s on %s, the winner's "
-                   "batches spread %.1f%% (more than %.0f%%), and %d candidates could not be told "
-                   "apart from the fastest; the winner was chosen among them by the fixed rule "
-                   "(test= if tied, else the first declared). Tune on a quieter machine (or "
-                   "pre-tune with `python -m autotune warm`) for a sharper choice", key.function,
-                   key.device_name, 100 * chosen.spread, 100 * NOISY, chosen.ties)
+                   "batches spread %.1f%% and candidates within %.1f%% of the fastest could not "
+                   "be told apart (more than %.0f%%); %d were tied with it, and the winner was "
+                   "chosen among them by the fixed rule (test= if tied, else the first "
+                   "declared). Tune on a quieter machine for a sharper choice", key.function,
+                   key.device_name, 100 * chosen.spread, 100 * chosen.resolution, 100 * NOISY,
+                   chosen.ties)
 
 
 def _tuning_run(call: Call, store: ResultStore, fingerprint: Fingerprint, writer: TrialWriter,

@@ -329,3 +329,27 @@ def test_the_online_scan_locks_by_the_same_rule():
     timed = [_candidate(fast, [1.0] * 8), _candidate(close, [1.05] * 8)]  # told apart
     assert choose(timed, {None: 1.0}, test, by_order)[0].params == fast
     assert math.isfinite(choose(timed, {None: 1.0}, test, None)[1][2])
+
+
+def test_a_postgresql_database_of_schema_2_is_upgraded_and_keeps_the_statistics(postgres_url):
+    import sqlalchemy
+    from dataclasses import replace
+
+    key = tune.TuningKey("ops.Reduce.autotune", 1, "NVIDIA H200", "CUDA", "13.0", '{"n":1}')
+    record = tune.TuningRecord(key, '{"wgs":64}', 1.5e-6, "0.2.0")
+    with ResultStore(postgres_url) as store:
+        store.put(record)
+    engine = sqlalchemy.create_engine(postgres_url)
+    with engine.begin() as connection:  # as autotune 0.2 left it
+        for column in ("ci_low", "ci_high", "ties", "spread"):
+            connection.execute(sqlalchemy.text(f"ALTER TABLE tuning_results DROP COLUMN {column}"))
+        connection.execute(sqlalchemy.text("UPDATE autotune_schema SET schema_version = 2"))
+    with ResultStore(postgres_url) as store:  # opened for writing: upgraded in place
+        assert store.get(key).parameters == record.parameters and store.get(key).ties is None
+        store.put(replace(record, ci_low=1.4e-6, ci_high=1.6e-6, ties=2, spread=0.03))
+        back = store.get(key)
+    assert (back.ci_low, back.ci_high, back.ties, back.spread) == (1.4e-6, 1.6e-6, 2, 0.03)
+    with engine.connect() as connection:
+        assert connection.execute(sqlalchemy.text(
+            "SELECT schema_version FROM autotune_schema")).scalar() == 3
+    engine.dispose()

@@ -291,7 +291,12 @@ def test_setup_runs_before_each_candidates_check_and_restore_after(context):
                                  restore=lambda: order.append(f"restore {value}"))
 
     tune.search(generate, {"value": [1, 2]}, workers=2)
-    assert order == ["setup 1", "check 1", "restore 1", "setup 2", "check 2", "restore 2"]
+    assert order[:6] == ["setup 1", "check 1", "restore 1", "setup 2", "check 2", "restore 2"]
+    # then the choice times both again, interleaved: a setup before each batch (the warm-up's
+    # and every round's), no check, and each restored once at the end
+    again, last = order[6:-2], order[-2:]
+    assert sorted(last) == ["restore 1", "restore 2"] and set(again) == {"setup 1", "setup 2"}
+    assert min(again.count("setup 1"), again.count("setup 2")) >= 1 + tune.choice.MIN_ROUNDS
 
 
 # -- katsdpsigproc's tuner tests, asked of our API ----------------------------------------------

@@ -109,7 +109,12 @@ def test_vector_add_is_tuned_checked_and_stored(context, trials_seen):
     assert found.best in ({"block_size_x": 32}, {"block_size_x": 64})
     assert sorted(r["block_size_x"] for r in results) == [32, 64]
     assert all(r["status"] == "ok" and r["time"] > 0 for r in results)
-    assert found.best["block_size_x"] == min(results, key=lambda r: r["time"])["block_size_x"]
+    # the fastest by the search's medians, unless timed again side by side the two could not
+    # be told apart: then the first declared (statistics of a choice)
+    fastest = min(results, key=lambda r: r["time"])["block_size_x"]
+    chosen = env["search"]["choice"]
+    assert found.best["block_size_x"] == fastest or (chosen["ties"] >= 1 and
+                                                     found.best == {"block_size_x": 32})
     assert len(trials_seen) == 2
     assert env["device_name"] == context.device.name and env["function"] == "tune_kernel.vector_add"
     record = tune.serving().store(tune.store.database_url()).get(found.key)

@@ -23,7 +23,8 @@ from ..tune.store import ReadOnlyStoreError, display
 from ..tune.verdicts import Freshness
 from ..tune.serving import serving
 from ..tune.store import StoreUnavailableError
-from .formatting import parameters_text, printable, seconds_text
+from ..tune.validation import recorded_speedup
+from .formatting import parameters_text, printable, seconds_text, speedup_text
 
 
 #: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
@@ -50,6 +51,8 @@ class WarmOutcome:
     message: str = ""
     #: which device did it (host and selector): identical GPUs share a name
     where: str = ""
+    #: the 95% interval of :attr:`speedup`, where the choice timed both side by side
+    speedup_interval: tuple[float, float] | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -201,9 +204,12 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 args = describe_arguments(encode_arguments(config))
                 if verdict is not None and verdict.freshness is Freshness.FRESH and not force:
                     record = verdict.record
+                    recorded = recorded_speedup(record)
                     outcomes.append(WarmOutcome(
                         template.name, device, args, "stored", parameters_text(record.parameters),
-                        record.score, _test_score(store, record.key, template.test_parameters)))
+                        record.score, record.score * recorded[0] if recorded else
+                        _test_score(store, record.key, template.test_parameters),
+                        speedup_interval=recorded[1:] if recorded else None))
                     progress.skipped()
                     continue
                 why = "" if verdict is None else (
@@ -223,7 +229,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 outcomes.append(WarmOutcome(
                     template.name, device, args, _tuned_status(outcome),
                     parameters_text(encode_parameters(outcome.parameters)), outcome.score,
-                    outcome.test_score, message=str(outcome.store_error or "")))
+                    outcome.test_score, message=str(outcome.store_error or ""),
+                    speedup_interval=outcome.speedup_interval))
                 if outcome.store_error is not None:
                     unwritten[len(outcomes) - 1] = outcome.key
         finally:
@@ -426,7 +433,7 @@ def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
         "status": o.status,
         "best parameters": o.parameters or "-",
         "time": seconds_text(o.score),
-        "speed-up vs test=": f"{o.speedup:.2f}x" if o.speedup else "-",
+        "speed-up vs test=": speedup_text(o.speedup, *(o.speedup_interval or (None, None))),
     } for o in outcomes]]
     with pd.option_context("display.max_colwidth", 60, "display.width", 200):
         print(pd.DataFrame(rows).to_string(index=False))

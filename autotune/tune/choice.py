@@ -10,13 +10,13 @@ until the ranking is settled at 95% confidence or the sample budget is spent. Th
 - **Intervals.** A time's 95% interval is the distribution-free interval of the median of its
   batches: two of its order statistics, chosen with the binomial distribution (no assumption on
   the shape of the noise; a batch slowed by other work moves it by one rank, not by its size).
-  It needs :data:`MIN_ROUNDS` batches for 95%.
+  Six batches are the fewest that give 95%; :data:`MIN_ROUNDS` are always timed.
 - **Ties.** Each candidate is compared with the fastest (the lowest median) round by round: the
   log of its batch's time over the fastest's batch of the same round, so that the machine's slow
   stretches cancel. It is a *tie* when the 95% interval of the median of those log-ratios reaches
-  down to the resolution: the larger of :data:`RESOLUTION` and the noise of one batch that those
-  ratios show (a difference smaller than the noise of one batch does not reproduce from one
-  tuning to the next on that machine; what slows both batches of a round alike cancels). It is *settled* once that interval lies wholly above the resolution (slower) or
+  down to the resolution: the larger of :data:`RESOLUTION` and the noise of one batch (the
+  larger of what those ratios show and the batches' spread: a difference smaller than the noise
+  of one batch does not reproduce from one tuning to the next on that machine). It is *settled* once that interval lies wholly above the resolution (slower) or
   wholly below it (surely a tie).
 - **The rule.** Among the ties the winner is ``test=`` if it is one, else the earliest in the
   space's declared order (:func:`tie_break`): the same inputs give the same answer on a noisy
@@ -47,8 +47,10 @@ RESOLUTION = 0.005
 #: Candidates timed again besides ``test=``: the fastest ones of the search (on a noisy machine
 #: the search's medians are rough: no margin keeps out a candidate that could be tied).
 LEADERS = 4
-#: Rounds always timed (the fewest batches that give a 95% interval of a median).
-MIN_ROUNDS = 6
+#: Rounds always timed: six batches are the fewest that give a 95% interval of a median (their
+#: extremes, 96.9%); eight hold it with 99.2%, so that two candidates within noise are not
+#: told apart by a chance run of six.
+MIN_ROUNDS = 8
 #: Rounds at most, unless ``search_settings(settle=...)`` says otherwise (0: no re-timing).
 MAX_ROUNDS = 64
 #: The re-timing stops once it has taken this share of the search's time (after MIN_ROUNDS).
@@ -107,7 +109,9 @@ class Ranking:
     slower: tuple[int, ...]  #: told apart from the fastest: slower
     settled: bool  #: every comparison is sure at the confidence, with enough rounds
     resolution: float  #: the relative difference told apart
-    noise: float  #: of one batch, as the round-by-round ratios show it (the median over them)
+    #: of one batch: the larger of what the round-by-round ratios show and the series' spread
+    #: (medians over them; with a few rounds either estimate alone can come out small)
+    noise: float
 
 
 def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
@@ -121,7 +125,8 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
     best = series[fastest]
     ratios = {i: [math.log(s[r] / best[r]) for r in range(min(len(s), len(best)))]
               for i, s in enumerate(series) if i != fastest}
-    noise = statistics.median(_paired_noise(d) for d in ratios.values()) if ratios else 0.0
+    paired = statistics.median(_paired_noise(d) for d in ratios.values()) if ratios else 0.0
+    noise = max(paired, statistics.median(spread(s) for s in series))
     resolution = max(floor, noise)
     limit = math.log1p(resolution)
     tied, slower, settled = [fastest], [], True

@@ -323,7 +323,9 @@ def test_candidates_are_generated_ahead_in_a_pool_but_not_all_held_at_once():
     elapsed = time.perf_counter() - start
     assert len(result.trials) == 12
     assert elapsed < 12 * 0.2 / 2, f"generation should overlap: {elapsed:.2f} s"
-    assert peak[0] <= 4 + 1 + 1, f"{peak[0]} candidates were alive at once"
+    # the window of four ahead, the one timed, one handed over, and the fastest four kept
+    # built to be timed again before the choice (statistics of a choice)
+    assert peak[0] <= 4 + 1 + 1 + tune.choice.LEADERS, f"{peak[0]} candidates were alive at once"
 
 
 def test_failure_kinds_come_from_exception_types_not_messages():

@@ -134,6 +134,17 @@ def test_a_clearly_faster_candidate_wins_and_the_speedup_has_its_interval():
     assert low <= 3.0 <= high and low <= estimate <= high and high / low < 1.1
 
 
+def test_the_rounds_stop_at_the_budget_after_the_eight_always_timed():
+    def within_noise(seed: int) -> list[Contender]:
+        rng = random.Random(seed)
+        return [Contender({"c": c}, _noisy(1e-3, 0.02, rng), position=i) for i, c in enumerate("ab")]
+
+    assert settle(within_noise(1), seconds=0.0).rounds == choice.MIN_ROUNDS
+    capped = settle(within_noise(2), rounds=20)
+    assert capped.rounds == 20 or (capped.settled and capped.rounds < 20)
+    assert settle(within_noise(3), rounds=3).rounds == 3  # fewer if asked
+
+
 def test_test_outside_the_space_is_timed_but_never_chosen():
     rng = random.Random(2)
     outside = Contender({"c": "test"}, _noisy(0.5e-3, 0.01, rng), test=True, eligible=False)

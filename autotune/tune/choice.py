@@ -237,13 +237,15 @@ def _finish(contenders: Sequence[Contender]) -> None:
 def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
            rounds: int = MAX_ROUNDS, clock: Callable[[], float] = time.perf_counter) -> Choice | None:
     """Time ``contenders`` interleaved, round after round, until their ranking is settled, or
-    ``rounds`` rounds are timed, or (after :data:`MIN_ROUNDS`) ``seconds`` are spent; then choose
-    among the ties by :func:`tie_break`. None where every contender failed or none may win."""
+    ``rounds`` rounds are timed, or (after :data:`MIN_ROUNDS`) another round would take the
+    time past ``seconds``; then choose among the ties by :func:`tie_break`. None where every
+    contender failed or none may win."""
     started = clock()
     live = [c for c in contenders if _batch(c, 1) is not None]  # a warm-up call each
     done, ranking = 0, None
     try:
         while live:
+            begun = clock()
             for c in live:
                 if not c.retired:
                     value = _batch(c, c.iterations)
@@ -254,11 +256,12 @@ def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
             if not live or done < min(MIN_ROUNDS, rounds):
                 continue
             ranking = rank([c.samples for c in live])
-            if ranking.settled or done >= rounds or (seconds is not None
-                                                     and clock() - started >= seconds):
-                break
             for i in ranking.slower:  # surely slower, with an interval of its own: no more batches
                 live[i].retired = live[i].retired or len(live[i].samples) >= MIN_ROUNDS
+            now = clock()  # (the next round costs at most what this one did)
+            if ranking.settled or done >= rounds or (seconds is not None
+                                                     and now + (now - begun) - started > seconds):
+                break
     finally:
         _finish(contenders)
     if not live or ranking is None or not any(c.eligible for c in live):

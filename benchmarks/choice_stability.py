@@ -15,6 +15,8 @@ kernel on the device, PoCL on CPUs, times their factor and log-normal noise), se
 winner every time, with at least one tie.
 
 ``--quick``: small sizes (dslash 8^4, GEMM 256^3) and 2 runs, for a smoke check on PoCL.
+``--dbs DIR`` keeps each run's database there; a later call with the same folder takes the runs
+found there as done (a long benchmark split over several calls).
 
 Usage:
   python benchmarks/choice_stability.py [--key dslash|gemm] [--device SELECTOR] [--runs N]
@@ -75,6 +77,13 @@ def tune_one(name: str, quick: bool, device: str | None, db: Path) -> None:
         tune.tuner_of(template).retune(template, context, *arguments)
 
 
+def _has_result(db: Path) -> bool:
+    if not db.exists():
+        return False
+    with ResultStore(f"sqlite:///{db}", read_only=True) as store:
+        return bool(store.records())
+
+
 def _stored(db: Path) -> dict[str, Any]:
     (record,) = ResultStore(f"sqlite:///{db}", read_only=True).records()
     search = json.loads(record.search)
@@ -133,10 +142,14 @@ def gpu(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {}
     for name in args.key or ("dslash", "gemm"):
         with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(args.dbs or tmp)
+            folder.mkdir(parents=True, exist_ok=True)
             runs = []
             for i in range(args.runs):
-                db = Path(tmp) / f"{name}{i}.db"
-                _child(["--tune-one", name, "--db", str(db)], args)
+                db = folder / f"{name}{i}.db"
+                if not (args.dbs and _has_result(db)):  # (a run kept by an earlier call counts)
+                    db.unlink(missing_ok=True)
+                    _child(["--tune-one", name, "--db", str(db)], args)
                 runs.append(_stored(db))
         template, _ = _keys(args.quick)[name]
         test = dict(tune.tuner_of(template).test)
@@ -284,6 +297,8 @@ def main() -> None:
     parser.add_argument("--key", action="append", choices=["dslash", "gemm"],
                         help="the key(s) of GPU mode (default both)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--dbs", default=None, help="keep each run's database in this folder; "
+                        "runs found there are not tuned again (split a long benchmark)")
     parser.add_argument("--tune-one", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--db", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--remeasure", default=None, help=argparse.SUPPRESS)

@@ -1,15 +1,18 @@
-"""Host time per call of axpy_norm with other libraries' arrays, against our own arrays.
+"""Host time per call of axpy_norm and of the Wilson dslash with other libraries' arrays,
+against our own arrays.
 
 Usage (GPU machine): python benchmarks/interop_overhead.py [--n 4096] [--calls 2000] [--json FILE]
 (on an OpenCL device, ``--device opencl`` times pyopencl arrays instead).
 
 Each row enqueues ``axpy_norm`` (``FusedPass.enqueue``, results not fetched) ``--calls`` times
-on the same vectors and reports the host microseconds per call (median of --rounds rounds,
-the queue drained between rounds), and the extra over our own arrays: the cost of the
-protocol, paid on every call because every call orders the queue after the producer's work
-again (CuPy: reading ``__cuda_array_interface__`` and an event record and stream wait; PyTorch:
-``__dlpack__(stream=ours)``, whose event work PyTorch does). ``wrap`` rows time
-``context.as_array(obj, queue=queue)`` alone: the first call with a new object pays it.
+on the same vectors, and ``WilsonOperator.apply_pc`` (two dslash launches, an 8^4 single
+precision lattice, the template's test= parameters) on the same spinors, and reports the host
+microseconds per call (median of --rounds rounds, the queue drained between rounds), and the
+extra over our own arrays: the cost of the protocol, paid on every call because every call
+orders the queue after the producer's work again (the call site keeps its views, re-checks
+each object's pointer and layout, and waits once per producer stream; the legacy default
+stream needs no event). ``wrap`` rows time ``context.as_array(obj, queue=queue)`` alone: the
+first call with a new object pays it.
 The target is under 3 us extra per call on a GPU (CUDA); on OpenCL the rows show what a
 pyopencl array's marker and barrier cost on that device.
 """
@@ -76,6 +79,32 @@ def inputs(context: accel.Context, queue: accel.CommandQueue, x: np.ndarray,
     return kinds
 
 
+def dslash_rows(context: accel.Context, calls: int, rounds: int) -> list[dict[str, Any]]:
+    """``apply_pc`` on each kind of spinor array: host us per call and the extra over ours."""
+    from autotune import tune
+    from operations.lqcd import WilsonOperator, haar_field
+    from operations.lqcd.dslash import DslashTemplate
+
+    test = tune.tuner_of(DslashTemplate).test
+    op = WilsonOperator(context, haar_field((8, 8, 8, 8), seed=1), 0.12, "single", 12,
+                        tuning=test)
+    half = op.lattice.half_volume
+    rng = np.random.default_rng(2)
+    psi = (rng.standard_normal((12, half)) + 1j * rng.standard_normal((12, half))).astype(np.complex64)
+    rows, base = [], None
+    print(f"{context.device.name}: apply_pc (2 dslash launches), 8^4 single 12, host us per call")
+    for kind, (p, o) in inputs(context, op.queue, psi, np.zeros_like(psi)).items():
+        call_us = per_call_us(op.queue, lambda: op.apply_pc(p, o), calls, rounds)
+        base = call_us if base is None else base
+        extra = call_us - base
+        rows.append({"kind": f"dslash {kind}", "call_us": call_us, "extra_us": extra,
+                     "within_target": kind == "ours" or extra < TARGET_US})
+        print(f"  {kind:16s} {call_us:7.2f} us/call  extra {extra:+6.2f} us"
+              + ("" if kind == "ours" else f"  {'ok' if extra < TARGET_US else 'OVER'} "
+                                           f"(target < {TARGET_US} us)"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -106,6 +135,7 @@ def main() -> None:
               f"(wrap alone {wrap_us:6.2f} us)"
               + ("" if kind == "ours" else f"  {'ok' if extra < TARGET_US else 'OVER'} "
                                            f"(target < {TARGET_US} us)"))
+    rows += dslash_rows(context, args.calls, args.rounds)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": context.device.name, "n": args.n, "rows": rows}, f, indent=1)

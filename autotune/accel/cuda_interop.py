@@ -6,8 +6,16 @@ interface is version 2, without a stream, so its tensors take the DLPack path). 
 
 - CAI v3: the producer names the stream its work on the array was enqueued on; our queue's
   stream waits for an event recorded there (``cuEventRecord`` + ``cuStreamWaitEvent``: the host
-  does not wait). No ``stream`` (or None) means no synchronisation is needed.
+  does not wait). No ``stream`` (or None) means no synchronisation is needed. The legacy
+  default stream (1, CuPy's and PyTorch's default) needs no event: our streams are blocking
+  streams, which CUDA orders after it.
 - DLPack: ``obj.__dlpack__(stream=our stream)``: the producer makes our stream wait for its work.
+
+A call site that keeps its views (the same objects passed again) asks each source to
+:meth:`~.interop.Foreign.reuse` it: the object's memory and layout are compared with what was
+viewed, and the queue is ordered again, once per producer stream. CuPy's arrays and PyTorch's
+tensors are asked directly (pointer, shape, strides, current stream: well under a microsecond)
+rather than through a new interface dictionary or capsule each call.
 
 Out: ``CudaArray.__dlpack__(stream=s)`` makes the consumer's stream ``s`` wait for the work of
 every live queue of the array's context (an array does not know which queue last wrote it),
@@ -20,16 +28,20 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import sys
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import dlpack
-from .interop import (Foreign, check_c_contiguous, elsewhere_error, read_cuda_array_interface,
-                      type_name)
+from .interop import (CudaArrayInterface, Foreign, check_c_contiguous, elsewhere_error,
+                      read_cuda_array_interface, type_name)
 
 _POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 _EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
 LEGACY_STREAM = 1  # CU_STREAM_LEGACY / cudaStreamLegacy, as in both protocols
+PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD
 _libcuda: Any = None
 
 
@@ -101,16 +113,30 @@ def _in_context_of(context: Any, stream: int) -> Any:
     return context.thread_scope() if stream in (1, 2) else contextlib.nullcontext()
 
 
-def wait_for_stream(queue: Any, stream: int) -> None:
+def wait_for_stream(queue: Any, stream: int, seen: set | None = None) -> None:
     """Make ``queue``'s later work wait (on the device) for the work enqueued on the raw
-    CUDA stream ``stream`` so far (1: legacy default, 2: per-thread default, else a handle)."""
+    CUDA stream ``stream`` so far (1: legacy default, 2: per-thread default, else a handle).
+    ``seen``: the streams this call waited for already (each is waited for once).
+
+    Our queues' streams are blocking streams: CUDA makes their work wait for the legacy
+    default stream's earlier work by itself, so that stream needs no event."""
     ours = queue.stream.handle
     if stream == ours:
         return  # the same in-order stream
-    event = queue_event(queue)
+    if seen is not None:
+        if stream in seen:
+            return
+        seen.add(stream)
+    if stream == LEGACY_STREAM and queue.blocking:
+        return
+    event = queue.__dict__.get("_order_event") or queue_event(queue)
     lib = _libcuda
-    with _in_context_of(queue.context, stream):
-        _check(lib.cuEventRecord(event, stream), "cuEventRecord")
+    if stream == PER_THREAD_STREAM:  # names the current context's: ours must be current
+        with queue.context.thread_scope():
+            status = lib.cuEventRecord(event, stream)
+    else:
+        status = lib.cuEventRecord(event, stream)
+    _check(status, "cuEventRecord")
     _check(lib.cuStreamWaitEvent(ours, event, 0), "cuStreamWaitEvent")
 
 
@@ -129,44 +155,133 @@ def stream_waits_for_queues(context: Any, stream: int) -> None:
 
 
 # In ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Producer:
+    """How to ask a library directly, and cheaply, what reading its protocol would say: the
+    array's memory and layout (``layout(obj)``, compared between calls) and the stream its
+    work on the array is on now (``stream(obj)``, a raw handle; 1 the legacy default)."""
+
+    name: str
+    layout: Callable[[Any], tuple]
+    stream: Callable[[Any], int]
+
+
+def _cupy_producer(obj: Any, described: CudaArrayInterface) -> Producer | None:
+    """CuPy's answers without building its interface dictionary (``data.ptr``, its current
+    stream), used only where they agree with the dictionary read when the array was viewed
+    (not where CuPy's interface synchronisation is switched off, for instance)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None or not type(obj).__module__.startswith("cupy"):
+        return None
+    current = cupy.cuda.get_current_stream
+
+    def stream(_: Any) -> int:
+        return current().ptr or LEGACY_STREAM
+
+    def layout(array: Any) -> tuple:
+        return (array.data.ptr, array.shape, array.strides, array.dtype)
+
+    try:
+        agrees = obj.data.ptr == described.pointer and stream(obj) == described.stream
+    except Exception:  # an unexpected CuPy: read the protocol every time
+        return None
+    return Producer("cupy", layout, stream) if agrees else None
+
+
+def _torch_producer(obj: Any, index: int) -> Producer | None:
+    """PyTorch's answers without a DLPack capsule: its ``__dlpack__(stream=ours)`` makes our
+    stream wait for its current stream on the tensor's GPU, which is what :func:`wait_for_stream`
+    does with that stream (read through ``torch._C`` where it has the fast reader, else
+    ``torch.cuda.current_stream``)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(obj, getattr(torch, "Tensor", ())):
+        return None
+    raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+
+    def stream(_: Any) -> int:
+        handle = raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+        return handle or LEGACY_STREAM  # 0: the legacy default stream
+
+    def layout(tensor: Any) -> tuple:
+        return (tensor.data_ptr(), tensor.shape, tensor.stride(), tensor.dtype)
+
+    return Producer("torch", layout, stream)
+
+
+def _cai_layout(cai: dict) -> tuple:
+    strides = cai.get("strides")
+    return (cai["data"][0], tuple(cai["shape"]), cai["typestr"],
+            None if strides is None else tuple(strides))
+
+
 class CaiSource(Foreign):
     """An object viewed through ``__cuda_array_interface__``; each :meth:`order` reads the
-    interface again (CuPy names its *current* stream) and waits for that stream."""
+    interface again (CuPy names its *current* stream) and waits for that stream (CuPy's
+    arrays are asked directly, :func:`_cupy_producer`)."""
 
     protocol = "__cuda_array_interface__"
 
-    def __init__(self, obj: Any, stream: int | None):
+    def __init__(self, obj: Any, described: CudaArrayInterface, cai: dict):
         super().__init__(obj)
-        self.stream = stream
+        self.stream = described.stream
+        self.producer = _cupy_producer(obj, described)
+        self.layout = self.producer.layout(obj) if self.producer else _cai_layout(cai)
 
-    def order(self, queue: Any) -> None:
+    def _now(self) -> tuple[tuple, int | None]:
+        """(layout, producer stream) as the object says now."""
+        if self.producer is not None:
+            return self.producer.layout(self.obj), self.producer.stream(self.obj)
+        cai = self.obj.__cuda_array_interface__
+        return _cai_layout(cai), (cai.get("stream") if cai.get("version", 0) >= 3 else None)
+
+    def order(self, queue: Any, seen: set | None = None) -> None:
         stream = self.stream
         self.stream = None  # the interface read at wrapping time serves the first order only
         if stream is None:
-            cai = self.obj.__cuda_array_interface__
-            stream = cai.get("stream") if cai.get("version", 0) >= 3 else None
+            stream = self._now()[1]
         if stream is not None:
-            wait_for_stream(queue, int(stream))
+            wait_for_stream(queue, int(stream), seen)
+
+    def reuse(self, queue: Any, seen: set | None = None) -> bool:
+        layout, stream = self._now()
+        if layout != self.layout:
+            return False
+        self.stream = None
+        if stream is not None:
+            wait_for_stream(queue, int(stream), seen)
+        return True
 
 
 class DLPackSource(Foreign):
     """An object viewed through DLPack; each :meth:`order` calls ``__dlpack__(stream=ours)``
     again, so that the producer orders its work up to now before our stream (the new capsule
-    is dropped unused, which releases it)."""
+    is dropped unused, which releases it). PyTorch's tensors are asked directly
+    (:func:`_torch_producer`)."""
 
     protocol = "DLPack"
 
-    def __init__(self, obj: Any, capsule: Any, ordered_on: int | None):
+    def __init__(self, obj: Any, capsule: Any, ordered_on: int | None, index: int):
         super().__init__(obj)
         self.capsule = capsule  #: keeps the producer's memory alive while we view it
         self.ordered_on = ordered_on  #: the stream the wrapping capsule was made for
+        self.producer = _torch_producer(obj, index)
+        self.layout = self.producer.layout(obj) if self.producer is not None else None
 
-    def order(self, queue: Any) -> None:
+    def order(self, queue: Any, seen: set | None = None) -> None:
         stream = queue.stream.handle
         if self.ordered_on == stream:
             self.ordered_on = None  # ordered when it was wrapped, for this one call
             return
-        self.obj.__dlpack__(stream=stream)
+        if self.producer is not None:
+            wait_for_stream(queue, self.producer.stream(self.obj), seen)
+        else:
+            self.obj.__dlpack__(stream=stream)
+
+    def reuse(self, queue: Any, seen: set | None = None) -> bool:
+        if self.producer is None or self.producer.layout(self.obj) != self.layout:
+            return False
+        self.order(queue, seen)
+        return True
 
 
 def view(context: Any, obj: Any, name: str, queue: Any = None) -> Any:
@@ -195,7 +310,7 @@ def _view_cai(context: Any, obj: Any, name: str, cai: Any) -> Any:
     described = read_cuda_array_interface(name, obj, cai)
     _on_this_gpu(context, obj, name, pointer_device(described.pointer))
     array = context._wrap_pointer(described.shape, described.dtype, described.pointer, obj)
-    array.foreign = CaiSource(obj, described.stream)
+    array.foreign = CaiSource(obj, described, cai)
     return array
 
 
@@ -211,7 +326,7 @@ def _view_dlpack(context: Any, obj: Any, name: str, queue: Any) -> Any:
     tensor = dlpack.read_capsule(capsule)
     check_c_contiguous(name, obj, tensor.shape, tensor.strides, 1)
     array = context._wrap_pointer(tensor.shape, tensor.dtype, tensor.pointer, obj)
-    array.foreign = DLPackSource(obj, capsule, stream)
+    array.foreign = DLPackSource(obj, capsule, stream, index)
     return array
 
 

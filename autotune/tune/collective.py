@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import logging
 import warnings
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextvars import ContextVar
@@ -39,8 +38,6 @@ from typing import Any, Protocol
 
 from .. import parallel
 from .records import TuningKey
-
-logger = logging.getLogger("autotune.tune")
 
 
 class Mismatch(str, enum.Enum):
@@ -261,7 +258,6 @@ class Collective:
         if self.mismatch is Mismatch.ERROR:
             raise KeyMismatchError(f"{said}; with mismatch='error' every rank must ask for the "
                                    "same key (the same arguments, the same kind of device)")
-        logger.warning("%s", said)
         warnings.warn(f"{said}; each key is resolved by a rank that asked for it "
                       "(mismatch='error' makes this an error)", KeyMismatchWarning, stacklevel=5)
 

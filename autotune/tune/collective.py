@@ -234,7 +234,7 @@ class Collective:
             token = _active.set(None)  # the tuning's own tuned calls are this rank's
             try:
                 result = ("ok", dict(here()))
-            except Exception as exc:  # noqa: BLE001 - every waiting rank must hear of it
+            except BaseException as exc:  # noqa: BLE001 - every waiting rank must hear of it
                 failure = exc
                 result = ("error", f"{type(exc).__name__}: {exc}")
             finally:

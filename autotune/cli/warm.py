@@ -20,6 +20,7 @@ from ..tune import observing, search_settings, use_database
 from ..tune.encoding import describe_arguments, encode_arguments, encode_parameters
 from ..tune.serving import get_store, match_mode
 from ..tune.store import ReadOnlyStoreError, display
+from ..tune.collective import split
 from ..tune.verdicts import Freshness
 from ..tune.serving import serving
 from ..tune.store import StoreUnavailableError
@@ -173,14 +174,16 @@ def shares(classes: list[tuple]) -> list[tuple[int, int]]:
 def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, url: str,
                 force: bool, dry_run: bool, quiet: bool,
                 settings: dict[str, Any] | None = None,
-                share: tuple[int, int] = (0, 1)) -> list[WarmOutcome]:
+                share: tuple[int, int] = (0, 1), comm: Any = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
     is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed,
     batches, resume) apply to every search. ``share`` ``(index, count)``: this worker takes every ``count``-th
     key from the ``index``-th (in the order the templates list them), the others going to
-    workers on devices of the same class.
+    workers on devices of the same class. ``comm`` (an MPI communicator, instead of ``share``):
+    the ranks split their keys through :func:`autotune.tune.collective.split`: a key that
+    several ranks list (devices of one class) is tuned by one of them, in turn.
     """
     context = spec.create_context()
     device = context.device.name
@@ -188,11 +191,11 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     outcomes: list[WarmOutcome] = []
     unwritten: dict[int, Any] = {}  #: outcome index -> key of a result the database refused
     with use_database(url):
-        index, count = share
         every = [(template, config) for template in templates
                  for config in template.configurations(context)]
+        mine = _my_positions(every, context, share, comm)
         plan = [(template, config, template.judge(context, config))
-                for position, (template, config) in enumerate(every) if position % count == index]
+                for position, (template, config) in enumerate(every) if position in mine]
         to_tune = sum(1 for _, _, v in plan
                       if force or v is None or v.freshness is not Freshness.FRESH)
         progress = _Progress(sys.stderr, quiet or dry_run, len(plan), to_tune)
@@ -231,6 +234,19 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
     return [dataclasses.replace(o, where=where) for o in outcomes]
+
+
+def _my_positions(every: list[tuple[RegisteredTemplate, dict[str, Any]]], context: Any,
+                  share: tuple[int, int], comm: Any) -> set[int]:
+    """The positions in ``every`` (template, configuration) that this worker warms: every
+    ``count``-th from the ``index``-th of ``share``; with ``comm``, those
+    :func:`autotune.tune.collective.split` gives this rank (each key by one of the ranks that
+    list it)."""
+    if comm is None:
+        index, count = share
+        return {p for p in range(len(every)) if p % count == index}
+    keys = [template.key(context, config) for template, config in every]
+    return set(split(comm, keys, "the keys each rank would warm"))
 
 
 def _check_writable(url: str) -> None:
@@ -297,7 +313,6 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
     fails aborts every rank, its error headed with its rank number."""
     from mpi4py import MPI
 
-    from .. import parallel
     from ..parallel import abort_on_error
 
     with abort_on_error(comm, brief=(ValueError, accel.AccelError)):
@@ -307,11 +322,10 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         spec = accel.device_for_local_rank(local.rank, args.device)
         local.Free()
-        share = shares(parallel.allgather(comm, device_class(spec.identity),
-                                          "the ranks' device kinds"))[comm.rank]
+        # each key by one of the ranks that would warm it (tune.collective's rule)
         outcomes = warm_device(spec, templates, url=url, force=args.force,
                                dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
-                               settings=settings, share=share)
+                               settings=settings, comm=comm)
         # not bounded: a rank done with its share waits for the others' (minutes apart on
         # GPUs); a rank that fails aborts every rank (abort_on_error)
         gathered = comm.gather(outcomes, root=0)

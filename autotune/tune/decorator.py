@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import accel
+from .collective import active as active_collective
 from .calls import Call as _Call
 from .encoding import encode_key_arguments, validate_test_parameters
 from .lookup import Judge, lookup_or_miss
@@ -205,6 +206,17 @@ class TunedFunction:
         return lambda record: judge(record, self._test, fingerprint, name, dirs)
 
     def _resolve(self, call: _Call, *, force: bool) -> dict[str, Any]:
+        together = active_collective()
+        if together is None:
+            return self._resolve_here(call, force=force)
+        # inside tune.collective: one rank resolves the key the ranks share and tells the others
+        params, here = together.resolve(call.key, lambda: self._resolve_here(call, force=force))
+        if not here and not force:
+            state = serving()
+            state.remember((database_url(), state.match_mode(), call.key), params)
+        return params
+
+    def _resolve_here(self, call: _Call, *, force: bool) -> dict[str, Any]:
         state = serving()
         url = database_url()
         mode = state.match_mode()

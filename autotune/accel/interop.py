@@ -23,6 +23,7 @@ the contiguity check and the reading of ``__cuda_array_interface__``.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -155,7 +156,7 @@ class LastViews:
         """The views of ``objects`` if they are the ones last kept and none changed; else None
         (view them again and :meth:`keep` the new views)."""
         last = self._objects
-        if len(objects) != len(last) or any(a is not b for a, b in zip(objects, last)):
+        if len(objects) != len(last) or not all(map(operator.is_, objects, last)):
             return None
         seen: set = set()
         for source in self._sources:

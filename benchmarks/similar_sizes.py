@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune import accel, tune  # noqa: E402
+from autotune.tune.lookup import wait_for_notes  # noqa: E402
 from autotune.tune.serving import Serving  # noqa: E402
 from autotune.tune.similar import similar_from  # noqa: E402
 from autotune.tune.store import database_url  # noqa: E402
@@ -64,7 +65,7 @@ def served(store_db: str, call) -> tuple[dict, str]:
     RuntimeError if anything was tuned."""
     with tune.using_serving(Serving(match="similar")) as state, tune.use_database(store_db):
         params, key = call()
-        state.writer.submit(lambda: None).result()  # the similar row is written
+        wait_for_notes()  # the similar row is written
         row = state.store(database_url(store_db)).get(key)
     if row is None or row.origin != "similar":
         raise RuntimeError(f"{key.arguments}: not served as similar (tuned instead?)")

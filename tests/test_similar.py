@@ -16,6 +16,7 @@ import pytest
 from autotune import tune
 from autotune.cli import main
 from autotune.tune import similar
+from autotune.tune.lookup import wait_for_notes
 from autotune.tune.misses import RecordFileError, read_records, record_line
 from autotune.tune.records import TuningKey
 from autotune.tune.store import ResultStore
@@ -40,8 +41,8 @@ def _sized(context, n, **more):
 
 
 def _flush():
-    """Wait for the writer thread (it records similar serves in the store)."""
-    tune.serving().writer.submit(lambda: None).result()
+    """Wait for the similar serves to be written to the store."""
+    wait_for_notes()
 
 
 def _anchors(context):

@@ -6,6 +6,8 @@ for now is a miss. A key not found exactly is noted in ``AUTOTUNE_RECORD`` (:mod
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +23,12 @@ if TYPE_CHECKING:
     from .serving import Serving
 
 logger = guard_logger("autotune.tune")  # stored text in its messages is shown escaped
+
+#: The name of the threads that write similar serves to the store.
+NOTE_THREAD = "autotune-similar-note"
+
+#: How long a note's thread waits before it writes (the serving call returns meanwhile).
+NOTE_DELAY_SECONDS = 0.05
 
 #: Judges one stored row for the call being served.
 Judge = Callable[[TuningRecord], Verdict]
@@ -85,7 +93,7 @@ def lookup_or_miss(serving: Serving, store: ResultStore, key: TuningKey, device:
     disk error, a lock held long) is a miss, with one warning per database: the key is tuned,
     its result used, and stored once the database takes writes. A database that is wrong (not
     a database, a newer layout, a path that cannot be used) is an error to fix, raised. A key
-    served from another size is recorded as such in the store (by the writer thread); a key
+    served from another size is recorded as such in the store (by a thread of its own); a key
     not found exactly is noted in ``AUTOTUNE_RECORD``."""
     try:
         found = lookup(store, key, device, judge, mode, similar_request)
@@ -96,8 +104,9 @@ def lookup_or_miss(serving: Serving, store: ResultStore, key: TuningKey, device:
             exc, key.function, key.device_name)
         found = None
     served = similar.served_as(found, key)
-    if served == "similar" and found is not None and similar_request is not None:
-        _keep_similar(serving, store, key, found, device, similar_request.rules)
+    if served == "similar" and found is not None and similar_request is not None \
+            and serving.first("similar-note", f"{store.url}\0{key}\0{found.record.key}"):
+        _keep_similar(store, key, found, device, similar_request.rules)
     if served != "exact":
         misses.note(serving, key, served)
     return found
@@ -125,11 +134,12 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
     return None, stale
 
 
-def _keep_similar(serving: Serving, store: ResultStore, key: TuningKey, verdict: Verdict,
-                  device: Any, rules: dict[str, str]) -> None:
-    """Record a similar serve as the key's row (origin ``similar``), on the writer thread:
-    added where the key has no row, replacing an older similar row that names another
-    source, never a tuned result. A store that cannot take it loses nothing but the note."""
+def _keep_similar(store: ResultStore, key: TuningKey, verdict: Verdict, device: Any,
+                  rules: dict[str, str]) -> None:
+    """Record a similar serve as the key's row (origin ``similar``), on a short-lived thread
+    (the call does not wait for the write): added where the key has no row, replacing an
+    older similar row that names another source, never a tuned result. A store that cannot
+    take it loses nothing but the note."""
     if store.read_only:
         return
     try:
@@ -138,9 +148,12 @@ def _keep_similar(serving: Serving, store: ResultStore, key: TuningKey, verdict:
         summary = None
     far = similar.distance(json.loads(key.arguments), json.loads(verdict.record.key.arguments),
                            rules) or 0.0
-    row = similar.similar_row(key, verdict, far, summary)
 
     def write() -> None:
+        # Let the serving call return first: this thread would otherwise hold the interpreter
+        # for a switch interval (reading autotune's version, loading the SQL layer).
+        time.sleep(NOTE_DELAY_SECONDS)
+        row = similar.similar_row(key, verdict, far, summary)
         try:
             current = store.get(key)
             if current is None:
@@ -153,10 +166,18 @@ def _keep_similar(serving: Serving, store: ResultStore, key: TuningKey, verdict:
             logger.info("the similar serve of %s is not recorded in the database: %s",
                         key.function, exc)
 
-    try:
-        serving.writer.submit(write)
+    try:  # a thread of its own: the writer's pool would cost the first serve its import
+        threading.Thread(target=write, name=NOTE_THREAD).start()
     except RuntimeError:  # interpreter shutdown: no note
         pass
+
+
+def wait_for_notes(timeout: float | None = 30.0) -> None:
+    """Wait until the similar serves of this process are written to their databases (what
+    ``show`` or ``results_frame`` in this process then reads)."""
+    for thread in threading.enumerate():
+        if thread.name == NOTE_THREAD and thread is not threading.current_thread():
+            thread.join(timeout)
 
 
 def log_unusable(verdict: Verdict, *, re_tune: bool) -> None:

@@ -212,6 +212,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     continue
                 why = "" if verdict is None else (
                     f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
+                if verdict is not None and verdict.record.origin == ResultOrigin.SIMILAR.value:
+                    why = " (served from a similar size, not tuned)"
                 if dry_run:
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
                                                 message=why.strip(" ()")))

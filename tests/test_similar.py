@@ -8,6 +8,8 @@ import dataclasses
 import json
 import logging
 import math
+import os
+import subprocess
 import sys
 
 import numpy as np
@@ -279,3 +281,22 @@ def test_a_small_gemm_is_served_a_tuned_shape_s_tiles_and_multiplies_correctly(c
     template.instantiate(queue)(c, context.to_device(queue, np.ascontiguousarray(a.T)),
                                 context.to_device(queue, b))
     np.testing.assert_allclose(c.get(queue), a @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_processes_sharing_a_record_file_write_whole_lines(tmp_path):
+    path = tmp_path / "wanted.jsonl"
+    script = (
+        "import sys\n"
+        "from autotune.tune.misses import note\n"
+        "from autotune.tune.records import TuningKey\n"
+        "from autotune.tune.serving import Serving\n"
+        "state = Serving()\n"
+        "for i in range(300):\n"
+        "    note(state, TuningKey('m.T.autotune', 0, 'D' * 200, 'P', '1',\n"
+        "                          '{\"n\":%d,\"who\":\"%s\"}' % (i, sys.argv[1])), 'missed')\n")
+    env = {**os.environ, "AUTOTUNE_RECORD": str(path)}
+    children = [subprocess.Popen([sys.executable, "-c", script, who], env=env)
+                for who in ("a", "b", "c")]
+    assert all(child.wait(timeout=120) == 0 for child in children)
+    lines = read_records(path)
+    assert len(lines) == 900 and len({line.key for line in lines}) == 900

@@ -6,16 +6,17 @@ for now is a miss. A key not found exactly is noted in ``AUTOTUNE_RECORD`` (:mod
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import misses, nearest, similar
+from .encoding import describe_arguments
 from .records import ResultOrigin, TuningKey, TuningRecord
 from .serving import MatchMode
 from .store import MergePolicy, ResultStore, StoreError, StoreUnavailableError
-from .encoding import describe_arguments
 from .text import guard_logger
 from .verdicts import Freshness, Verdict
 
@@ -162,9 +163,10 @@ def _keep_similar(store: ResultStore, key: TuningKey, verdict: Verdict, device: 
                     similar.source_arguments(current) != verdict.record.key.arguments
                     or current.parameters != row.parameters):
                 store.put(row)
-        except StoreError as exc:
-            logger.info("the similar serve of %s is not recorded in the database: %s",
-                        key.function, exc)
+        except Exception as exc:  # noqa: BLE001 - a note that cannot be written is only lost
+            level = logging.INFO if isinstance(exc, StoreError) else logging.WARNING
+            logger.log(level, "the similar serve of %s is not recorded in the database: %s",
+                       key.function, exc)
 
     try:  # a thread of its own: the writer's pool would cost the first serve its import
         threading.Thread(target=write, name=NOTE_THREAD).start()

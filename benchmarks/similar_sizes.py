@@ -15,13 +15,14 @@ the served parameters were faster than the shape's own search found). Targets (H
 GEMM median <= 1.05 and worst <= 1.15; dslash every lattice <= 1.05.
 
 Usage (GPU):  python benchmarks/similar_sizes.py [--part gemm|dslash|all] [--max-evals 40]
-                                                 [--json FILE]
+                                                 [--shapes A:B] [--folder DIR] [--json FILE]
 PoCL (small sizes, a few minutes): python benchmarks/similar_sizes.py --quick
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -72,6 +73,13 @@ def served(store_db: str, call) -> tuple[dict, str]:
     return params, similar_from(row) or "?"
 
 
+@contextlib.contextmanager
+def exact(db: str):
+    """Exact matching on ``db``: a key stored there is served, a missing one tuned."""
+    with tune.using_serving(Serving(match="exact")), tune.use_database(db):
+        yield
+
+
 def side_by_side(queue, runs: dict, rounds: int) -> dict[str, float]:
     """Median seconds of each of ``runs`` (label -> launch), timed in alternating rounds."""
     times: dict[str, list[float]] = {label: [] for label in runs}
@@ -85,11 +93,11 @@ def gemm_part(context, queue, anchors_db, own_db, args, anchors, shapes) -> list
     tuner = tune.tuner_of(GemmTemplate)
     dtype = np.dtype(np.float32)
     budget = dict(strategy="local", max_evals=args.max_evals, seed=0, batches=args.batches)
-    with tune.use_database(anchors_db), tune.search_settings(**budget):
-        for m, n, k in anchors:
+    with exact(anchors_db), tune.search_settings(**budget):
+        for m, n, k in anchors:  # tuned unless --folder holds them from an earlier run
             started = time.perf_counter()
-            tuner.retune(GemmTemplate, context, dtype, m, n, k)
-            print(f"gemm anchor {m}x{n}x{k} tuned in {time.perf_counter() - started:.0f} s",
+            GemmTemplate.autotune(context, dtype, m, n, k)
+            print(f"gemm anchor {m}x{n}x{k} ready in {time.perf_counter() - started:.0f} s",
                   flush=True)
     rows = []
     rng = np.random.default_rng(0)
@@ -122,12 +130,12 @@ def gemm_part(context, queue, anchors_db, own_db, args, anchors, shapes) -> list
 def dslash_part(context, queue, anchors_db, own_db, args, anchors, lattices, precisions
                 ) -> list[dict]:
     tuner = tune.tuner_of(DslashTemplate)
-    with tune.use_database(anchors_db):
-        for dims in anchors:
+    with exact(anchors_db):
+        for dims in anchors:  # tuned unless --folder holds them from an earlier run
             for precision in precisions:
                 started = time.perf_counter()
-                tuner.retune(DslashTemplate, context, dims, precision, RECONSTRUCT)
-                print(f"dslash anchor {dims} {precision} tuned in "
+                DslashTemplate.autotune(context, dims, precision, RECONSTRUCT)
+                print(f"dslash anchor {dims} {precision} ready in "
                       f"{time.perf_counter() - started:.0f} s", flush=True)
     rows = []
     for dims in lattices:
@@ -185,30 +193,54 @@ def main() -> None:
     parser.add_argument("--max-evals", type=int, default=40,
                         help="the GEMM local search's budget, anchors and own tunings alike")
     parser.add_argument("--batches", type=int, default=3, help="timed batches per candidate")
-    parser.add_argument("--rounds", type=int, default=5, help="alternating timing rounds")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating timing rounds")
+    parser.add_argument("--shapes", default=":", metavar="A:B",
+                        help="only the GEMM shapes A to B-1 of the 20 (a command per part: "
+                             "each command may run 10 minutes); with --folder the anchors "
+                             "are tuned once")
+    parser.add_argument("--folder", help="keep the anchors' and own databases here (default: "
+                        "a new temporary folder); anchors already stored are not re-tuned")
     parser.add_argument("--json", help="write the rows and the summary here")
+    parser.add_argument("--combine", nargs="+", metavar="JSON",
+                        help="print the table and summary of earlier runs' --json files "
+                             "together (nothing is run)")
     args = parser.parse_args()
+    if args.combine:
+        parts = [json.loads(Path(p).read_text()) for p in args.combine]
+        report({"device": parts[0]["device"], "date": parts[0]["date"],
+                "rows": [r for p in parts for r in p["rows"]]})
+        return
     if args.quick:
         args.max_evals = min(args.max_evals, 4)
         args.rounds = min(args.rounds, 3)
     spec = accel.select_devices(args.device)[0]
     context = spec.create_context()
     queue = context.create_tuning_command_queue()
-    folder = Path(tempfile.mkdtemp(prefix="similar-sizes-"))
+    folder = Path(args.folder or tempfile.mkdtemp(prefix="similar-sizes-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    start, _, stop = args.shapes.partition(":")
+    chosen = slice(int(start) if start else None, int(stop) if stop else None)
     anchors_db, own_db = str(folder / "anchors.db"), str(folder / "own.db")
     rows: list[dict] = []
     if args.part in ("gemm", "all"):
         rows += gemm_part(context, queue, anchors_db, own_db, args,
                           QUICK["gemm_anchors"] if args.quick else GEMM_ANCHORS,
-                          QUICK["gemm_shapes"] if args.quick else GEMM_SHAPES)
+                          (QUICK["gemm_shapes"] if args.quick else GEMM_SHAPES)[chosen])
     if args.part in ("dslash", "all"):
         rows += dslash_part(context, queue, anchors_db, own_db, args,
                             QUICK["dslash_anchors"] if args.quick else DSLASH_ANCHORS,
                             QUICK["dslash_lattices"] if args.quick else DSLASH_LATTICES,
                             QUICK["precisions"] if args.quick else ["single", "half"])
-    result = {"device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),
-              "max_evals": args.max_evals, "rows": rows,
-              "gemm": summary(rows, "gemm"), "dslash": summary(rows, "dslash")}
+    result = report({"device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),
+                     "max_evals": args.max_evals, "rows": rows})
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1))
+
+
+def report(result: dict) -> dict:
+    """Print the rows and the summary per part; ``result`` with the summaries added."""
+    rows = result["rows"]
+    result.update(gemm=summary(rows, "gemm"), dslash=summary(rows, "dslash"))
     print(f"\n{result['device']}, {result['date']}; ratio = similar-served time / the size's "
           "own tuned time")
     print("| part | size | precision | served from | similar us | own us | ratio |")
@@ -221,8 +253,7 @@ def main() -> None:
             s = result[part]
             print(f"{part}: {s['count']} sizes, median ratio {s['median']:.3f}, worst "
                   f"{s['worst']:.3f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=1))
+    return result
 
 
 if __name__ == "__main__":

@@ -200,6 +200,8 @@ def main() -> None:
                              "are tuned once")
     parser.add_argument("--folder", help="keep the anchors' and own databases here (default: "
                         "a new temporary folder); anchors already stored are not re-tuned")
+    parser.add_argument("--precisions", nargs="+", choices=("single", "half", "double"),
+                        default=["single", "half"], help="the dslash's precisions")
     parser.add_argument("--json", help="write the rows and the summary here")
     parser.add_argument("--combine", nargs="+", metavar="JSON",
                         help="print the table and summary of earlier runs' --json files "
@@ -230,7 +232,7 @@ def main() -> None:
         rows += dslash_part(context, queue, anchors_db, own_db, args,
                             QUICK["dslash_anchors"] if args.quick else DSLASH_ANCHORS,
                             QUICK["dslash_lattices"] if args.quick else DSLASH_LATTICES,
-                            QUICK["precisions"] if args.quick else ["single", "half"])
+                            QUICK["precisions"] if args.quick else args.precisions)
     result = report({"device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),
                      "max_evals": args.max_evals, "rows": rows})
     if args.json:

@@ -243,12 +243,15 @@ def test_lattices_rank_by_their_extents_and_other_arguments_must_be_equal():
             _row(name, 4, dims(16, 16, 16, 16)),
             _row(name, 4, dims(24, 24, 24, 48, precision="half")),
             _row(name, 3, dims(24, 24, 24, 48)),
-            _row(name, 4, dims(24, 24, 24, 48), ("Other", "P", "1"))]
+            _row(name, 4, dims(24, 24, 24, 48), ("Other", "P", "1")),
+            _row(name, 4, dims(10**400, 24, 24, 48)),  # stored data: far, never an error
+            _row(name, 4, dims(0, 24, 24, 48))]  # not comparable: never a candidate
     asked = _row(name, 4, dims(24, 24, 24, 48)).key
     order = similar.ranked(rows, asked, rules)
     # 24^4 (ln 2 away) before 32^4 (3 ln(4/3) + ln(3/2)) before 16^4; other precisions,
     # versions and devices are never candidates
-    assert [json.loads(r.key.arguments)["dims"]["__tuple__"][0] for _, r in order] == [24, 32, 16]
+    assert [json.loads(r.key.arguments)["dims"]["__tuple__"][0] for _, r in order] == [
+        24, 32, 16, 10**400]
     assert order[0][0] == pytest.approx(math.log(2))
     assert similar.ranked(rows, asked, {}) == []  # nothing declared: nothing generalised
     assert similar.declared_rules(GemmTemplate) == {"m": "log", "n": "log", "k": "log"}

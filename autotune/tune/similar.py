@@ -111,9 +111,13 @@ def _log_distance(ours: Any, theirs: Any) -> float | None:
         parts = [_log_distance(a, b) for a, b in zip(ours, theirs)]
         return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
     numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (ours, theirs))
-    if not numbers or ours <= 0 or theirs <= 0 or not math.isfinite(ours * 1.0 + theirs):
+    if not numbers or ours <= 0 or theirs <= 0:
         return None
-    return abs(math.log(ours / theirs))
+    try:  # (stored numbers are data: one too large for a float compares as not comparable)
+        far = abs(math.log(ours) - math.log(theirs))
+    except (OverflowError, ValueError):
+        return None
+    return far if math.isfinite(far) else None
 
 
 def distance(ours: dict[str, Any], theirs: dict[str, Any], rules: dict[str, str]) -> float | None:

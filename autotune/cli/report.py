@@ -20,6 +20,7 @@ from ..tune.registry import registered_templates
 from ..tune import TuningKey, TuningRecord
 from ..tune.encoding import describe_arguments
 from ..tune.records import TrialRecord
+from ..tune.similar import origin_text
 from ..tune.store import ResultStore, display
 from ..tune.validation import parameters_problem, recorded_test, record_problem, trial_problem
 from .figures import KeyTrials, write_figures
@@ -124,14 +125,14 @@ def run_report(args: Any, url: str) -> int:
                                    recorded_test(r) or test) for r in rows}
         parts.append("<table><tr><th>device</th><th>arguments</th><th>parameters</th><th>time</th>"
                      "<th>GB/s</th><th>GFLOP/s</th><th>speed-up vs test=</th><th>status</th>"
-                     "<th>tuned</th></tr>")
+                     "<th>found</th><th>tuned</th></tr>")
         for r in rows:
             parts.append(
                 f"<tr><td>{_e(r.key.device_name)}</td><td>{_e(describe_arguments(r.key.arguments))}</td>"
                 f"<td>{_e(parameters_text(r.parameters))}</td><td class='num'>{_e(seconds_text(r.score))}</td>"
                 f"<td class='num'>{_e(rate_text(r.gbps))}</td><td class='num'>{_e(rate_text(r.gflops))}</td>"
                 f"{_speedup_cell(r, keyed[r.key])}"
-                f"<td>{_e(status_text(r, templates, current))}</td>"
+                f"<td>{_e(status_text(r, templates, current))}</td><td>{_e(origin_text(r))}</td>"
                 f"<td>{_e(r.created_at.strftime('%Y-%m-%d'))}</td></tr>")
         parts.append("</table>")
         parts += _device_comparison(rows)

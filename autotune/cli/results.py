@@ -14,6 +14,7 @@ from ..tune.serving import get_store
 from ..tune import TuningRecord, results_frame
 from ..tune.encoding import describe_arguments
 from ..tune.frames import export_rows
+from ..tune.similar import origin_text
 from ..tune.store import MergePolicy, ResultStore, display, format_for, read_import, rows_text
 from ..tune.validation import changed_sources, record_problem
 from .formatting import parameters_text, printable, rate_text, seconds_text, short_function
@@ -63,7 +64,7 @@ def _table(records: list[TuningRecord]) -> str:
         "time": frame.score.map(seconds_text),
         "GB/s": frame.gbps.map(rate_text),
         "GFLOP/s": frame.gflops.map(rate_text),
-        "found": frame.origin,
+        "found": [origin_text(r) for r in records],
         "status": [status_text(r, templates, current) for r in records],
         "tuned": frame.created_at.map(lambda t: t.strftime("%Y-%m-%d %H:%M")),
     })

@@ -7,7 +7,9 @@ One row per stored result (or trial); one column per key field, the arguments an
 decoded into ``arg.NAME`` and ``param.NAME`` columns (as data: dtypes and enums as their names,
 nothing imported), the score and rates, whether the row is well formed (``valid``, with the
 ``problem`` otherwise), whether it is ``stale`` against the kernel sources of the template that
-owns it (None where no registered template does), and the timestamps.
+owns it (None where no registered template does), how it was found (``origin``; for a row
+served from another size under ``AUTOTUNE_MATCH=similar``, ``similar_from`` names that size),
+and the timestamps.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 from .encoding import MalformedJSONError, StoredEnum, decode_arguments, load_json
 from .records import TrialRecord, TuningRecord
 from .registry import registered_templates
+from .similar import similar_from
 from .store import ResultStore
 from .store.rows import KEY_FIELDS
 from .validation import changed_sources, record_problem, trial_problem
@@ -89,7 +92,7 @@ def results_frame(db: str | os.PathLike | ResultStore | None = None, *, function
             "parameters": r.parameters, "score": r.score, "gbps": r.gbps, "gflops": r.gflops,
             "valid": problem is None, "problem": problem or "",
             "stale": _stale(r, current) if problem is None else None,
-            "origin": r.origin, "created_at": r.created_at, "package_version": r.package_version,
+            "origin": r.origin, "similar_from": similar_from(r), "created_at": r.created_at, "package_version": r.package_version,
             "fingerprint": r.fingerprint, "sources": r.sources, "search": r.search,
         })
     return pd.DataFrame(rows, columns=_columns(rows, [*KEY_FIELDS, "parameters", "score"]))

@@ -241,6 +241,9 @@ class DslashTemplate:
     # link_load and carveout
     autotune_version = 4
     autotune_sources = (TEMPLATE,)
+    #: ``AUTOTUNE_MATCH=similar`` serves an untuned lattice the nearest tuned one's parameters
+    #: (log distance over the four extents, summed; precision and reconstruct must be equal).
+    autotune_similar = {"dims": "log"}
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:

@@ -1,15 +1,19 @@
-"""Host time per call of axpy_norm with other libraries' arrays, against our own arrays.
+"""Host time per call of axpy_norm and of the Wilson dslash with other libraries' arrays,
+against our own arrays.
 
 Usage (GPU machine): python benchmarks/interop_overhead.py [--n 4096] [--calls 2000] [--json FILE]
 (on an OpenCL device, ``--device opencl`` times pyopencl arrays instead).
 
 Each row enqueues ``axpy_norm`` (``FusedPass.enqueue``, results not fetched) ``--calls`` times
-on the same vectors and reports the host microseconds per call (median of --rounds rounds,
-the queue drained between rounds), and the extra over our own arrays: the cost of the
-protocol, paid on every call because every call orders the queue after the producer's work
-again (CuPy: reading ``__cuda_array_interface__`` and an event record and stream wait; PyTorch:
-``__dlpack__(stream=ours)``, whose event work PyTorch does). ``wrap`` rows time
-``context.as_array(obj, queue=queue)`` alone: the first call with a new object pays it.
+on the same vectors, and ``WilsonOperator.apply_pc`` (two dslash launches, an 8^4 single
+precision lattice, the template's test= parameters) on the same spinors, and reports the host
+microseconds per call (median of --rounds rounds, the kinds interleaved round by round, the
+queue drained after each), and the extra over our own arrays (the median of each round's
+difference): the cost of the protocol, paid on every call because every call
+orders the queue after the producer's work again (the call site keeps its views, re-checks
+each object's pointer and layout, and waits once per producer stream; the legacy default
+stream needs no event). ``wrap`` rows time ``context.as_array(obj, queue=queue)`` alone: the
+first call with a new object pays it.
 The target is under 3 us extra per call on a GPU (CUDA); on OpenCL the rows show what a
 pyopencl array's marker and barrier cost on that device.
 """
@@ -34,16 +38,36 @@ TARGET_US = 3.0
 def per_call_us(queue: accel.CommandQueue, call: Callable[[], None], calls: int,
                 rounds: int) -> float:
     """Median over rounds of the host microseconds per call."""
-    call()
+    return statistics.median(per_call_samples(queue, {"": call}, calls, rounds)[""])
+
+
+def per_call_samples(queue: accel.CommandQueue, calls_of: dict[str, Callable[[], None]],
+                     calls: int, rounds: int) -> dict[str, list[float]]:
+    """Host microseconds per call of each kind, ``rounds`` samples each, the kinds interleaved
+    round by round (A B C A B C ...: a slow moment of the host falls on every kind alike);
+    the queue drained after each sample."""
+    for call in calls_of.values():
+        call()
     queue.finish()
-    samples = []
+    samples: dict[str, list[float]] = {kind: [] for kind in calls_of}
     for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-        queue.finish()
-    return statistics.median(samples)
+        for kind, call in calls_of.items():
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            samples[kind].append((time.perf_counter() - start) / calls * 1e6)
+            queue.finish()
+    return samples
+
+
+def compare(queue: accel.CommandQueue, calls_of: dict[str, Callable[[], None]], calls: int,
+            rounds: int) -> dict[str, tuple[float, float]]:
+    """(median us per call, median over rounds of the extra over ``ours`` in the same round)."""
+    samples = per_call_samples(queue, calls_of, calls, rounds)
+    ours = samples["ours"]
+    return {kind: (statistics.median(got),
+                   statistics.median(g - o for g, o in zip(got, ours)))
+            for kind, got in samples.items()}
 
 
 def inputs(context: accel.Context, queue: accel.CommandQueue, x: np.ndarray,
@@ -76,12 +100,39 @@ def inputs(context: accel.Context, queue: accel.CommandQueue, x: np.ndarray,
     return kinds
 
 
+def dslash_rows(context: accel.Context, calls: int, rounds: int) -> list[dict[str, Any]]:
+    """``apply_pc`` on each kind of spinor array: host us per call and the extra over ours."""
+    from autotune import tune
+    from operations.lqcd import WilsonOperator, haar_field
+    from operations.lqcd.dslash import DslashTemplate
+
+    test = tune.tuner_of(DslashTemplate).test
+    op = WilsonOperator(context, haar_field((8, 8, 8, 8), seed=1), 0.12, "single", 12,
+                        tuning=test)
+    half = op.lattice.half_volume
+    rng = np.random.default_rng(2)
+    psi = (rng.standard_normal((12, half)) + 1j * rng.standard_normal((12, half))).astype(np.complex64)
+    rows = []
+    print(f"{context.device.name}: apply_pc (2 dslash launches), 8^4 single 12, host us per call")
+    kinds = inputs(context, op.queue, psi, np.zeros_like(psi))
+    timed = compare(op.queue, {kind: (lambda p=p, o=o: op.apply_pc(p, o))
+                               for kind, (p, o) in kinds.items()}, calls, rounds)
+    for kind in kinds:
+        call_us, extra = timed[kind]
+        rows.append({"kind": f"dslash {kind}", "call_us": call_us, "extra_us": extra,
+                     "within_target": kind == "ours" or extra < TARGET_US})
+        print(f"  {kind:16s} {call_us:7.2f} us/call  extra {extra:+6.2f} us"
+              + ("" if kind == "ours" else f"  {'ok' if extra < TARGET_US else 'OVER'} "
+                                           f"(target < {TARGET_US} us)"))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--n", type=int, default=4096, help="elements (small: host-bound)")
     parser.add_argument("--calls", type=int, default=2000)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--json")
     args = parser.parse_args()
     context = accel.create_some_context(args.device)
@@ -90,22 +141,22 @@ def main() -> None:
     x, y = rng.standard_normal(args.n), rng.standard_normal(args.n)
     fn = BlasTemplate(context, np.float64, "axpy_norm").instantiate(queue, args.n)
     rows = []
-    base = None
-    print(f"{context.device.name}: axpy_norm, {args.n} float64 elements, host us per call")
-    for kind, (dx, dy) in inputs(context, queue, x, y).items():
-        vectors = (dx, dy)
-        call_us = per_call_us(queue, lambda: fn.enqueue(vectors, {"a": 1e-9}, fetch=False),
-                              args.calls, args.rounds)
+    print(f"{context.device.name}: axpy_norm, {args.n} float64 elements, host us per call "
+          f"(median of {args.rounds} interleaved rounds)")
+    kinds = inputs(context, queue, x, y)
+    timed = compare(queue, {kind: (lambda v=v: fn.enqueue(v, {"a": 1e-9}, fetch=False))
+                            for kind, v in kinds.items()}, args.calls, args.rounds)
+    for kind, (dx, dy) in kinds.items():
+        call_us, extra = timed[kind]
         wrap_us = per_call_us(queue, lambda: context.as_array(dy, queue=queue),
                               args.calls, args.rounds)
-        base = call_us if base is None else base
-        extra = call_us - base
         rows.append({"kind": kind, "call_us": call_us, "extra_us": extra, "wrap_us": wrap_us,
                      "within_target": kind == "ours" or extra < TARGET_US})
         print(f"  {kind:16s} {call_us:7.2f} us/call  extra {extra:+6.2f} us  "
               f"(wrap alone {wrap_us:6.2f} us)"
               + ("" if kind == "ours" else f"  {'ok' if extra < TARGET_US else 'OVER'} "
                                            f"(target < {TARGET_US} us)"))
+    rows += dslash_rows(context, args.calls, args.rounds)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": context.device.name, "n": args.n, "rows": rows}, f, indent=1)

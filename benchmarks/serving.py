@@ -20,6 +20,11 @@ COMMIT``) the same children run against that checkout's code too, alternating pr
 process with ours, so that a change to the tuner is measured side by side with the code before
 it in one run.
 
+In ``AUTOTUNE_MATCH=similar`` (a private serving object), the same child then times GEMM keys:
+an exact database hit (4096^3) against the first call at a size never tuned (2000 x 3000 x
+1500, served from the nearest of the anchors 1024^3, 4096^3, 8192^3 the database holds) and
+that lookup repeated (the memo cleared each time).
+
 Usage: python benchmarks/serving.py [--processes 15] [--rows 500] [--katsdpsigproc PYTHON]
                                     [--baseline DIR] [--json FILE]
 """
@@ -65,10 +70,46 @@ CHILD = textwrap.dedent("""
             ScaleTemplate.autotune(ctx, np.float32)
             hits.append(time.perf_counter() - start)
     assert first == {{"wgs": 256}}, first
+    sqlalchemy_imported = "sqlalchemy" in sys.modules
+    # AUTOTUNE_MATCH=similar: GEMM keys, an exact hit against the first call of a size never
+    # tuned (served from the nearest anchor; a tuning would fail: the device is described)
+    from autotune.tune.serving import MatchMode, Serving
+    from operations.gemm import GemmTemplate
+    f32 = np.dtype(np.float32)
+    timings = {{}}
+    if "similar" in [m.value for m in MatchMode]:  # (not in a --baseline checkout before it)
+        from autotune.tune.lookup import wait_for_notes
+        with tune.using_serving(Serving(match="similar")), tune.use_database({db!r}):
+            GemmTemplate.autotune(ctx, f32, 4096, 4096, 4096)
+            exact = []
+            for _ in range(200):
+                tune.clear_memo()
+                start = time.perf_counter()
+                GemmTemplate.autotune(ctx, f32, 4096, 4096, 4096)
+                exact.append(time.perf_counter() - start)
+            start = time.perf_counter()
+            served = GemmTemplate.autotune(ctx, f32, 2000, 3000, 1500)
+            similar_first = time.perf_counter() - start
+            wait_for_notes()  # its row written (in the background)
+            similar = []
+            for i in range(200):
+                tune.clear_memo()
+                start = time.perf_counter()
+                GemmTemplate.autotune(ctx, f32, 2000, 3000, 1500)
+                similar.append(time.perf_counter() - start)
+            wait_for_notes()
+        assert served == {gemm_anchor}, served
+        timings = {{"gemm_exact_hit": sorted(exact)[len(exact) // 2],
+                   "similar_first_hit": similar_first,
+                   "similar_hit": sorted(similar)[len(similar) // 2]}}
     print(json.dumps({{"import_tune": t1 - t0, "import_template": t2 - t1, "first_hit": t3 - t2,
                       "memo_hit": memo, "database_hit": sorted(hits)[len(hits) // 2],
-                      "sqlalchemy_imported": "sqlalchemy" in sys.modules}}))
+                      **timings, "sqlalchemy_imported": sqlalchemy_imported}}))
 """)
+
+#: the parameters stored for the GEMM anchors (1024^3, 4096^3, 8192^3 float32): valid on an H200
+GEMM_ANCHOR = {"MWG": 128, "NWG": 128, "KWG": 32, "MDIMC": 16, "NDIMC": 16, "MDIMA": 16,
+               "NDIMB": 16, "KWI": 2, "VWM": 4, "VWN": 4, "STRM": 0, "STRN": 0, "SA": 1, "SB": 1}
 
 
 KATSDPSIGPROC_CHILD = textwrap.dedent("""
@@ -138,6 +179,15 @@ def fill(db: Path, rows: int) -> None:
         records.append(tune.TuningRecord(key, '{"wgs":256}', 1e-5, "bench",
                                          fingerprint=fingerprint.digest,
                                          sources=fingerprint.sources_json))
+    from operations.gemm import GemmTemplate
+
+    gemm = tune.tuner_of(GemmTemplate)
+    for size in (1024, 4096, 8192):
+        args = (GemmTemplate, ctx, np.dtype(np.float32), size, size, size)
+        fingerprint = gemm.fingerprint(*args)
+        records.append(tune.TuningRecord(
+            gemm.key(*args), json.dumps(GEMM_ANCHOR, sort_keys=True, separators=(",", ":")),
+            1e-3, "bench", fingerprint=fingerprint.digest, sources=fingerprint.sources_json))
     store.merge(records)
     store.dispose()
 
@@ -187,9 +237,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "serving.db"
         fill(db, args.rows)
-        codes = [CHILD.format(repo=str(REPO), db=str(db))]
+        codes = [CHILD.format(repo=str(REPO), db=str(db), gemm_anchor=GEMM_ANCHOR)]
         if args.baseline:
-            codes.append(CHILD.format(repo=str(Path(args.baseline).resolve()), db=str(db)))
+            codes.append(CHILD.format(repo=str(Path(args.baseline).resolve()), db=str(db),
+                                      gemm_anchor=GEMM_ANCHOR))
             result["baseline_checkout"] = str(Path(args.baseline).resolve())
         timed = _alternating(sys.executable, codes, args.processes)
         for column, runs in zip(("autotune", "baseline"), timed):
@@ -206,9 +257,17 @@ def main() -> None:
     columns = ["autotune"] + [c for c in ("baseline", "katsdpsigproc") if c in result]
     print("| step | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
     for name in ("import_tune", "import_template", "first_hit", "import_and_first_hit",
-                 "database_hit", "memo_hit"):
+                 "database_hit", "memo_hit", "gemm_exact_hit", "similar_first_hit",
+                 "similar_hit"):
         cells = [_text(result[c].get(name)) for c in columns]
         print(f"| {name.replace('_', ' ')} | " + " | ".join(cells) + " |")
+    ours = result["autotune"]
+    if "similar_hit" in ours:
+        print(f"similar mode: the first call at an untuned GEMM size takes "
+              f"{_text(ours['similar_first_hit'])}, "
+              f"{_text(ours['similar_first_hit'] - ours['gemm_exact_hit'])} more than an exact "
+              f"hit ({_text(ours['gemm_exact_hit'])}; target: within 2 ms); a similar lookup "
+              f"repeated (memo cleared) {_text(ours['similar_hit'])}")
     print(f"SQLAlchemy imported to serve: {result['autotune']['sqlalchemy_imported']}")
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))

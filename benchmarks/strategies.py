@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from autotune import tune
+from autotune.tune.replay import landscape
 
 OURS = ["random", "local", "annealing", "genetic", "bayes"]
 KERNEL_TUNER = ["random_sample", "genetic_algorithm", "greedy_ils", "greedy_mls", "simulated_annealing",
@@ -176,13 +177,13 @@ def main() -> None:
     function = args.function if "%" in args.function else f"%{args.function}%"
     key, trials = load(store, function, args.device, args.arguments)
     space = recorded_space(trials)
-    land = tune.landscape(trials, space)
+    land = landscape(trials, space)
     n = len(land.times)
     best = land.best_score
     seeds, prior = [], []
     if args.warm_from:
         _, other = load(store, function, args.warm_from, key.arguments)
-        other_land = tune.landscape(other, space)
+        other_land = landscape(other, space)
         ranked = sorted((t, k) for k, t in other_land.times.items() if t is not None)
         seeds = [dict(zip(space.names, k)) for _, k in ranked[:8]]
         prior = [(dict(zip(space.names, k)), t / ranked[0][0]) for t, k in ranked]

@@ -320,9 +320,9 @@ class FusedPass:
                 self._launch_finish = queue.launcher(
                     template.program.get_kernel("fused_finish"), self.wgs, self.wgs)
                 self._finish_args = [self.partials, np.uint32(self.groups), self.out]
-        #: vectors last passed, their checked arrays, and the foreign sources among them (other
-        #: libraries' arrays: each call orders the queue after their producers' work again)
-        self._last: tuple[tuple, list, list] = ((), [], [])
+        #: the vectors last passed and their checked arrays (other libraries' arrays: each call
+        #: orders the queue after their producers' work again)
+        self._last = accel.LastViews()
         real = np.float32 if template.dtype in (np.float32, np.complex64) else np.float64
         self._real = real
         self._real_max = float(np.finfo(real).max)  # larger scalars would become inf on the device
@@ -382,13 +382,10 @@ class FusedPass:
         enqueues the copy itself.
         """
         vectors = tuple(vectors)
-        last_vectors, arrays, sources = self._last
-        if len(vectors) != len(last_vectors) or any(a is not b for a, b in zip(vectors, last_vectors)):
+        arrays = self._last.get(vectors, self.queue)  # ordered after foreign producers again
+        if arrays is None:
             arrays = self._checked(vectors)  # orders after foreign producers' work
-            self._last = (vectors, arrays, [a.foreign for a in arrays if a.foreign is not None])
-        elif sources:
-            for source in sources:
-                source.order(self.queue)
+            self._last.keep(vectors, arrays)
         self._launch_pass([*arrays, *self._scalar_args(scalars), *self._reduction_args,
                            np.uint64(self.n)])
         if self._launch_finish is not None:

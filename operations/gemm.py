@@ -111,6 +111,10 @@ class GemmTemplate:
 
     autotune_version = 1
     autotune_sources = (TEMPLATE,)
+    #: ``AUTOTUNE_MATCH=similar`` serves an untuned size the nearest tuned one's parameters
+    #: (log distance over m, n and k; the dtype must be equal). Every tile fits every size:
+    #: sizes that are not multiples of the tiles are padded.
+    autotune_similar = {"m": "log", "n": "log", "k": "log"}
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:

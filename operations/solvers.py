@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from autotune import accel, parallel
+from autotune import accel, parallel, tune
 
 from .blas import BlasTemplate, DeviceRatio
 from .multiblas import MAX_VECTORS, MultiBlasTemplate, parameters_from
@@ -129,12 +129,13 @@ class VectorOps:
         return inst
 
     def agreed(self, autotune: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-        """With ``comm``: rank 0 tunes (or reads the store) and tells the others, so that every
-        rank launches the same parameters (QUDA's rule); without: None (the template tunes)."""
+        """With ``comm``: ``autotune()`` inside ``tune.collective(comm)``: one rank tunes (or
+        reads the store) and tells the others, so that every rank launches the same parameters
+        (QUDA's rule); without: None (the template tunes)."""
         if self.comm is None:
             return None
-        return parallel.bcast(self.comm, autotune() if self.comm.rank == 0 else None,
-                              "the tuned parameters from rank 0")
+        with tune.collective(self.comm):
+            return autotune()
 
     def blas(self, op: str, *vectors: Any, **scalars: Any) -> Any:
         return self.global_sum(self.fused(BlasTemplate, op)(*vectors, **scalars))

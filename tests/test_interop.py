@@ -141,6 +141,22 @@ def test_pyopencl_arrays_and_buffers_through_axpy_norm(context, command_queue):
 
 
 @pytest.mark.opencl_only
+def test_a_kept_view_follows_a_pyopencl_array_given_new_memory(context, command_queue):
+    """The pass keeps its views of the arrays last passed; the same array object given another
+    buffer in between is viewed again (a kept view would read the old buffer)."""
+    cl, cl_array = _cl()
+    n = 256
+    theirs = cl.CommandQueue(context.cl_context)
+    fn = BlasTemplate(context, np.float64, "axpy_norm").instantiate(command_queue, n)
+    x, y = cl_array.to_device(theirs, np.ones(n)), cl_array.zeros(theirs, n, np.float64)
+    assert fn(x, y, a=1.0) == pytest.approx(n)  # y = 1
+    assert fn(x, y, a=1.0) == pytest.approx(4 * n)  # the kept views: y = 2
+    x.base_data = cl_array.to_device(theirs, np.full(n, 3.0)).base_data
+    assert fn(x, y, a=1.0) == pytest.approx(25 * n)  # y = 2 + 3
+    np.testing.assert_array_equal(y.get(), np.full(n, 5.0))
+
+
+@pytest.mark.opencl_only
 def test_pyopencl_arrays_through_scale(context, command_queue):
     cl, cl_array = _cl()
     n = 777
@@ -388,12 +404,16 @@ def test_foreign_spinors_through_the_wilson_operator(context, command_queue, lib
 
 
 @pytest.mark.cuda_only
+@pytest.mark.parametrize("stream_kind", ["own stream", "default stream"])
 @pytest.mark.parametrize("library", ["cupy", "torch"])
-def test_library_streams_order_our_work(context, command_queue, library):
+def test_library_streams_order_our_work(context, command_queue, library, stream_kind):
     """CuPy (CAI v3: its current stream) and PyTorch (DLPack: __dlpack__(stream=ours)) fill x
-    with long work on a non-default stream and pass it without synchronising."""
+    with long work on a non-blocking stream of their own, or on their default stream (the
+    legacy one, which our blocking streams follow without an event), and pass it without
+    synchronising; the second call reuses the pass's kept views, ordered again."""
     n = 1 << 16
     fn = BlasTemplate(context, np.float64, "axpy_norm").instantiate(command_queue, n)
+    own = stream_kind == "own stream"
     if library == "cupy":
         cupy, device = _cupy(context)
         with device:
@@ -403,8 +423,7 @@ def test_library_streams_order_our_work(context, command_queue, library):
                 "float64 value, float64 one, float64 zero, uint32 reps", "float64 x",
                 "double v = value; for (unsigned int r = 0; r < reps; ++r) v = v * one + zero; "
                 "x = v;", "autotune_test_slow_fill")
-            stream = cupy.cuda.Stream(non_blocking=True)
-            with stream:
+            with cupy.cuda.Stream(non_blocking=True) if own else cupy.cuda.Stream.null:
                 slow(5.0, 1.0, 0.0, np.uint32(REPS), x)
                 norm = fn(x, y, a=2.0)
             got = cupy.asnumpy(y)
@@ -413,7 +432,8 @@ def test_library_streams_order_our_work(context, command_queue, library):
         x = torch_.ones(n, dtype=torch_.float64, device=device)
         y = torch_.zeros(n, dtype=torch_.float64, device=device)
         fn(x, y, a=1.0)
-        stream = torch_.cuda.Stream(device=device)
+        stream = torch_.cuda.Stream(device=device) if own else \
+            torch_.cuda.default_stream(device)
         with torch_.cuda.stream(stream):
             torch_.cuda._sleep(100_000_000)  # ~50 ms of spinning on the stream, then the write
             x.fill_(5.0)
@@ -422,6 +442,21 @@ def test_library_streams_order_our_work(context, command_queue, library):
         got = y.cpu().numpy()
     np.testing.assert_array_equal(got, np.full(n, 11.0))
     assert norm == pytest.approx(n * 121.0)
+
+
+@pytest.mark.cuda_only
+def test_a_kept_view_follows_a_tensor_given_new_memory(context, command_queue):
+    """The same tensor object given other memory between two calls (``set_``) is viewed again:
+    a kept view would read the old memory."""
+    torch_, device = _torch(context)
+    n = 1 << 12
+    fn = BlasTemplate(context, np.float64, "axpy_norm").instantiate(command_queue, n)
+    x = torch_.ones(n, dtype=torch_.float64, device=device)
+    y = torch_.zeros(n, dtype=torch_.float64, device=device)
+    assert fn(x, y, a=1.0) == pytest.approx(n)
+    x.set_(torch_.full((n,), 3.0, dtype=torch_.float64, device=device))
+    assert fn(x, y, a=1.0) == pytest.approx(16 * n)
+    np.testing.assert_array_equal(y.cpu().numpy(), np.full(n, 4.0))
 
 
 @pytest.mark.cuda_only

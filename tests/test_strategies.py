@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from autotune import tune
-from autotune.tune.replay import Landscape
+from autotune.tune.replay import Landscape, landscape
 from autotune.cli import main
 from autotune.tune.store import ResultStore
 
@@ -199,7 +199,7 @@ def test_replay_over_stored_trials(tmp_path):
     with tune.use_database(db):
         FakeTimedTemplate.autotune.retune(FakeTimedTemplate, StandIn(), 3)
     trials = ResultStore.open(db).trials()
-    land = tune.landscape(trials, FakeTimedTemplate.autotune_space(None, 3))
+    land = landscape(trials, FakeTimedTemplate.autotune_space(None, 3))
     assert land.complete() and land.best == {"block": 3}
     assert tune.replay(land, "local", max_evals=2, seed=0).evaluations == 2
 
@@ -353,7 +353,7 @@ def test_a_resumed_search_measures_only_what_the_interrupted_one_had_not(tmp_pat
     # timed again: the four fastest (blocks 6, 5, 7, 4: measured now, kept built) and test=
     assert search["choice"]["contenders"] == 5 and outcome.speedup == pytest.approx(6)
     space = InterruptedTemplate.autotune_space(None, 1)
-    assert tune.landscape(ResultStore.open(db).trials(), space).complete()
+    assert landscape(ResultStore.open(db).trials(), space).complete()
     assert len(ResultStore.open(db).trials()) == 8  # the resumed ones are not written again
 
     # A result stored after them: a forced re-tune that resumes measures everything again.

@@ -387,3 +387,31 @@ def test_cuda_source_keeps_its_extern_c(context):
     found = tune.tune_kernel("vector_add", source, N, args, {"block_size_x": [64, 128]},
                              answer=[expected, None, None, None], context=context, lang="CUDA")
     assert found.tuned and all(r["status"] == "ok" for r in found.results)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_answer_check_agrees_with_numpy_allclose(dtype):
+    """The check made once per answer (its bound kept) says what numpy.allclose says, for
+    results inside, at and beyond the bound, with NaNs and infinities, and for answers that are
+    not finite or not floats (checked by allclose itself)."""
+    from autotune.tune.kernels import Closeness
+
+    rng = np.random.default_rng(5)
+    atol = 1e-4
+    expected = (rng.standard_normal(4000) * 10).astype(dtype)
+    close = Closeness(expected, atol)
+    bound = atol + 1e-5 * np.abs(expected.astype(np.float64))
+    for scale in (0.0, 0.5, 0.999, 1.001, 3.0):
+        for sign in (1, -1):
+            result = (expected + sign * scale * bound * rng.random(4000)).astype(dtype)
+            assert close(result) == np.allclose(result, expected, atol=atol)
+    spoiled = expected.copy()
+    spoiled[17] = np.nan
+    assert not close(spoiled)
+    spoiled[17] = np.inf
+    assert not close(spoiled)
+    ints = np.arange(10, dtype=np.int32)
+    assert Closeness(ints, 0.0)(ints) and not Closeness(ints, 0.0)(ints + 1)
+    odd = expected.copy()
+    odd[3] = np.inf
+    assert Closeness(odd, atol)(odd) == np.allclose(odd, odd, atol=atol)

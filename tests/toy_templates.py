@@ -193,3 +193,38 @@ class InterruptedTemplate(Protocol):
 
 
 InterruptedTemplate.warm_configurations = [{"size": 1}]
+
+
+class SizedTemplate(Protocol):
+    """y = 2 x over ``n`` elements with the real toy kernel: a work-group larger than ``n``
+    is refused (it cannot be filled), and ``n`` may be generalised under
+    ``AUTOTUNE_MATCH=similar``; ``label`` and ``batch`` may not."""
+
+    autotune_sources = (KERNEL,)
+    autotune_similar = {"n": "log"}
+    warm_configurations = [{"n": 64, "label": "a", "batch": 1}]
+
+    @classmethod
+    def autotune_space(cls, context, n, label="a", batch=1):
+        return tune.Space({"wgs": [8, 16, 32, 64]},
+                          [tune.limit("a work-group the vector fills", lambda p: p["wgs"] <= n)])
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 8})
+    def autotune(cls, context, n, label="a", batch=1):
+        queue = context.create_tuning_command_queue()
+        kernel = context.build(KERNEL, {"wrong": False, "factor": "2.0f"}).get_kernel("toy")
+        x = context.to_device(queue, np.arange(n, dtype=np.float32))
+        y = context.allocate(n, np.float32)
+
+        def generate(wgs):
+            calls["sized"] += 1
+            return tune.make_measure(queue, lambda: run_sized(queue, kernel, y, x, n, wgs),
+                                     lambda: np.array_equal(y.get(queue), 2 * x.get(queue)))
+
+        return tune.autotune(generate)
+
+
+def run_sized(queue, kernel, y, x, n, wgs):
+    """Launch the toy kernel over ``n`` elements in work-groups of ``wgs``."""
+    queue.enqueue_kernel(kernel, [y, x, np.uint32(n)], -(-n // wgs) * wgs, wgs)

@@ -21,6 +21,7 @@ from .errors import (
 )
 from .helpers import builds_in_helpers
 from .identity import DeviceIdentity
+from .interop import LastViews
 from .kernels import Kernel, KernelLimits, Program
 from .queues import CommandQueue, IntervalTimer, Marker, tuning_turn
 from .render import RenderedSource, render
@@ -44,6 +45,7 @@ __all__ = [
     "Kernel",
     "KernelLimits",
     "LaunchError",
+    "LastViews",
     "Marker",
     "Program",
     "RenderedSource",

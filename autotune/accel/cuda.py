@@ -379,6 +379,10 @@ class CudaMarker(Marker):
 
 
 class CudaQueue(CommandQueue):
+    #: its stream is made without CU_STREAM_NON_BLOCKING: the device makes its work wait for
+    #: the legacy default stream's earlier work (what other libraries' default streams are)
+    blocking = True
+
     def __init__(self, context: CudaContext, tuning: bool, timed: bool = False):
         super().__init__(context, tuning, timed)
         with context.thread_scope():

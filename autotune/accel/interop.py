@@ -23,6 +23,7 @@ the contiguity check and the reading of ``__cuda_array_interface__``.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,15 +38,23 @@ NO_COPY = "viewing it would need a copy, which is never made silently"
 class Foreign:
     """Where a device array viewing another library's array came from
     (:attr:`DeviceArray.foreign`); :meth:`order` makes a queue's later work wait for the work
-    the producer enqueued on the array so far."""
+    the producer enqueued on the array so far, and :meth:`reuse` lets a call site that keeps
+    its last views (the same objects passed again) use them again, ordered anew."""
 
     protocol = "none"
 
     def __init__(self, obj: Any):
         self.obj = obj
 
-    def order(self, queue: QueueRole) -> None:
-        """Nothing to wait for (the protocol gives no stream or event)."""
+    def order(self, queue: QueueRole, seen: set | None = None) -> None:
+        """Nothing to wait for (the protocol gives no stream or event). ``seen``: the
+        producer streams this call ordered after already (each is waited for once)."""
+
+    def reuse(self, queue: QueueRole, seen: set | None = None) -> bool:
+        """If the object still describes the memory and layout it was viewed with, order
+        ``queue`` after its producer (:meth:`order`) and say True: its view may be used again.
+        False where that cannot be told cheaply, or it changed: view it again."""
+        return False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {type(self.obj).__name__} via {self.protocol}>"
@@ -129,3 +138,35 @@ def read_cuda_array_interface(name: str, obj: Any, cai: Any) -> CudaArrayInterfa
                          "its producer should give 1 (legacy default stream) or 2 (per-thread)")
     return CudaArrayInterface(int(pointer or 0), shape, dtype,
                               None if stream is None else int(stream), version)
+
+
+
+class LastViews:
+    """What one call site viewed of the arrays it was last passed (ours as they are, other
+    libraries' viewed in place): passed the same objects again, :meth:`get` gives the same
+    views back, each source re-checked (:meth:`Foreign.reuse`) and the queue ordered after the
+    producers again, once per producer stream. It holds the last objects until the next call."""
+
+    def __init__(self) -> None:
+        self._objects: tuple = ()
+        self._views: tuple = ()
+        self._sources: tuple = ()
+
+    def get(self, objects: tuple, queue: QueueRole) -> tuple | None:
+        """The views of ``objects`` if they are the ones last kept and none changed; else None
+        (view them again and :meth:`keep` the new views)."""
+        last = self._objects
+        if len(objects) != len(last) or not all(map(operator.is_, objects, last)):
+            return None
+        seen: set = set()
+        for source in self._sources:
+            if not source.reuse(queue, seen):
+                return None
+        return self._views
+
+    def keep(self, objects: tuple, views: tuple) -> None:
+        """Remember ``views`` (device arrays, or None for an absent argument) of ``objects``."""
+        self._objects = tuple(objects)
+        self._views = tuple(views)
+        self._sources = tuple(v.foreign for v in views
+                              if v is not None and getattr(v, "foreign", None) is not None)

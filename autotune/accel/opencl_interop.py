@@ -27,7 +27,17 @@ class PyOpenCLSource(Foreign):
 
     protocol = "pyopencl"
 
-    def order(self, queue: CommandQueue) -> None:
+    def __init__(self, obj: Any):
+        super().__init__(obj)
+        self.layout = _layout(obj)
+
+    def reuse(self, queue: CommandQueue, seen: set | None = None) -> bool:
+        if _layout(self.obj) != self.layout:
+            return False
+        self.order(queue, seen)
+        return True
+
+    def order(self, queue: CommandQueue, seen: set | None = None) -> None:
         """Make ``queue``'s later work wait for the array's events and its queue's work."""
         import pyopencl as cl
 
@@ -44,6 +54,14 @@ class BufferSource(Foreign):
     work that writes it first)."""
 
     protocol = "cl.Buffer"
+
+    def reuse(self, queue: CommandQueue, seen: set | None = None) -> bool:
+        return True  # a buffer's memory and size never change; it orders nothing
+
+
+def _layout(array: Any) -> tuple:
+    """What a pyopencl array's view depends on: its buffer, offset, shape and dtype."""
+    return (array.base_data, array.offset, array.shape, array.dtype)
 
 
 def _opencl_types() -> tuple[Any, Any]:

@@ -80,6 +80,10 @@ def _add_warm(sub: Any) -> None:
     warm.add_argument("--template", action="append", default=[], metavar="MODULE:CLASS",
                       help="warm a template that is not registered (repeatable); with no "
                            "operation named, only these are warmed")
+    warm.add_argument("--recorded", metavar="FILE",
+                      help="tune the keys an AUTOTUNE_RECORD file lists for this device, each "
+                           "once (its functions resolved among the registered templates and "
+                           "--template ones, never imported)")
     warm.add_argument("--quiet", action="store_true", help="no progress output")
     warm.add_argument("--strategy", choices=sorted(STRATEGIES),
                       help="search strategy for every key (default: each template's own, "

@@ -20,6 +20,7 @@ from ..tune.registry import registered_templates
 from ..tune import TuningKey, TuningRecord
 from ..tune.encoding import describe_arguments
 from ..tune.records import TrialRecord
+from ..tune.similar import origin_text
 from ..tune.store import ResultStore, display
 from ..tune.validation import (parameters_problem, recorded_speedup, recorded_test, record_problem,
                                trial_problem)
@@ -136,8 +137,8 @@ def run_report(args: Any, url: str) -> int:
         keyed = {r.key: key_trials(r.key, trials_by_key.get(r.key, []), r.parameters,
                                    recorded_test(r) or test) for r in rows}
         parts.append("<table><tr><th>device</th><th>arguments</th><th>parameters</th><th>time</th>"
-                     "<th>95% interval</th><th>ties</th><th>spread</th><th>GB/s</th><th>GFLOP/s</th><th>speed-up vs test=</th><th>status</th>"
-                     "<th>tuned</th></tr>")
+                     "<th>95% interval</th><th>ties</th><th>spread</th><th>GB/s</th><th>GFLOP/s</th>"
+                     "<th>speed-up vs test=</th><th>status</th><th>found</th><th>tuned</th></tr>")
         for r in rows:
             parts.append(
                 f"<tr><td>{_e(r.key.device_name)}</td><td>{_e(describe_arguments(r.key.arguments))}</td>"
@@ -147,7 +148,7 @@ def run_report(args: Any, url: str) -> int:
                 f"<td class='num'>{_e(share_text(r.spread))}</td>"
                 f"<td class='num'>{_e(rate_text(r.gbps))}</td><td class='num'>{_e(rate_text(r.gflops))}</td>"
                 f"{_speedup_cell(r, keyed[r.key])}"
-                f"<td>{_e(status_text(r, templates, current))}</td>"
+                f"<td>{_e(status_text(r, templates, current))}</td><td>{_e(origin_text(r))}</td>"
                 f"<td>{_e(r.created_at.strftime('%Y-%m-%d'))}</td></tr>")
         parts.append("</table>")
         parts += _device_comparison(rows)

@@ -14,6 +14,7 @@ from ..tune.serving import get_store
 from ..tune import TuningRecord, results_frame
 from ..tune.encoding import describe_arguments
 from ..tune.frames import export_rows
+from ..tune.similar import origin_text
 from ..tune.store import MergePolicy, ResultStore, display, format_for, read_import, rows_text
 from ..tune.validation import changed_sources, record_problem
 from .formatting import (count_text, interval_text, parameters_text, printable, rate_text,
@@ -69,7 +70,7 @@ def _table(records: list[TuningRecord]) -> str:
                      zip(frame.speedup, frame.speedup_low, frame.speedup_high)],
         "GB/s": frame.gbps.map(rate_text),
         "GFLOP/s": frame.gflops.map(rate_text),
-        "found": frame.origin,
+        "found": [origin_text(r) for r in records],
         "status": [status_text(r, templates, current) for r in records],
         "tuned": frame.created_at.map(lambda t: t.strftime("%Y-%m-%d %H:%M")),
     })

@@ -20,11 +20,14 @@ from ..tune import observing, search_settings, use_database
 from ..tune.encoding import describe_arguments, encode_arguments, encode_parameters
 from ..tune.serving import get_store, match_mode
 from ..tune.store import ReadOnlyStoreError, display
+from ..tune.collective import split
+from ..tune.records import ResultOrigin
 from ..tune.verdicts import Freshness
 from ..tune.serving import serving
 from ..tune.store import StoreUnavailableError
 from ..tune.validation import recorded_speedup
 from .formatting import parameters_text, printable, seconds_text, speedup_text
+from .recorded import RecordedPlan, recorded_plan
 
 
 #: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
@@ -176,14 +179,19 @@ def shares(classes: list[tuple]) -> list[tuple[int, int]]:
 def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, url: str,
                 force: bool, dry_run: bool, quiet: bool,
                 settings: dict[str, Any] | None = None,
-                share: tuple[int, int] = (0, 1)) -> list[WarmOutcome]:
+                share: tuple[int, int] = (0, 1), comm: Any = None,
+                recorded: RecordedPlan | None = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
     is tuned again, like a missing one. ``settings`` (strategy, max_evals, max_seconds, seed,
     batches, resume) apply to every search. ``share`` ``(index, count)``: this worker takes every ``count``-th
     key from the ``index``-th (in the order the templates list them), the others going to
-    workers on devices of the same class.
+    workers on devices of the same class. ``comm`` (an MPI communicator, instead of ``share``):
+    the ranks split their keys through :func:`autotune.tune.collective.split`: a key that
+    several ranks list (devices of one class) is tuned by one of them, in turn. ``recorded``
+    (``--recorded``): the keys of a record file on this device take the place of the
+    templates' warm configurations.
     """
     context = spec.create_context()
     device = context.device.name
@@ -191,18 +199,18 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     outcomes: list[WarmOutcome] = []
     unwritten: dict[int, Any] = {}  #: outcome index -> key of a result the database refused
     with use_database(url):
-        index, count = share
-        every = [(template, config) for template in templates
-                 for config in template.configurations(context)]
+        every = ([(template, config) for template in templates
+                  for config in template.configurations(context)] if recorded is None
+                 else recorded.configurations(context, None if quiet else sys.stderr))
+        mine = _my_positions(every, context, share, comm)
         plan = [(template, config, template.judge(context, config))
-                for position, (template, config) in enumerate(every) if position % count == index]
-        to_tune = sum(1 for _, _, v in plan
-                      if force or v is None or v.freshness is not Freshness.FRESH)
+                for position, (template, config) in enumerate(every) if position in mine]
+        to_tune = sum(1 for _, _, v in plan if force or not tuned_here(v))
         progress = _Progress(sys.stderr, quiet or dry_run, len(plan), to_tune)
         try:
             for template, config, verdict in plan:
                 args = describe_arguments(encode_arguments(config))
-                if verdict is not None and verdict.freshness is Freshness.FRESH and not force:
+                if tuned_here(verdict) and not force:
                     record = verdict.record
                     recorded = recorded_speedup(record)
                     outcomes.append(WarmOutcome(
@@ -214,6 +222,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     continue
                 why = "" if verdict is None else (
                     f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
+                if verdict is not None and verdict.record.origin == ResultOrigin.SIMILAR.value:
+                    why = " (served from a similar size, not tuned)"
                 if dry_run:
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
                                                 message=why.strip(" ()")))
@@ -238,6 +248,26 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
     return [dataclasses.replace(o, where=where) for o in outcomes]
+
+
+def _my_positions(every: list[tuple[RegisteredTemplate, dict[str, Any]]], context: Any,
+                  share: tuple[int, int], comm: Any) -> set[int]:
+    """The positions in ``every`` (template, configuration) that this worker warms: every
+    ``count``-th from the ``index``-th of ``share``; with ``comm``, those
+    :func:`autotune.tune.collective.split` gives this rank (each key by one of the ranks that
+    list it)."""
+    if comm is None:
+        index, count = share
+        return {p for p in range(len(every)) if p % count == index}
+    keys = [template.key(context, config) for template, config in every]
+    return set(split(comm, keys, "the keys each rank would warm"))
+
+
+def tuned_here(verdict: Any) -> bool:
+    """Whether a key's stored row is its own fresh result (a row served from another size,
+    origin ``similar``, is not: it is tuned)."""
+    return (verdict is not None and verdict.freshness is Freshness.FRESH
+            and verdict.record.origin != ResultOrigin.SIMILAR.value)
 
 
 def _check_writable(url: str) -> None:
@@ -276,10 +306,10 @@ def _written_late(store: Any, outcomes: list[WarmOutcome],
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, url, force, dry_run, settings, share = job
-    templates = _select_templates(names, extra)
+    spec, extra, names, url, force, dry_run, settings, share, recorded = job
+    templates = _select_templates(names, extra) if recorded is None else []
     return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True,
-                       settings=settings, share=share)
+                       settings=settings, share=share, recorded=recorded)
 
 
 def _mpi_world() -> Any:
@@ -304,7 +334,6 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
     fails aborts every rank, its error headed with its rank number."""
     from mpi4py import MPI
 
-    from .. import parallel
     from ..parallel import abort_on_error
 
     with abort_on_error(comm, brief=(ValueError, accel.AccelError)):
@@ -314,11 +343,11 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         spec = accel.device_for_local_rank(local.rank, args.device)
         local.Free()
-        share = shares(parallel.allgather(comm, device_class(spec.identity),
-                                          "the ranks' device kinds"))[comm.rank]
+        # each key by one of the ranks that would warm it (tune.collective's rule)
         outcomes = warm_device(spec, templates, url=url, force=args.force,
                                dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
-                               settings=settings, share=share)
+                               settings=settings, comm=comm,
+                               recorded=getattr(args, "recorded_plan", None))
         # not bounded: a rank done with its share waits for the others' (minutes apart on
         # GPUs); a rank that fails aborts every rank (abort_on_error)
         gathered = comm.gather(outcomes, root=0)
@@ -353,7 +382,12 @@ def run_warm(args: Any, url: str) -> int:
     started = time.perf_counter()
     if not args.dry_run:
         _check_writable(url)
-    templates = _select_templates(args.operations, args.template)
+    if getattr(args, "recorded", None):
+        args.recorded_plan = recorded_plan(args)
+        templates: list[RegisteredTemplate] = []
+    else:
+        args.recorded_plan = None
+        templates = _select_templates(args.operations, args.template)
     comm = _mpi_world()
     if comm is not None:
         gathered = _warm_ranks(comm, args, templates, url, settings)
@@ -406,14 +440,15 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
     parts = shares([device_class(s.identity) for s in specs])
     jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:
-        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part)
-                for s, part in zip(specs, parts)]
+        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part,
+                 args.recorded_plan) for s, part in zip(specs, parts)]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             return [o for part in pool.map(_warm_worker, work) for o in part]
     outcomes = []
     for spec, part in zip(specs, parts):
         outcomes += warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
-                                quiet=args.quiet, settings=settings, share=part)
+                                quiet=args.quiet, settings=settings, share=part,
+                                recorded=args.recorded_plan)
     return outcomes
 
 
@@ -421,7 +456,8 @@ def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
     import pandas as pd
 
     if not outcomes:
-        print("nothing to warm: no registered template declares warm configurations")
+        print("nothing to warm: no registered template declares warm configurations, or "
+              "the record file lists no key for this device")
         return
     if dry_run:
         todo = [o for o in outcomes if o.status == "would tune"]

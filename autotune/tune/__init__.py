@@ -20,9 +20,11 @@ This module is the contract a user writes against (``__all__``). The machinery b
 importable from named submodules (see docs/architecture.md): ``serving`` (the process state),
 ``verdicts`` (the judge of stored rows), ``lookup``, ``recording``, ``offline``, ``online``,
 ``search``/``strategies``/``evaluation``, ``space``, ``records``, ``encoding``,
-``validation``, ``store``, ``registry``, ``frames``, ``replay``, ``kernels``.
+``validation``, ``store``, ``registry``, ``frames``, ``replay`` (``landscape``), ``kernels``,
+``collective`` (its errors, communicators and ``split``).
 """
 
+from .collective import collective
 from .decorator import TunedFunction, autotuner, tuner_of
 from .encoding import InvalidParametersError
 from .expressions import ExpressionError
@@ -31,7 +33,7 @@ from .kernels import tune_kernel, tuned_kernel
 from .measurement import Measurement, WrongResult, make_measure
 from .online import OnlineTuner, OnlineTuningError
 from .records import TuningKey, TuningRecord
-from .replay import landscape, replay
+from .replay import replay
 from .search import AutotuneError, InvalidConfiguration, SearchResult, autotune, observing, search, search_settings
 from .serving import ConfigurationError, clear_memo, serving, using_serving
 from .space import Space, SpaceError, at_most, limit, preference, restriction
@@ -52,8 +54,10 @@ __all__ = [
     "tune_kernel", "tuned_kernel",
     # serving and the store
     "serving", "using_serving", "clear_memo", "use_database", "TuningKey", "TuningRecord",
+    # one choice for all ranks (MPI, torch.distributed)
+    "collective",
     # reading results
-    "results_frame", "trials_frame", "replay", "landscape",
+    "results_frame", "trials_frame", "replay",
     # errors
     "AutotuneError", "InvalidConfiguration", "ConfigurationError", "SpaceError", "StoreError",
     "InvalidParametersError", "OnlineTuningError", "ExpressionError",

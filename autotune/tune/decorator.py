@@ -2,7 +2,8 @@
 
 A key is (function, version, device name, platform, driver version, arguments). On a call the
 tuned function looks in the serving object's memo (:mod:`.serving`), then in the database
-(:mod:`.lookup`: exactly, or relaxing the device part under ``AUTOTUNE_MATCH=nearest``), and
+(:mod:`.lookup`: exactly, or relaxing the device part under ``AUTOTUNE_MATCH=nearest``, or the
+size a template declares generalisable in ``autotune_similar`` under ``similar``), and
 only then runs the tuning function (:mod:`.offline`), storing what it finds.
 
 A stored result is served only if the one judge (:func:`.verdicts.judge`) finds it fresh: every
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import accel
+from .collective import active as active_collective
 from .calls import Call as _Call
 from .encoding import encode_key_arguments, validate_test_parameters
 from .lookup import Judge, lookup_or_miss
@@ -28,7 +30,8 @@ from .offline import tune_call
 from .search import current_run
 from .records import TuningKey
 from .rendered import template_dirs
-from .serving import serving
+from .serving import MatchMode, serving
+from .similar import request_for
 from .space import Space, SpaceError
 from .store import database_url
 from .verdicts import Fingerprint, TuningOutcome, Verdict, judge, make_fingerprint
@@ -205,6 +208,17 @@ class TunedFunction:
         return lambda record: judge(record, self._test, fingerprint, name, dirs)
 
     def _resolve(self, call: _Call, *, force: bool) -> dict[str, Any]:
+        together = active_collective()
+        if together is None:
+            return self._resolve_here(call, force=force)
+        # inside tune.collective: one rank resolves the key the ranks share and tells the others
+        params, here = together.resolve(call.key, lambda: self._resolve_here(call, force=force))
+        if not here and not force:
+            state = serving()
+            state.remember((database_url(), state.match_mode(), call.key), params)
+        return params
+
+    def _resolve_here(self, call: _Call, *, force: bool) -> dict[str, Any]:
         state = serving()
         url = database_url()
         mode = state.match_mode()
@@ -219,8 +233,11 @@ class TunedFunction:
             if not force:
                 params = state.remembered(memo_key)
                 if params is None:
-                    found = lookup_or_miss(state, store, call.key, call.device,
-                                           self.judge_for(call), mode)
+                    judge_here = self.judge_for(call)
+                    similar_request = (request_for(self, call, judge_here)
+                                       if mode == MatchMode.SIMILAR.value else None)
+                    found = lookup_or_miss(state, store, call.key, call.device, judge_here,
+                                           mode, similar_request)
                     params = found.parameters if found is not None else None
             if params is None:
                 params = tune_call(call, self.function, self.test, self.fingerprint_of(call), state,

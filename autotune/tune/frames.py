@@ -10,7 +10,9 @@ interval of the winner's median, ``ties``, ``spread``; ``speedup`` over ``test=`
 ``speedup_low``/``speedup_high``; empty where the choice did not time again), the rates, whether
 the row is well formed (``valid``, with the
 ``problem`` otherwise), whether it is ``stale`` against the kernel sources of the template that
-owns it (None where no registered template does), and the timestamps.
+owns it (None where no registered template does), how it was found (``origin``; for a row
+served from another size under ``AUTOTUNE_MATCH=similar``, ``similar_from`` names that size),
+and the timestamps.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 from .encoding import MalformedJSONError, StoredEnum, decode_arguments, load_json
 from .records import TrialRecord, TuningRecord
 from .registry import registered_templates
+from .similar import similar_from
 from .store import ResultStore
 from .store.rows import KEY_FIELDS
 from .validation import changed_sources, record_problem, recorded_speedup, trial_problem
@@ -98,7 +101,7 @@ def results_frame(db: str | os.PathLike | ResultStore | None = None, *, function
             "gbps": r.gbps, "gflops": r.gflops,
             "valid": problem is None, "problem": problem or "",
             "stale": _stale(r, current) if problem is None else None,
-            "origin": r.origin, "created_at": r.created_at, "package_version": r.package_version,
+            "origin": r.origin, "similar_from": similar_from(r), "created_at": r.created_at, "package_version": r.package_version,
             "fingerprint": r.fingerprint, "sources": r.sources, "search": r.search,
         })
     return pd.DataFrame(rows, columns=_columns(rows, [*KEY_FIELDS, "parameters", "score"]))

@@ -1,16 +1,22 @@
-"""The one lookup of a stored result: this key exactly, else (``AUTOTUNE_MATCH=nearest``) the
+"""The one lookup of a stored result: this key exactly, else (``AUTOTUNE_MATCH=similar``) the
+nearest tuned size on this device (:mod:`.similar`), else (``nearest`` and ``similar``) the
 nearest device's, each row judged by :func:`~.verdicts.judge`. A database that cannot be read
-for now is a miss."""
+for now is a miss. A key not found exactly is noted in ``AUTOTUNE_RECORD`` (:mod:`.misses`)."""
 
 from __future__ import annotations
 
+import json
+import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from . import nearest
-from .records import TuningKey, TuningRecord
+from . import misses, nearest, similar
+from .encoding import describe_arguments
+from .records import ResultOrigin, TuningKey, TuningRecord
 from .serving import MatchMode
-from .store import ResultStore, StoreUnavailableError
+from .store import MergePolicy, ResultStore, StoreError, StoreUnavailableError
 from .text import guard_logger
 from .verdicts import Freshness, Verdict
 
@@ -19,62 +25,161 @@ if TYPE_CHECKING:
 
 logger = guard_logger("autotune.tune")  # stored text in its messages is shown escaped
 
+#: The name of the threads that write similar serves to the store.
+NOTE_THREAD = "autotune-similar-note"
+
+#: How long a note's thread waits before it writes (the serving call returns meanwhile).
+NOTE_DELAY_SECONDS = 0.05
+
 #: Judges one stored row for the call being served.
 Judge = Callable[[TuningRecord], Verdict]
 
 
 def lookup(store: ResultStore, key: TuningKey, device: Any, judge: Judge,
-           mode: str) -> Verdict | None:
-    """The verdict on the row stored for ``key`` if it is fresh; under ``nearest`` mode else
-    the nearest device's fresh result, else a stale one (logged); None: tune. ``device``: the
-    calling device's summary (:func:`~.devices.device_key`; unused in exact mode). A served
-    verdict's ``parameters`` are the clean parameters to use."""
+           mode: str, similar_request: similar.Request | None = None) -> Verdict | None:
+    """The verdict on the row stored for ``key`` if it is fresh; under ``similar`` mode (with
+    ``similar_request``) else the nearest size's on this device that fits this call; under
+    ``nearest`` and ``similar`` else the nearest device's fresh result, else a stale one
+    (logged); None: tune. ``device``: the calling device's summary
+    (:func:`~.devices.device_key`; unused in exact mode). A served verdict's ``parameters``
+    are the clean parameters to use. A row served as similar is never the key's own."""
     stale: Verdict | None = None
+    relaxed_mode = mode in (MatchMode.NEAREST.value, MatchMode.SIMILAR.value)
     record = store.get(key)
-    if record is not None:
+    if record is not None and record.origin != ResultOrigin.SIMILAR.value:
         verdict = judge(record)
         if verdict.freshness is Freshness.FRESH:
             return verdict
-        log_unusable(verdict, re_tune=mode != MatchMode.NEAREST.value)
+        log_unusable(verdict, re_tune=not relaxed_mode)
         if verdict.freshness is Freshness.STALE:
             stale = verdict
-    if mode != MatchMode.NEAREST.value:
+    if not relaxed_mode:
         return None
+    if similar_request is not None and mode == MatchMode.SIMILAR.value:
+        found, stale_size = _similar(store, key, similar_request)
+        if found is not None:
+            return found
+        stale = stale or stale_size
     for relaxed, candidate in nearest.ranked(
             store.find(key.function, key.version, key.arguments), key, device):
+        if candidate.origin == ResultOrigin.SIMILAR.value:
+            continue
         verdict = judge(candidate)
         if verdict.freshness is Freshness.FRESH:
             logger.warning(
-                "AUTOTUNE_MATCH=nearest: no result for %s on %s; using the one tuned on "
-                "%s [%s, driver %s] (ignoring %s)", key.function, key.device_name,
+                "AUTOTUNE_MATCH=%s: no result for %s on %s; using the one tuned on "
+                "%s [%s, driver %s] (ignoring %s)", mode, key.function, key.device_name,
                 candidate.key.device_name, candidate.key.device_platform,
                 candidate.key.driver_version, relaxed)
             return verdict
-        logger.info("AUTOTUNE_MATCH=nearest: skipping the result of %s on %s: %s: %s",
-                    key.function, candidate.key.device_name, verdict.freshness, verdict.reason)
+        logger.info("AUTOTUNE_MATCH=%s: skipping the result of %s on %s: %s: %s",
+                    mode, key.function, candidate.key.device_name, verdict.freshness,
+                    verdict.reason)
         if stale is None and verdict.freshness is Freshness.STALE:
             stale = verdict
     if stale is not None:
-        logger.warning("AUTOTUNE_MATCH=nearest: serving a stale result for %s (tuned on %s): "
-                       "%s", key.function, stale.record.key.device_name, stale.reason)
+        source = stale.record.key
+        size = ("" if source.arguments == key.arguments
+                else f" for {describe_arguments(source.arguments)}")
+        logger.warning("AUTOTUNE_MATCH=%s: serving a stale result for %s (tuned on %s%s): %s",
+                       mode, key.function, source.device_name, size, stale.reason)
         return stale
     return None
 
 
 def lookup_or_miss(serving: Serving, store: ResultStore, key: TuningKey, device: Any,
-                   judge: Judge, mode: str) -> Verdict | None:
+                   judge: Judge, mode: str, similar_request: similar.Request | None = None
+                   ) -> Verdict | None:
     """:func:`lookup`, where a database that cannot be reached for now (a server outage, a
     disk error, a lock held long) is a miss, with one warning per database: the key is tuned,
     its result used, and stored once the database takes writes. A database that is wrong (not
-    a database, a newer layout, a path that cannot be used) is an error to fix, raised."""
+    a database, a newer layout, a path that cannot be used) is an error to fix, raised. A key
+    served from another size is recorded as such in the store (by a thread of its own); a key
+    not found exactly is noted in ``AUTOTUNE_RECORD``."""
     try:
-        return lookup(store, key, device, judge, mode)
+        found = lookup(store, key, device, judge, mode, similar_request)
     except StoreUnavailableError as exc:
         (logger.warning if serving.first("unreadable", store.url) else logger.info)(
             "cannot read the tuning database (%s); %s on %s is tuned as if nothing were "
             "stored, and its result is stored once the database takes writes again",
             exc, key.function, key.device_name)
-        return None
+        found = None
+    served = similar.served_as(found, key)
+    if served == "similar" and found is not None and similar_request is not None \
+            and serving.first("similar-note", f"{store.url}\0{key}\0{found.record.key}"):
+        _keep_similar(store, key, found, device, similar_request.rules)
+    if served != "exact":
+        misses.note(serving, key, served)
+    return found
+
+
+def _similar(store: ResultStore, key: TuningKey, request: similar.Request
+             ) -> tuple[Verdict | None, Verdict | None]:
+    """The nearest size's fresh verdict that fits this call (logged), and the first stale
+    one, among this device's rows of the key's function and version."""
+    stale: Verdict | None = None
+    rows = store.find(key.function, key.version, None, device_name=key.device_name,
+                      device_platform=key.device_platform, driver_version=key.driver_version)
+    for far, candidate in similar.ranked(rows, key, request.rules):
+        verdict = request.judge(candidate)
+        source = describe_arguments(candidate.key.arguments)
+        if verdict.freshness is Freshness.FRESH:
+            logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using the one "
+                           "tuned for %s (similar, log distance %.3g)", key.function,
+                           describe_arguments(key.arguments), key.device_name, source, far)
+            return verdict, stale
+        logger.info("AUTOTUNE_MATCH=similar: skipping the result of %s for %s: %s: %s",
+                    key.function, source, verdict.freshness, verdict.reason)
+        if stale is None and verdict.freshness is Freshness.STALE:
+            stale = verdict
+    return None, stale
+
+
+def _keep_similar(store: ResultStore, key: TuningKey, verdict: Verdict, device: Any,
+                  rules: dict[str, str]) -> None:
+    """Record a similar serve as the key's row (origin ``similar``), on a short-lived thread
+    (the call does not wait for the write): added where the key has no row, replacing an
+    older similar row that names another source, never a tuned result. A store that cannot
+    take it loses nothing but the note."""
+    if store.read_only:
+        return
+    try:
+        summary = nearest.summary(device) if device is not None else None
+    except AttributeError:
+        summary = None
+    far = similar.distance(json.loads(key.arguments), json.loads(verdict.record.key.arguments),
+                           rules) or 0.0
+
+    def write() -> None:
+        # Let the serving call return first: this thread would otherwise hold the interpreter
+        # for a switch interval (reading autotune's version, loading the SQL layer).
+        time.sleep(NOTE_DELAY_SECONDS)
+        row = similar.similar_row(key, verdict, far, summary)
+        try:
+            current = store.get(key)
+            if current is None:
+                store.merge([row], MergePolicy.KEEP)
+            elif current.origin == ResultOrigin.SIMILAR.value and (
+                    similar.source_arguments(current) != verdict.record.key.arguments
+                    or current.parameters != row.parameters):
+                store.put(row)
+        except Exception as exc:  # noqa: BLE001 - a note that cannot be written is only lost
+            level = logging.INFO if isinstance(exc, StoreError) else logging.WARNING
+            logger.log(level, "the similar serve of %s is not recorded in the database: %s",
+                       key.function, exc)
+
+    try:  # a thread of its own: the writer's pool would cost the first serve its import
+        threading.Thread(target=write, name=NOTE_THREAD).start()
+    except RuntimeError:  # interpreter shutdown: no note
+        pass
+
+
+def wait_for_notes(timeout: float | None = 30.0) -> None:
+    """Wait until the similar serves of this process are written to their databases (what
+    ``show`` or ``results_frame`` in this process then reads)."""
+    for thread in threading.enumerate():
+        if thread.name == NOTE_THREAD and thread is not threading.current_thread():
+            thread.join(timeout)
 
 
 def log_unusable(verdict: Verdict, *, re_tune: bool) -> None:

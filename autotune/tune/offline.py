@@ -199,9 +199,13 @@ def announce(serving: Serving, store: ResultStore, key: TuningKey, space: Space 
     how_long = f", about {seconds:.0f} s" if seconds is not None and seconds >= 1 else ""
     what = f" over {size} configurations" if size is not None else ""
     try:
-        when = "for the first time" if store.get(key) is None else "again (its stored result is unusable)"
+        stored = store.get(key)
     except StoreError:
-        when = "for the first time"
+        stored = None
+    when = ("for the first time" if stored is None
+            else "for the first time (it was served from a similar size)"
+            if stored.origin == ResultOrigin.SIMILAR.value
+            else "again (its stored result is unusable)")
     logger.warning("tuning %s (%s) on %s %s%s%s; pre-tune with `python -m "
                    "autotune warm` to tune ahead of use", key.function,
                    describe_arguments(key.arguments), key.device_name, when, what, how_long)

@@ -44,6 +44,10 @@ class ResultOrigin(str, enum.Enum):
 
     OFFLINE = "offline"  #: by a search before use (``@autotuner``, ``warm``)
     ONLINE = "online"  #: while the real work ran
+    #: not tuned for its key: served (``AUTOTUNE_MATCH=similar``) from the nearest size tuned;
+    #: the search summary says which (:mod:`~autotune.tune.similar`). Exact lookups and
+    #: ``warm`` treat it as not tuned.
+    SIMILAR = "similar"
 
     def __str__(self) -> str:
         return self.value

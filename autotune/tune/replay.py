@@ -4,9 +4,10 @@ A landscape is every valid configuration's measured time for one key (complete t
 brute-force search stores them). Replaying a strategy over it costs no device time, so
 strategies can be compared over hundreds of seeds in seconds, reproducibly, on real data.
 
->>> landscape = tune.landscape(store.trials(key), space)
->>> run = tune.replay(landscape, "local", max_evals=50, seed=3)
->>> run.best_score / landscape.best_score
+>>> from autotune.tune.replay import landscape
+>>> land = landscape(store.trials(key), space)
+>>> run = tune.replay(land, "local", max_evals=50, seed=3)
+>>> run.best_score / land.best_score
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ class MatchMode(str, enum.Enum):
 
     EXACT = "exact"  #: this device, platform and driver only
     NEAREST = "nearest"  #: else the same device on another driver, platform, then any device
+    #: else the nearest tuned size of the same function and device whose parameters fit this
+    #: call (the arguments its template declares in ``autotune_similar``), then as ``nearest``
+    SIMILAR = "similar"
 
     def __str__(self) -> str:
         return self.value
@@ -46,13 +49,15 @@ class ConfigurationError(ValueError):
 
 
 def match_mode(value: str | None = None) -> str:
-    """``value``, else ``AUTOTUNE_MATCH`` (read now), checked: ``exact`` (default) or ``nearest``."""
+    """``value``, else ``AUTOTUNE_MATCH`` (read now), checked: ``exact`` (default),
+    ``nearest`` or ``similar``."""
     if value is None:
         value = os.environ.get(ENV_MATCH, "")
     mode = value.strip().lower() or MatchMode.EXACT.value
     if mode not in MATCH_MODES:
         raise ConfigurationError(
-            f"{ENV_MATCH}={value!r} is not understood; use 'exact' (the default) or 'nearest'")
+            f"{ENV_MATCH}={value!r} is not understood; use 'exact' (the default), 'nearest' "
+            "or 'similar'")
     return mode
 
 
@@ -83,8 +88,8 @@ class Serving:
     the test mode the pytest plugin sets, the match mode, which warnings were given, results
     kept until a database takes them, and the one thread that writes online results.
 
-    ``match``: ``"exact"`` or ``"nearest"`` for every call served through this object; None
-    (default) reads ``AUTOTUNE_MATCH`` at each call.
+    ``match``: ``"exact"``, ``"nearest"`` or ``"similar"`` for every call served through this
+    object; None (default) reads ``AUTOTUNE_MATCH`` at each call.
     """
 
     def __init__(self, *, match: str | None = None):

@@ -100,9 +100,9 @@ class DistributedWilsonOperator(WilsonOperator):
         self._global_links = U
         block = self.partition.block(U, site_axis=1)
         if tuning is None:  # one rank tunes the block's dslash and tells the others (QUDA's rule)
-            mine = (DslashTemplate.autotune(context, self.partition.local, precision, reconstruct)
-                    if comm.rank == 0 else None)
-            tuning = parallel.bcast(comm, mine, "the dslash's tuned parameters from rank 0")
+            with tune.collective(comm):
+                tuning = DslashTemplate.autotune(context, self.partition.local, precision,
+                                                 reconstruct)
         super().__init__(context, block, kappa, precision, reconstruct, t_boundary, check=False,
                          queue=queue, tuning=tuning)
         self._setup_halo(transport)
@@ -183,11 +183,9 @@ class DistributedWilsonOperator(WilsonOperator):
             if self._halo is None:
                 local, cut = self.partition.local, self.partition.partitioned
                 # one rank tunes the pack kernel (or reads the store) and tells the others
-                mine = (HaloTemplate.autotune(self.context, local, cut, self.precision)
-                        if self.comm.rank == 0 else None)
-                self._halo = HaloTemplate(self.context, local, cut, self.precision,
-                                          parallel.bcast(self.comm, mine,
-                                                         "the halo's tuned parameters from rank 0"))
+                with tune.collective(self.comm):
+                    tuned = HaloTemplate.autotune(self.context, local, cut, self.precision)
+                self._halo = HaloTemplate(self.context, local, cut, self.precision, tuned)
             launch = self._packers[parity] = self._halo.instantiate(self.queue, parity)
         return launch
 
@@ -335,12 +333,11 @@ class DistributedWilsonOperator(WilsonOperator):
             raise ValueError(f"Schwarz blocks {tuple(block)} must divide each rank's part "
                              f"{local} of the lattice (grid {grid}): a block never spans two "
                              "GPUs")
-        mine = (DslashTemplate.autotune(self.context, local, precision, self.reconstruct)
-                if self.comm.rank == 0 else None)
+        with tune.collective(self.comm):  # one rank tunes, every rank launches its choice
+            tuned = DslashTemplate.autotune(self.context, local, precision, self.reconstruct)
         return WilsonOperator(self.context, self._links, self.kappa, precision, self.reconstruct,
                               self.t_boundary, check=False, queue=self.queue,
-                              tuning=parallel.bcast(self.comm, mine, "the block dslash's tuned "
-                                                    "parameters from rank 0"), domain=tuple(block),
+                              tuning=tuned, domain=tuple(block),
                               dirichlet_edges=tuple(bool(c) for c in self.partition.partitioned))
 
     def _in_precision(self, precision: str) -> DistributedWilsonOperator:

@@ -241,6 +241,9 @@ class DslashTemplate:
     # link_load and carveout
     autotune_version = 4
     autotune_sources = (TEMPLATE,)
+    #: ``AUTOTUNE_MATCH=similar`` serves an untuned lattice the nearest tuned one's parameters
+    #: (log distance over the four extents, summed; precision and reconstruct must be equal).
+    autotune_similar = {"dims": "log"}
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
@@ -532,14 +535,20 @@ class Dslash:
     def _viewed(self, out: Any, inp: Any, x: Any) -> tuple[Any, Any, Any]:
         """Spinor arguments that are other libraries' arrays (CuPy, PyTorch, pyopencl, ...)
         viewed in place (``Context.as_array``), the queue ordered after their producers."""
-        return tuple(None if v is None else spinor_array(self.template, self.queue, v, name)
-                     for v, name in ((out, "out"), (inp, "inp"), (x, "x")))
+        passed = (out, inp, x)
+        views = self._last.get(passed, self.queue)  # the same objects: ordered again
+        if views is None:
+            views = tuple(None if v is None else spinor_array(self.template, self.queue, v, name)
+                          for v, name in zip(passed, ("out", "inp", "x")))
+            self._last.keep(passed, views)
+        return views
 
     def __init__(self, template: DslashTemplate, queue: accel.CommandQueue):
         self.template = template
         self.queue = queue
         self._launchers: dict[tuple, Any] = {}
         self._memo: dict[tuple, tuple[Any, Any]] = {}  #: variant -> (parameters, launcher)
+        self._last = accel.LastViews()  #: the other libraries' spinors last passed, viewed
 
     def __call__(self, out: accel.DeviceArray, inp: accel.DeviceArray, gauge: accel.DeviceArray,
                  parity: int, *, dagger: bool = False, x: accel.DeviceArray | None = None,

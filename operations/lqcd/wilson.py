@@ -136,6 +136,7 @@ class WilsonOperator:
         self.tuning = "online" if tuning == "online" else None  #: how solvers tune their passes
         self._explicit = dict(tuning) if isinstance(tuning, dict) else None
         self.queue = queue or context.create_command_queue(timed=self.tuning == "online")
+        self._viewed = accel.LastViews()  #: other libraries' spinors last passed, viewed
         self.kappa = float(kappa)
         self.precision = precision
         self.reconstruct = reconstruct
@@ -218,14 +219,17 @@ class WilsonOperator:
         """Device ``psi`` and ``out`` of an even-site operation as our arrays (ours as they
         are, a half operator's 16-bit ones too; another library's viewed in place), or a
         ValueError: ``out`` must be given and distinct."""
-        given = psi
-        if not isinstance(psi, _OURS):
-            psi = spinor_array(self.template, self.queue, psi, "psi")
-        if out is None or out is given:
+        if out is None or out is psi:
             raise ValueError("device operations need a distinct out= array")
-        if not isinstance(out, _OURS):
-            out = spinor_array(self.template, self.queue, out, "out")
-        return psi, out
+        if isinstance(psi, _OURS) and isinstance(out, _OURS):
+            return psi, out
+        views = self._viewed.get((psi, out), self.queue)  # the same objects: ordered again
+        if views is None:
+            views = tuple(v if isinstance(v, _OURS) else
+                          spinor_array(self.template, self.queue, v, name)
+                          for v, name in ((psi, "psi"), (out, "out")))
+            self._viewed.keep((psi, out), views)
+        return views[0], views[1]
 
     def _on_even_sites(self, psi: np.ndarray, device_op: Callable[[accel.DeviceArray,
                                                                    accel.DeviceArray], None]

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..encoding import decode_parameters, encode_parameters
 from ..evaluation import Trial
-from ..records import TrialStatus, TuningKey, TuningRecord
+from ..records import ResultOrigin, TrialStatus, TuningKey, TuningRecord
 from ..space import Space
 from ..store import ResultStore, StoreError
 from ..validation import trial_problem
@@ -121,7 +121,8 @@ def stored_choices(store: ResultStore, key: TuningKey, fingerprint: str,
         theirs_key = record.key
         if (theirs_key.function, theirs_key.version, theirs_key.device_name,
                 theirs_key.device_platform) != mine or theirs_key.arguments == key.arguments \
-                or record.fingerprint != fingerprint:
+                or record.fingerprint != fingerprint \
+                or record.origin == ResultOrigin.SIMILAR.value:  # another row's choice again
             continue
         verdict = judge(record)
         if verdict.freshness is not Freshness.FRESH or verdict.parameters is None:

@@ -181,11 +181,13 @@ class ResultStore:
 
         return self._read(lambda reader: reader.get(key), server)
 
-    def find(self, function: str, version: int, arguments: str, *, device_name: str | None = None,
-             device_platform: str | None = None, driver_version: str | None = None) -> list[TuningRecord]:
+    def find(self, function: str, version: int, arguments: str | None, *,
+             device_name: str | None = None, device_platform: str | None = None,
+             driver_version: str | None = None) -> list[TuningRecord]:
         """Results for ``function``/``version``/``arguments`` on any matching device, newest first.
 
-        A device field left None matches any value.
+        ``arguments`` or a device field left None matches any value (``arguments=None`` with
+        the device given: one device's results of a function under every argument).
         """
         fields = {"function": function, "version": version, "arguments": arguments,
                   "device_name": device_name, "device_platform": device_platform,

@@ -1,0 +1,270 @@
+"""``AUTOTUNE_MATCH=similar``: a key not tuned is served the parameters of the nearest size
+tuned on the same device.
+
+A template declares which numeric arguments may be generalised, and how, in
+``autotune_similar``::
+
+    class GemmTemplate:
+        autotune_similar = {"m": "log", "n": "log", "k": "log"}
+
+    class DslashTemplate:
+        autotune_similar = {"dims": "log"}      # a tuple: element by element
+
+The rule ``"log"`` measures the distance of two positive numbers as ``|ln(a / b)|`` (of two
+tuples of equal length, the sum over their elements). A template that declares nothing has
+nothing generalised.
+
+For a key without a fresh row of its own, the rows of the same function, version and device
+(name, platform and driver) whose other arguments are all equal are ranked by the sum of those
+distances, the nearest first (the newest first among equals). Each is judged for *this* call
+(:func:`candidate_judge`): its parameters must be in the space the template declares for this
+call's arguments, limits included (a tile larger than the matrix, a work-group the lattice
+cannot fill), and it must be fresh against the sources and space it was tuned with. The first
+that passes is served; one that does not fit is skipped for the next nearest size. With none,
+the lookup goes on as ``nearest`` does (:mod:`.lookup`).
+
+A served size is stored as a row of the asking key with origin ``similar``, score ``inf`` (not
+timed at this size) and its source in the search summary (:data:`SOURCE`), so that ``show``,
+``report`` and ``results_frame`` say where it came from. Such a row is never served as the
+key's own: every lookup ranks the tuned sizes afresh (a size tuned since may be nearer), an
+exact lookup or ``warm`` treats the key as not tuned, and tuning it replaces the row.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import autotune
+
+from .encoding import MalformedJSONError, decode_arguments, describe_arguments, load_json
+from .records import ResultOrigin, TuningKey, TuningRecord
+from .space import Space
+from .verdicts import Freshness, Verdict, judge, make_fingerprint
+
+#: The rules a template may declare for an argument.
+RULES = ("log",)
+#: The search-summary key of a similar row's source: the arguments and score it came from.
+SOURCE = "similar"
+#: The declaration a template class makes.
+ATTRIBUTE = "autotune_similar"
+
+Judge = Callable[[TuningRecord], Verdict]
+
+
+class Tuned(Protocol):
+    """What judging a candidate needs of a tuned function (:class:`~.decorator.TunedFunction`)."""
+
+    @property
+    def test(self) -> dict[str, Any]: ...
+
+    def name(self, owner: Any = None) -> str: ...
+
+    def sources(self, owner: Any = None) -> tuple: ...
+
+    def declared_space(self, owner: Any, context: Any,
+                       arguments: dict[str, Any]) -> Space | None: ...
+
+
+class CallLike(Protocol):
+    owner: Any
+    context: Any
+    arguments: dict[str, Any]
+    key: TuningKey
+
+
+def declared_rules(owner: Any, name: str = "") -> dict[str, str]:
+    """The generalisable arguments ``owner`` declares (``autotune_similar``), checked: a
+    mapping of argument names to a rule of :data:`RULES`; {} where it declares none."""
+    declared = getattr(owner, ATTRIBUTE, None) if owner is not None else None
+    if declared is None:
+        return {}
+    if not isinstance(declared, Mapping) or not all(
+            isinstance(k, str) and v in RULES for k, v in declared.items()):
+        raise TypeError(f"{name or owner!r}: {ATTRIBUTE} must map argument names to one of "
+                        f"{', '.join(map(repr, RULES))}, got {declared!r}")
+    return dict(declared)
+
+
+@dataclass(frozen=True)
+class Request:
+    """What a similar lookup needs for one call: the declared rules and the judge of a
+    candidate row for this call."""
+
+    rules: dict[str, str]
+    judge: Judge
+
+
+def _log_distance(ours: Any, theirs: Any) -> float | None:
+    """``|ln(ours / theirs)|`` of two positive numbers; of two tuples or lists of equal length
+    the sum over their elements; None where it is not defined (the values must be equal)."""
+    if isinstance(ours, dict) and isinstance(theirs, dict) \
+            and set(ours) == set(theirs) == {"__tuple__"}:
+        ours, theirs = ours["__tuple__"], theirs["__tuple__"]
+    if isinstance(ours, list) and isinstance(theirs, list):
+        if len(ours) != len(theirs) or not ours:
+            return None
+        parts = [_log_distance(a, b) for a, b in zip(ours, theirs)]
+        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (ours, theirs))
+    if not numbers or ours <= 0 or theirs <= 0:
+        return None
+    try:  # (stored numbers are data: one too large for a float compares as not comparable)
+        far = abs(math.log(ours) - math.log(theirs))
+    except (OverflowError, ValueError):
+        return None
+    return far if math.isfinite(far) else None
+
+
+def distance(ours: dict[str, Any], theirs: dict[str, Any], rules: dict[str, str]) -> float | None:
+    """How far stored arguments (``theirs``, parsed JSON) are from this call's (``ours``):
+    the sum of the declared arguments' distances; None where an argument not declared
+    differs, the names differ, or a declared one cannot be compared."""
+    if set(ours) != set(theirs):
+        return None
+    total = 0.0
+    for name, value in ours.items():
+        if value == theirs[name] and type(value) is type(theirs[name]):
+            continue
+        if name not in rules:
+            return None
+        part = _log_distance(value, theirs[name])
+        if part is None:
+            return None
+        total += part
+    return total
+
+
+def ranked(records: Iterable[TuningRecord], key: TuningKey, rules: dict[str, str]
+           ) -> list[tuple[float, TuningRecord]]:
+    """The rows of other sizes (``records``, newest first) of ``key``'s function, version and
+    device that differ from it only in declared arguments, nearest first (newest first among
+    equals), each with its distance. Rows served as similar themselves are left out."""
+    if not rules:
+        return []
+    try:
+        ours = load_json(key.arguments, "arguments")
+    except MalformedJSONError:
+        return []
+    found = []
+    for i, record in enumerate(records):
+        other = record.key
+        if other.arguments == key.arguments or record.origin == ResultOrigin.SIMILAR.value \
+                or (other.function, other.version, other.device) != (key.function, key.version,
+                                                                     key.device):
+            continue
+        try:
+            theirs = load_json(other.arguments, "arguments")
+        except MalformedJSONError:
+            continue
+        if not isinstance(ours, dict) or not isinstance(theirs, dict):
+            continue
+        far = distance(ours, theirs, rules)
+        if far is not None:
+            found.append((far, i, record))
+    found.sort(key=lambda item: (item[0], item[1]))
+    return [(far, record) for far, _, record in found]
+
+
+def candidate_judge(tuned: Tuned, call: CallLike, here: Judge) -> Judge:
+    """The judge of another size's row for ``call``: ``here`` (the call's own judge: the
+    names and kinds of ``test=``, the space this call's arguments declare, limits included)
+    must not find it invalid; it is fresh if ``here`` finds it so, or else if it is fresh
+    against the fingerprint of the arguments it was tuned for (a space whose lists depend
+    on the size)."""
+    def judged(record: TuningRecord) -> Verdict:
+        verdict = here(record)
+        if verdict.freshness is not Freshness.STALE:
+            return verdict
+        try:
+            enums = tuple({type(v) for v in call.arguments.values() if isinstance(v, enum.Enum)})
+            source = {**call.arguments, **decode_arguments(record.key.arguments, enums)}
+            space = tuned.declared_space(call.owner, call.context, source)
+            fingerprint = make_fingerprint(tuned.sources(call.owner), space)
+        except Exception:  # noqa: BLE001 - a template that cannot take them: as stale
+            return verdict
+        if judge(record, tuned.test, fingerprint, call.key.device_name).freshness \
+                is Freshness.FRESH:
+            return Verdict(record, Freshness.FRESH, "", verdict.parameters)
+        return verdict
+
+    return judged
+
+
+def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
+    """The similar lookup of ``call`` if its template declares generalisable arguments."""
+    rules = declared_rules(call.owner, tuned.name(call.owner))
+    return Request(rules, candidate_judge(tuned, call, here)) if rules else None
+
+
+def served_as(verdict: Verdict | None, key: TuningKey) -> str:
+    """How a lookup answered ``key``: ``exact``, ``stale`` (its own row, stale), ``similar``
+    (another size), ``nearest`` (another device) or ``missed``."""
+    if verdict is None:
+        return "missed"
+    other = verdict.record.key
+    if other.arguments != key.arguments:
+        return "similar"
+    if other != key:
+        return "nearest"
+    return "exact" if verdict.freshness is Freshness.FRESH else "stale"
+
+
+def similar_row(key: TuningKey, verdict: Verdict, far: float,
+                device: dict[str, Any] | None = None) -> TuningRecord:
+    """The row that records a similar serve of ``key``: the source's parameters and
+    fingerprint, score ``inf`` (not timed at this size), origin ``similar`` and the source's
+    arguments, device and score in the search summary."""
+    source = verdict.record
+    search: dict[str, Any] = {"strategy": "similar", SOURCE: {
+        "arguments": source.key.arguments, "distance": round(far, 6),
+        "device": list(source.key.device),
+        "score": source.score if math.isfinite(source.score) else None}}
+    if device is not None:
+        search["device"] = device
+    return TuningRecord(
+        key=key, parameters=source.parameters, score=math.inf,
+        package_version=autotune.__version__, fingerprint=source.fingerprint,
+        sources=source.sources, search=json.dumps(search, sort_keys=True, separators=(",", ":")),
+        origin=ResultOrigin.SIMILAR.value)
+
+
+def source_arguments(record: TuningRecord) -> str | None:
+    """The arguments (canonical JSON text) a similar row's parameters were tuned for; None for
+    other rows or where the summary does not say."""
+    if record.origin != ResultOrigin.SIMILAR.value or not record.search:
+        return None
+    try:
+        summary = load_json(record.search, "search")
+    except MalformedJSONError:
+        return None
+    source = summary.get(SOURCE) if isinstance(summary, dict) else None
+    arguments = source.get("arguments") if isinstance(source, dict) else None
+    return arguments if isinstance(arguments, str) else None
+
+
+def similar_from(record: TuningRecord) -> str | None:
+    """The size a similar row came from, for people: the arguments that differ from the row's
+    own (``m=1024, n=1024``)."""
+    arguments = source_arguments(record)
+    if arguments is None:
+        return None
+    try:
+        theirs, ours = load_json(arguments, "arguments"), load_json(record.key.arguments,
+                                                                    "arguments")
+    except MalformedJSONError:
+        return describe_arguments(arguments)
+    if not isinstance(theirs, dict) or not isinstance(ours, dict):
+        return describe_arguments(arguments)
+    differ = {k: v for k, v in theirs.items() if k not in ours or ours[k] != v}
+    return describe_arguments(json.dumps(differ or theirs, separators=(",", ":")))
+
+
+def origin_text(record: TuningRecord) -> str:
+    """How a row was found, for tables: ``offline``, ``online``, or ``similar (from ...)``."""
+    source = similar_from(record)
+    return record.origin if source is None else f"similar (from {source})"

@@ -495,6 +495,8 @@ def test_parts_scan_each_kernel_on_its_own_and_their_medians_add_up(context, tmp
     assert tuner.stored  # written in a thread of its own: this waits for it
     stored = ResultStore(f"sqlite:///{tmp_path / 't.db'}").get(tuner.key)
     assert json.loads(stored.search)["parts"] == 2 and stored.score == tuner.best_seconds
+    # the statistics of its choice (statistics of a choice): over the best's rounds of the mix
+    assert stored.ties == 0 and stored.ci_low <= stored.ci_high and stored.spread >= 0
 
 
 @pytest.mark.force_autotune

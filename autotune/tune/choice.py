@@ -187,12 +187,15 @@ class Choice:
 
     @property
     def speedup(self) -> tuple[float, float, float] | None:
-        """How many times faster than ``test=`` the winner is, with the interval from the two
-        medians' intervals (``test=``'s low over the winner's high, and the reverse)."""
+        """How many times faster than ``test=`` the winner is, with its interval: from the two
+        medians' 95% intervals (``test=``'s low over the winner's high, and the reverse),
+        widened by the resolution on each side, what a measurement in another process may
+        differ by on this machine."""
         if self.test_seconds is None or self.test_low is None or self.test_high is None:
             return None
-        return (self.test_seconds / self.seconds, self.test_low / self.ci_high,
-                self.test_high / self.ci_low)
+        slack = 1 + self.resolution
+        return (self.test_seconds / self.seconds, self.test_low / (self.ci_high * slack),
+                self.test_high * slack / self.ci_low)
 
     @property
     def noisy(self) -> bool:

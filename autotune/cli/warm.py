@@ -25,6 +25,7 @@ from ..tune.verdicts import Freshness
 from ..tune.serving import serving
 from ..tune.store import StoreUnavailableError
 from .formatting import parameters_text, printable, seconds_text
+from .warm_plan import Estimator, KeyPlan, WarmPolicy, policy_from_args
 
 
 #: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
@@ -51,6 +52,9 @@ class WarmOutcome:
     message: str = ""
     #: which device did it (host and selector): identical GPUs share a name
     where: str = ""
+    plan: str = ""  #: the search the key got (see :mod:`autotune.cli.warm_plan`)
+    estimate: float | None = None  #: seconds the plan expected, before the run began
+    seconds: float | None = None  #: seconds the key took
 
     @property
     def speedup(self) -> float | None:
@@ -74,8 +78,11 @@ class _Progress:
     """Progress through the keys and through each key's candidates: rich bars on a terminal,
     else one line per key, with the time elapsed and an estimate of the time left."""
 
-    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int):
+    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int,
+                 estimator: Estimator | None = None):
         self.stream = stream
+        self.estimator = estimator
+        self.at_tenth: tuple[float, float] | None = None  #: (elapsed, estimated left) at 10%
         self.quiet = quiet
         self.total = total
         self.to_tune = to_tune
@@ -109,16 +116,23 @@ class _Progress:
             self.rich.update(self.overall, completed=self.done)
 
     def left(self) -> str:
-        """About how long the keys still to tune will take, from those tuned so far."""
+        """About how long the keys still to tune will take: each key's expected time from its
+        plan, corrected with the times of the keys tuned so far (:class:`Estimator`)."""
         remaining = self.to_tune - self.tuned
-        if not self.tuned or remaining <= 0:
+        if remaining <= 0:
             return ""
-        return f", about {_duration(self.tuning_seconds / self.tuned * remaining)} left"
+        if self.estimator is None:
+            if not self.tuned:
+                return ""
+            return f", about {_duration(self.tuning_seconds / self.tuned * remaining)} left"
+        return f", about {_duration(self.estimator.remaining())} left"
 
     @contextmanager
-    def key(self, label: str) -> Iterator[None]:
+    def key(self, label: str, index: int | None = None) -> Iterator[None]:
         self.label = label
         started = time.perf_counter()
+        if self.estimator is not None and index is not None:
+            self.estimator.start(index)
         if self.rich is not None:
             self.task = self.rich.add_task(label, total=None)
         elif not self.quiet:
@@ -130,6 +144,11 @@ class _Progress:
                 yield
         finally:
             self.tuning_seconds += time.perf_counter() - started
+            if self.estimator is not None and index is not None:
+                self.estimator.finish(index, time.perf_counter() - started)
+                elapsed, left = time.perf_counter() - self.started, self.estimator.remaining()
+                if self.at_tenth is None and elapsed >= 0.1 * (elapsed + left):
+                    self.at_tenth = (elapsed, left)
             self.tuned += 1
             self.done += 1
             if self.rich is not None:
@@ -174,7 +193,8 @@ def shares(classes: list[tuple]) -> list[tuple[int, int]]:
 def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, url: str,
                 force: bool, dry_run: bool, quiet: bool,
                 settings: dict[str, Any] | None = None,
-                share: tuple[int, int] = (0, 1), comm: Any = None) -> list[WarmOutcome]:
+                share: tuple[int, int] = (0, 1), comm: Any = None,
+                policy: WarmPolicy | None = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
@@ -183,8 +203,13 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     key from the ``index``-th (in the order the templates list them), the others going to
     workers on devices of the same class. ``comm`` (an MPI communicator, instead of ``share``):
     the ranks split their keys through :func:`autotune.tune.collective.split`: a key that
-    several ranks list (devices of one class) is tuned by one of them, in turn.
+    several ranks list (devices of one class) is tuned by one of them, in turn. ``policy``:
+    each key's search (:mod:`autotune.cli.warm_plan`: its plan wins over ``settings``' strategy
+    and max_evals), the warm-start databases and the time limit of the run.
     """
+    policy = policy if policy is not None else WarmPolicy()
+    if policy.started is None:
+        policy = dataclasses.replace(policy, started=time.perf_counter())
     context = spec.create_context()
     device = context.device.name
     store = get_store(url)
@@ -196,11 +221,16 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         mine = _my_positions(every, context, share, comm)
         plan = [(template, config, template.judge(context, config))
                 for position, (template, config) in enumerate(every) if position in mine]
-        to_tune = sum(1 for _, _, v in plan
-                      if force or v is None or v.freshness is not Freshness.FRESH)
-        progress = _Progress(sys.stderr, quiet or dry_run, len(plan), to_tune)
+        todo = [i for i, (_, _, v) in enumerate(plan)
+                if force or v is None or v.freshness is not Freshness.FRESH]
+        stores = policy.stores(store, get_store)
+        costs: dict[str, float] = {}
+        plans = {i: policy.plan(plan[i][0], context, plan[i][1], stores, costs) for i in todo}
+        order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
+        estimator = Estimator([plans[i] for i in todo])
+        progress = _Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
         try:
-            for template, config, verdict in plan:
+            for position, (template, config, verdict) in enumerate(plan):
                 args = describe_arguments(encode_arguments(config))
                 if verdict is not None and verdict.freshness is Freshness.FRESH and not force:
                     record = verdict.record
@@ -211,29 +241,64 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     continue
                 why = "" if verdict is None else (
                     f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
+                key_plan, n = plans[position], order[position]
+                share = policy.share(estimator, list(range(n, len(todo))))
+                noted = {"plan": key_plan.text(), "estimate": key_plan.seconds}
                 if dry_run:
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
-                                                message=why.strip(" ()")))
+                                                message=why.strip(" ()"), **noted))
                     continue
+                began = time.perf_counter()
                 try:
-                    with progress.key(f"{template.name} {args} on {device}{why}"), \
-                            search_settings(**(settings or {})):
+                    with progress.key(f"{template.name} {args} on {device}{why}", n), \
+                            search_settings(**_key_settings(settings, key_plan, share, policy)):
                         outcome = template.retune(context, config)
                 except Exception as exc:  # AutotuneError and others: reported, warm goes on
                     outcomes.append(WarmOutcome(template.name, device, args, "failed",
-                                                message=f"{type(exc).__name__}: {exc}"))
+                                                message=f"{type(exc).__name__}: {exc}",
+                                                seconds=time.perf_counter() - began, **noted))
                     continue
                 outcomes.append(WarmOutcome(
                     template.name, device, args, _tuned_status(outcome),
                     parameters_text(encode_parameters(outcome.parameters)), outcome.score,
-                    outcome.test_score, message=str(outcome.store_error or "")))
+                    outcome.test_score, message=str(outcome.store_error or ""),
+                    seconds=time.perf_counter() - began, **noted))
                 if outcome.store_error is not None:
                     unwritten[len(outcomes) - 1] = outcome.key
         finally:
             progress.close()
+        _say_estimates(progress, estimator, quiet or dry_run)
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
     return [dataclasses.replace(o, where=where) for o in outcomes]
+
+
+def _key_settings(settings: dict[str, Any] | None, plan: KeyPlan, share: float | None,
+                  policy: WarmPolicy) -> dict[str, Any]:
+    """A key's search settings: the command line's (seed, batches, resume, max_seconds), its
+    plan's strategy and budget, the time its share of ``--max-minutes`` allows, and the
+    databases its warm start reads."""
+    chosen = {**(settings or {}), **plan.settings(),
+              "warm_from": tuple(url for url, _ in policy.warm_from) or None}
+    if share is not None:
+        chosen["max_seconds"] = min(share, chosen.get("max_seconds") or share)
+    return chosen
+
+
+def _say_estimates(progress: _Progress, estimator: Estimator, quiet: bool) -> None:
+    """The closing line of the time estimates: at the start, after a tenth of the run, and the
+    time the keys took."""
+    if quiet or not estimator.actual:
+        return
+    took = sum(estimator.actual.values())
+    tenth = ""
+    if progress.at_tenth is not None:
+        elapsed, left = progress.at_tenth
+        actual = time.perf_counter() - progress.started - elapsed
+        tenth = (f", after {_duration(elapsed)} (10%) {_duration(left)} left against "
+                 f"{_duration(actual)} actual")
+    print(f"warm: estimated {_duration(estimator.first_estimate)} of tuning{tenth}; the keys "
+          f"took {_duration(took)}", file=progress.stream, flush=True)
 
 
 def _my_positions(every: list[tuple[RegisteredTemplate, dict[str, Any]]], context: Any,
@@ -285,10 +350,10 @@ def _written_late(store: Any, outcomes: list[WarmOutcome],
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, url, force, dry_run, settings, share = job
+    spec, extra, names, url, force, dry_run, settings, share, policy = job
     templates = _select_templates(names, extra)
     return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True,
-                       settings=settings, share=share)
+                       settings=settings, share=share, policy=policy)
 
 
 def _mpi_world() -> Any:
@@ -306,7 +371,7 @@ def _mpi_world() -> Any:
 
 
 def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: str,
-                settings: dict[str, Any]) -> list[WarmOutcome] | None:
+                settings: dict[str, Any], policy: WarmPolicy) -> list[WarmOutcome] | None:
     """Under mpiexec: each rank warms the device its local rank picks (one GPU a rank; on a
     CPU the device one process would choose, shared), ranks with devices of one class
     splitting their keys; rank 0 gets every rank's outcomes (the others None). A rank that
@@ -325,7 +390,7 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
         # each key by one of the ranks that would warm it (tune.collective's rule)
         outcomes = warm_device(spec, templates, url=url, force=args.force,
                                dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
-                               settings=settings, comm=comm)
+                               settings=settings, comm=comm, policy=policy)
         # not bounded: a rank done with its share waits for the others' (minutes apart on
         # GPUs); a rank that fails aborts every rank (abort_on_error)
         gathered = comm.gather(outcomes, root=0)
@@ -352,23 +417,24 @@ def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemp
 
 def run_warm(args: Any, url: str) -> int:
     match_mode()  # a bad AUTOTUNE_MATCH is one clear error, not a failure per key
-    settings = {"strategy": args.strategy, "max_evals": args.max_evals,
-                "max_seconds": args.max_seconds, "seed": args.seed, "batches": args.batches,
+    # strategy and max_evals: each key's plan (warm_plan), which the command line overrides
+    settings = {"max_seconds": args.max_seconds, "seed": args.seed, "batches": args.batches,
                 "resume": args.resume or None}
     with search_settings(**settings):  # checks them once, before anything is tuned
         pass
     started = time.perf_counter()
+    templates = _select_templates(args.operations, args.template)
+    policy = policy_from_args(args, templates, started)
     if not args.dry_run:
         _check_writable(url)
-    templates = _select_templates(args.operations, args.template)
     comm = _mpi_world()
     if comm is not None:
-        gathered = _warm_ranks(comm, args, templates, url, settings)
+        gathered = _warm_ranks(comm, args, templates, url, settings, policy)
         if gathered is None:  # rank 0 reports for everyone
             return 0
         outcomes = gathered
     else:
-        outcomes = _warm_here(args, templates, url, settings)
+        outcomes = _warm_here(args, templates, url, settings, policy)
     _print_table(outcomes, dry_run=args.dry_run)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
@@ -385,8 +451,11 @@ def run_warm(args: Any, url: str) -> int:
                           if counts[s] or s in ("tuned", "stored", "failed"))
         devices = len({o.where or o.device for o in outcomes})
         keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
+        estimated = sum(o.estimate or 0.0 for o in outcomes)
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
-              f"in {_duration(time.perf_counter() - started)}; database {display(url)}")
+              f"in {_duration(time.perf_counter() - started)}"
+              + (f" (estimated {_duration(estimated)})" if estimated else "")
+              + f"; database {display(url)}")
     if unstored:
         print(f"warm: {len(unstored)} tuned result(s) could not be written to {display(url)} "
               f"(first: {unstored[0].message}); warm tries once more as it exits, then they "
@@ -398,7 +467,7 @@ def run_warm(args: Any, url: str) -> int:
 
 
 def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
-               settings: dict[str, Any]) -> list[WarmOutcome]:
+               settings: dict[str, Any], policy: WarmPolicy) -> list[WarmOutcome]:
     """One process: one device, or with --all-devices every device, devices of one class
     splitting their keys (tuned at once with --jobs)."""
     if args.jobs != 1 and not args.all_devices:
@@ -413,14 +482,14 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
     parts = shares([device_class(s.identity) for s in specs])
     jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:
-        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part)
-                for s, part in zip(specs, parts)]
+        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part,
+                 dataclasses.replace(policy, started=None)) for s, part in zip(specs, parts)]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             return [o for part in pool.map(_warm_worker, work) for o in part]
     outcomes = []
     for spec, part in zip(specs, parts):
         outcomes += warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
-                                quiet=args.quiet, settings=settings, share=part)
+                                quiet=args.quiet, settings=settings, share=part, policy=policy)
     return outcomes
 
 
@@ -432,15 +501,19 @@ def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
         return
     if dry_run:
         todo = [o for o in outcomes if o.status == "would tune"]
-        print(f"{len(todo)} of {len(outcomes)} keys would be tuned:")
+        estimated = sum(o.estimate or 0.0 for o in todo)
+        print(f"{len(todo)} of {len(outcomes)} keys would be tuned, in about "
+              f"{_duration(estimated)}:")
     rows = [{key: printable(value) for key, value in row.items()} for row in [{
         "operation": o.template,
         "arguments": o.arguments,
         "device": o.device,
         "status": o.status,
-        "best parameters": o.parameters or "-",
-        "time": seconds_text(o.score),
-        "speed-up vs test=": f"{o.speedup:.2f}x" if o.speedup else "-",
+        **({"search": o.plan or "-", "estimate": _duration(o.estimate) if o.estimate else "-"}
+           if dry_run else {
+            "best parameters": o.parameters or "-",
+            "time": seconds_text(o.score),
+            "speed-up vs test=": f"{o.speedup:.2f}x" if o.speedup else "-"}),
     } for o in outcomes]]
-    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+    with pd.option_context("display.max_colwidth", 100, "display.width", 250):
         print(pd.DataFrame(rows).to_string(index=False))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -76,6 +77,9 @@ class SearchSettings:
     #: go on from the stored trials of an interrupted search of the key (see
     #: :func:`~.recording.seeds.interrupted_trials`) instead of measuring them again
     resume: bool | None = None
+    #: other databases (URLs) read, never written, for a tuned call's warm start, besides its
+    #: own: e.g. ``tune.db.example``'s trials of other devices
+    warm_from: tuple[str, ...] | None = None
 
 
 _settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", default=SearchSettings())
@@ -93,6 +97,9 @@ def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     Budget(chosen.max_evals, chosen.max_seconds)  # checks the values
     if chosen.batches is not None:
         check_batches(chosen.batches)
+    if chosen.warm_from is not None and (not isinstance(chosen.warm_from, tuple) or not all(
+            isinstance(u, str) and u for u in chosen.warm_from)):
+        raise ValueError(f"warm_from must be a tuple of database URLs, got {chosen.warm_from!r}")
     token = _settings.set(chosen)
     try:
         yield chosen
@@ -131,6 +138,9 @@ class TuningRun:
     #: the spaces templates declared while the run searched (each candidate checks its
     #: parameters against its template's space: made once per run, not once per candidate)
     spaces: dict[tuple, Any] = field(default_factory=dict)
+    #: when the run began: ``search_settings(max_seconds=)`` bounds the whole run (every search
+    #: a tuning function makes), not each search
+    started: float = field(default_factory=time.perf_counter)
 
     def timed(self, parameters: dict[str, Any]) -> Trial | None:
         """The last successful trial of ``parameters`` in this run, if they were timed."""
@@ -253,8 +263,10 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     if not isinstance(space, Space):
         space = _space(None, (), dict(space))
     chosen = _settings.get()
+    run = _run.get() or TuningRun()
     max_evals = chosen.max_evals if chosen.max_evals is not None else max_evals
-    max_seconds = chosen.max_seconds if chosen.max_seconds is not None else max_seconds
+    if chosen.max_seconds is not None:  # the run's: what earlier searches of the key left
+        max_seconds = max(chosen.max_seconds - (time.perf_counter() - run.started), 1e-3)
     seed = chosen.seed if chosen.seed is not None else seed
     try:
         name, strategy_fn = strategy_named(chosen.strategy or strategy)
@@ -265,7 +277,6 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     if not configs:
         raise AutotuneError(f"the restrictions exclude every one of the {space.size} "
                             "configurations of the space")
-    run = _run.get() or TuningRun()
     run.searched.append(space)
     baseline, reference = _baseline(run, space)
     planned = len(configs) if budget.max_evals is None else min(budget.max_evals, len(configs))

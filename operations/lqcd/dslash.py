@@ -241,6 +241,8 @@ class DslashTemplate:
     # link_load and carveout
     autotune_version = 4
     autotune_sources = (TEMPLATE,)
+    #: ``warm`` plans each key's budget for each of the two searches of :meth:`autotune`
+    autotune_warm = {"searches": 2}
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..encoding import decode_parameters, encode_parameters
@@ -24,32 +24,22 @@ logger = logging.getLogger("autotune.tune")
 WARM_START_SEEDS = 8
 
 
-def warm_start(store: ResultStore, key: TuningKey,
-               space: Space | None) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], float]]]:
+def warm_start(store: ResultStore, key: TuningKey, space: Space | None,
+               also: Sequence[ResultStore] = ()) -> tuple[list[dict[str, Any]],
+                                                          list[tuple[dict[str, Any], float]]]:
     """Where a search for ``key`` should start: stored trials of the same function, version and
     arguments on the nearest devices (this device's own earlier trials first, then the same
     device name on another platform or driver, then any other device).
 
     Returns the best configurations of those devices, nearest first (measured first by every
     strategy), and the nearest device's trials as (configuration, time / its best) for
-    model-based strategies. Only well-formed trials inside ``space`` count.
+    model-based strategies. Only well-formed trials inside ``space`` count. ``also``: other
+    databases read for the same (``tune.db.example``); a device's trials in ``store`` win over
+    its trials there.
     """
     if space is None:
         return [], []
-    try:
-        trials = store.trials(function=key.function, version=key.version, arguments=key.arguments)
-    except StoreError as exc:
-        logger.info("no warm start for %s: %s", key.function, exc)
-        return [], []
-    by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
-    for trial in trials:
-        if trial.status != "ok" or trial_problem(trial):
-            continue
-        params = decode_parameters(trial.parameters)
-        if space.why_not(params) is not None:
-            continue
-        found = by_device.setdefault(trial.key.device, {})
-        found[tuple(params[n] for n in space.names)] = (params, trial.median_seconds)
+    by_device = device_trials([store, *also], key, space)
 
     def nearness(device: tuple[str, str, str]) -> tuple[int, ...]:
         name, platform, driver = device
@@ -71,6 +61,32 @@ def warm_start(store: ResultStore, key: TuningKey,
             prior = [(params, t / best) for params, t in found]
             break
     return seeds[:WARM_START_SEEDS], prior
+
+
+def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
+                  ) -> dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]]:
+    """The well-formed ``ok`` trials of ``key``'s function, version and arguments inside
+    ``space``, by device (name, platform, driver), then by configuration: (parameters, median
+    seconds). A device found in an earlier store is not read from a later one; a store that
+    cannot be read gives nothing."""
+    by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
+    for store in stores:
+        try:
+            trials = store.trials(function=key.function, version=key.version,
+                                  arguments=key.arguments)
+        except StoreError as exc:
+            logger.info("no warm start for %s from %s: %s", key.function, store.url, exc)
+            continue
+        known = set(by_device)
+        for trial in trials:
+            if trial.status != "ok" or trial_problem(trial) or trial.key.device in known:
+                continue
+            params = decode_parameters(trial.parameters)
+            if space.why_not(params) is not None:
+                continue
+            found = by_device.setdefault(trial.key.device, {})
+            found[tuple(params[n] for n in space.names)] = (params, trial.median_seconds)
+    return by_device
 
 
 def interrupted_trials(store: ResultStore, key: TuningKey, fingerprint: str) -> list[Trial]:

@@ -223,11 +223,9 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 for position, (template, config) in enumerate(every) if position in mine]
         todo = [i for i, (_, _, v) in enumerate(plan)
                 if force or v is None or v.freshness is not Freshness.FRESH]
-        stores = policy.stores(store, get_store)
-        costs: dict[str, float] = {}
-        plans = {i: policy.plan(plan[i][0], context, plan[i][1], stores, costs) for i in todo}
+        plans = policy.plan_keys(context, [plan[i][:2] for i in todo], store, get_store)
         order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
-        estimator = Estimator([plans[i] for i in todo])
+        estimator = Estimator(plans)
         progress = _Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
         try:
             for position, (template, config, verdict) in enumerate(plan):
@@ -241,7 +239,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     continue
                 why = "" if verdict is None else (
                     f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
-                key_plan, n = plans[position], order[position]
+                n = order[position]
+                key_plan = plans[n]
                 share = policy.share(estimator, list(range(n, len(todo))))
                 noted = {"plan": key_plan.text(), "estimate": key_plan.seconds}
                 if dry_run:

@@ -362,6 +362,14 @@ class WarmPolicy:
         return KeyPlan(template.name, configurations, strategy, evals, reason, warm,
                        costs[template.name], int(own.get("searches", 1)))
 
+    def plan_keys(self, context: Any, keys: Sequence[tuple[Any, dict[str, Any]]],
+                  store: ResultStore, open_store: Any) -> list[KeyPlan]:
+        """The plans of ``keys`` ((template, configuration) pairs) on ``context``, reading the
+        stored trials of ``store`` and of the ``warm_from`` databases (``open_store(url)``)."""
+        stores = self.stores(store, open_store)
+        costs: dict[str, float] = {}
+        return [self.plan(template, context, config, stores, costs) for template, config in keys]
+
     def share(self, estimator: Estimator, pending: Sequence[int]) -> float | None:
         """The seconds the next key (the first of ``pending``) may take under ``max_minutes``:
         its share of what is left, in proportion to the expected costs of the keys left."""

@@ -122,6 +122,10 @@ def test_dry_run_shows_each_keys_plan_and_options_change_it(capsys, db):
     assert out.count("brute_force, 100 of 100 [command line]") == 3
     code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--max-evals", "4")
     assert out.count("local, 4 of 100 [command line]") == 3
+    # the dslash's two searches (launch shape, then structure) share the key's budget
+    code, out, _ = run(capsys, "warm", "--dry-run", "wilson_dslash")
+    lines = [line for line in out.splitlines() if "would tune" in line]
+    assert code == 0 and lines and all("2 searches, each" in line for line in lines)
     code, _, err = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--strategy", "gemm=local")
     assert code == 2 and "no template 'gemm' is warmed" in err
     code, _, err = run(capsys, "warm", "--dry-run", "--warm-from", "/nonexistent/x.db", "scale")
@@ -171,3 +175,28 @@ def test_max_minutes_on_real_kernels_stores_every_key(capsys, db, context):
     assert code == 0, out
     records = ResultStore(f"sqlite:///{db}").records()
     assert len(records) == 6 and all(r.score > 0 for r in records)
+
+
+def test_time_never_stops_a_search_before_its_first_success():
+    from autotune import tune
+
+    def generate(block):
+        time.sleep(0.05)
+        if block < 2:
+            raise ValueError(f"block {block} fails")
+        return lambda iterations: block * 1e-6
+
+    result = tune.search(generate, {"block": [0, 1, 2, 3, 4]}, max_seconds=0.01, workers=0)
+    assert result.best == {"block": 2} and result.info["measured"] == 1
+    with pytest.raises(ValueError, match="warm_from must be a tuple of database URLs"):
+        with tune.search_settings(warm_from="sqlite:///x.db"):
+            pass
+
+
+def test_keys_are_tuned_one_of_each_template_in_turn():
+    from autotune.cli.warm_plan import interleaved
+
+    names = ["blas", "blas", "blas", "gemm", "reduce", "reduce"]
+    order = interleaved(names)
+    assert [names[i] for i in order] == ["blas", "gemm", "reduce", "blas", "reduce", "blas"]
+    assert order == [0, 3, 4, 1, 5, 2] and interleaved([]) == []

@@ -25,7 +25,7 @@ from ..tune.verdicts import Freshness
 from ..tune.serving import serving
 from ..tune.store import StoreUnavailableError
 from .formatting import parameters_text, printable, seconds_text
-from .warm_plan import Estimator, KeyPlan, WarmPolicy, policy_from_args
+from .warm_plan import Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args
 
 
 #: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
@@ -219,8 +219,10 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         every = [(template, config) for template in templates
                  for config in template.configurations(context)]
         mine = _my_positions(every, context, share, comm)
-        plan = [(template, config, template.judge(context, config))
-                for position, (template, config) in enumerate(every) if position in mine]
+        listed = [(template, config, template.judge(context, config))
+                  for position, (template, config) in enumerate(every) if position in mine]
+        turn = interleaved([t.name for t, _, _ in listed])  # the tuning order
+        plan = [listed[i] for i in turn]
         todo = [i for i, (_, _, v) in enumerate(plan)
                 if force or v is None or v.freshness is not Freshness.FRESH]
         plans = policy.plan_keys(context, [plan[i][:2] for i in todo], store, get_store)
@@ -231,10 +233,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
             for position, (template, config, verdict) in enumerate(plan):
                 args = describe_arguments(encode_arguments(config))
                 if verdict is not None and verdict.freshness is Freshness.FRESH and not force:
-                    record = verdict.record
-                    outcomes.append(WarmOutcome(
-                        template.name, device, args, "stored", parameters_text(record.parameters),
-                        record.score, _test_score(store, record.key, template.test_parameters)))
+                    outcomes.append(_stored(template, device, args, verdict.record, store))
                     progress.skipped()
                     continue
                 why = "" if verdict is None else (
@@ -269,7 +268,15 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         _say_estimates(progress, estimator, quiet or dry_run)
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
-    return [dataclasses.replace(o, where=where) for o in outcomes]
+    back = sorted(range(len(outcomes)), key=lambda k: turn[k])  # as the templates list them
+    return [dataclasses.replace(outcomes[k], where=where) for k in back]
+
+
+def _stored(template: RegisteredTemplate, device: str, args: str, record: Any,
+            store: Any) -> WarmOutcome:
+    """The outcome of a key whose stored result is fresh."""
+    return WarmOutcome(template.name, device, args, "stored", parameters_text(record.parameters),
+                       record.score, _test_score(store, record.key, template.test_parameters))
 
 
 def _key_settings(settings: dict[str, Any] | None, plan: KeyPlan, share: float | None,

@@ -145,6 +145,8 @@ class KeyPlan:
         space = "?" if self.configurations is None else str(self.configurations)
         strategy = self.strategy or "template's own"
         what = f"{strategy}, {self.evaluations} of {space}"
+        if self.searches > 1:
+            what = f"{self.searches} searches, each {what}"
         if self.warm.seeds:
             what += f", {self.warm.seeds} seeds from {self.warm.device}"
             if self.warm.source:
@@ -279,6 +281,21 @@ def time_shares(total: float, costs: Sequence[float], floor: float = FLOOR_SECON
             fixed[i] = True
 
 
+def interleaved(templates: Sequence[str]) -> list[int]:
+    """The order to tune keys in (positions in ``templates``, each key's template name): one
+    key of each template in turn, each template's keys in their order, so that the estimate of
+    the time left learns every template's cost early."""
+    queues: dict[str, list[int]] = {}
+    for position, name in enumerate(templates):
+        queues.setdefault(name, []).append(position)
+    order: list[int] = []
+    while len(order) < len(templates):
+        for queue in queues.values():
+            if queue:
+                order.append(queue.pop(0))
+    return order
+
+
 class Estimator:
     """The time left of a run from each key's expected seconds, corrected with what the run
     has measured: a template's pending keys by the ratio of its finished keys' actual to
@@ -354,13 +371,16 @@ class WarmPolicy:
             space, configurations = None, None
         key = template.key(context, config)
         warm = nearest(stores, key, space) if space is not None else WarmStart()
+        searches = int(own.get("searches", 1))
         strategy, evals, reason = choose(template.name, configurations, warm, self.rules,
                                          self.overrides, own)
+        if evals is not None and reason in ("this device's trials", "large space"):
+            evals = max(1, math.ceil(evals / searches))  # the rules' budget is the key's
         if template.name not in costs:
             costs[template.name] = trial_seconds([s for s, _ in stores], key.function,
                                                  warm.device or key.device_name, gpu)
         return KeyPlan(template.name, configurations, strategy, evals, reason, warm,
-                       costs[template.name], int(own.get("searches", 1)))
+                       costs[template.name], searches)
 
     def plan_keys(self, context: Any, keys: Sequence[tuple[Any, dict[str, Any]]],
                   store: ResultStore, open_store: Any) -> list[KeyPlan]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..tune.recording.seeds import device_trials
+from ..tune.recording.seeds import WARM_START_SEEDS, device_trials
 from ..tune.store import ResultStore, StoreError
 from ..tune.strategies import STRATEGIES
 
@@ -215,7 +215,9 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
                 driver != key.driver_version)
 
     devices = sorted(found, key=nearness)
-    seeds = sum(min(3, len(found[d])) for d in devices)
+    seeds: set[tuple] = set()  # as warm_start takes them: each device's best 3, no repeats
+    for device in devices:
+        seeds.update(sorted(found[device], key=lambda c: found[device][c][1])[:3])
     label = ""
     for store, name in stores:  # which store holds the nearest device's trials
         try:
@@ -225,7 +227,8 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
                 break
         except StoreError:
             continue
-    return WarmStart(min(seeds, 8), devices[0][0], devices[0][0] == key.device_name, label)
+    return WarmStart(min(len(seeds), WARM_START_SEEDS), devices[0][0],
+                     devices[0][0] == key.device_name, label)
 
 
 def trial_seconds(stores: Sequence[ResultStore], function: str, device: str,

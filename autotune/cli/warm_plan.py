@@ -205,7 +205,12 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
     """What the stored trials of ``key`` offer a search of ``space`` (as
     :func:`autotune.tune.recording.seeds.warm_start` will find them): how many seeds, from
     which device, in which of ``stores`` ((store, label) pairs, nearest first)."""
-    found = device_trials([s for s, _ in stores], key, space)
+    found: dict[tuple[str, str, str], dict] = {}
+    labels: dict[tuple[str, str, str], str] = {}
+    for store, name in stores:  # a device's trials in an earlier store win
+        for device, configs in device_trials([store], key, space).items():
+            if device not in found:
+                found[device], labels[device] = configs, name
     if not found:
         return WarmStart()
 
@@ -218,15 +223,7 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
     seeds: set[tuple] = set()  # as warm_start takes them: each device's best 3, no repeats
     for device in devices:
         seeds.update(sorted(found[device], key=lambda c: found[device][c][1])[:3])
-    label = ""
-    for store, name in stores:  # which store holds the nearest device's trials
-        try:
-            if any(t.key.device == devices[0] for t in store.trials(
-                    function=key.function, version=key.version, arguments=key.arguments)):
-                label = name
-                break
-        except StoreError:
-            continue
+    label = labels[devices[0]]
     return WarmStart(min(len(seeds), WARM_START_SEEDS), devices[0][0],
                      devices[0][0] == key.device_name, label)
 

@@ -14,7 +14,7 @@ from ..evaluation import Trial
 from ..records import TrialStatus, TuningKey, TuningRecord
 from ..space import Space
 from ..store import ResultStore, StoreError
-from ..validation import trial_problem
+from ..validation import record_problem, trial_problem
 from ..verdicts import Freshness, Verdict
 
 logger = logging.getLogger("autotune.tune")
@@ -67,25 +67,33 @@ def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
                   ) -> dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]]:
     """The well-formed ``ok`` trials of ``key``'s function, version and arguments inside
     ``space``, by device (name, platform, driver), then by configuration: (parameters, median
-    seconds). A device found in an earlier store is not read from a later one; a store that
-    cannot be read gives nothing."""
+    seconds). A device whose trials were not kept has its stored result (the key's best
+    configuration and score) instead. A device found in an earlier store is not read from a
+    later one; a store that cannot be read gives nothing."""
     by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
     for store in stores:
         try:
             trials = store.trials(function=key.function, version=key.version,
                                   arguments=key.arguments)
+            records = [r for r in store.records(function=key.function)
+                       if r.key.version == key.version and r.key.arguments == key.arguments]
         except StoreError as exc:
             logger.info("no warm start for %s from %s: %s", key.function, store.url, exc)
             continue
         known = set(by_device)
-        for trial in trials:
-            if trial.status != "ok" or trial_problem(trial) or trial.key.device in known:
+        rows = [(t.key.device, t.parameters, t.median_seconds) for t in trials
+                if t.status == "ok" and not trial_problem(t)]
+        with_trials = {device for device, _, _ in rows}
+        rows += [(r.key.device, r.parameters, r.score) for r in records
+                 if r.key.device not in with_trials and not record_problem(r)]
+        for device, parameters, seconds in rows:
+            if device in known:
                 continue
-            params = decode_parameters(trial.parameters)
-            if space.why_not(params) is not None:
+            params = decode_parameters(parameters)
+            if not isinstance(params, dict) or space.why_not(params) is not None:
                 continue
-            found = by_device.setdefault(trial.key.device, {})
-            found[tuple(params[n] for n in space.names)] = (params, trial.median_seconds)
+            found = by_device.setdefault(device, {})
+            found[tuple(params[n] for n in space.names)] = (params, seconds)
     return by_device
 
 

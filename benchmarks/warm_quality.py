@@ -163,10 +163,12 @@ def main() -> int:
                          f"warm_quality_{re.sub(r'[^A-Za-z0-9]+', '_', device)}.db")
             known = rows_of(cache) if cache.is_file() else {}
             if any(k not in known for k in missing):
-                names = sorted({f for f, *_ in missing})
-                print(f"no reference for {len(missing)} keys ({', '.join(names)}): exhaustive "
+                from autotune.tune.registry import registered_templates
+
+                functions = {f for f, *_ in missing}
+                ops = sorted(t.name for t in registered_templates() if t.function in functions)
+                print(f"no reference for {len(missing)} keys ({', '.join(ops)}): exhaustive "
                       f"searches into {cache} (once)")
-                ops = operations or []
                 warm(cache, args.device, ops, ["--strategy", "brute_force", "--warm-from", "none"])
                 known = rows_of(cache)
             reference.update({k: v for k, v in known.items() if k in missing})

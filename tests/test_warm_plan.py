@@ -173,6 +173,14 @@ def test_max_minutes_keeps_the_run_within_the_limit_and_every_key_gets_a_result(
     assert all(1 <= json.loads(r.search)["measured"] < 100 for r in records)
 
 
+def test_a_time_limit_spent_before_the_last_keys_still_gives_each_a_result(capsys, db):
+    code, out, _ = run(capsys, "warm", "--template", SLEEPY, "--warm-from", "none", "--quiet",
+                       "--max-minutes", "0.001")
+    assert code == 0 and "3 tuned" in out
+    records = ResultStore(f"sqlite:///{db}").records()
+    assert len(records) == 3 and all(json.loads(r.search)["measured"] == 1 for r in records)
+
+
 def test_max_minutes_on_real_kernels_stores_every_key(capsys, db, context):
     from autotune import accel
 

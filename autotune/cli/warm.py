@@ -286,8 +286,8 @@ def _key_settings(settings: dict[str, Any] | None, plan: KeyPlan, share: float |
     databases its warm start reads."""
     chosen = {**(settings or {}), **plan.settings(),
               "warm_from": tuple(url for url, _ in policy.warm_from) or None}
-    if share is not None:
-        chosen["max_seconds"] = min(share, chosen.get("max_seconds") or share)
+    if share is not None:  # spent already: the search stops at its first success
+        chosen["max_seconds"] = max(1e-3, min(share, chosen.get("max_seconds") or share))
     return chosen
 
 

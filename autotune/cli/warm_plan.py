@@ -18,6 +18,7 @@ time of ``--max-minutes`` in proportion to the expected costs, never below a flo
 from __future__ import annotations
 
 import json
+import logging
 import math
 import time
 from collections.abc import Sequence
@@ -43,6 +44,8 @@ FLOOR_SECONDS = 1.0
 
 #: The value of ``--strategy`` that keeps the plan's choice.
 AUTO = "auto"
+
+logger = logging.getLogger("autotune")
 
 
 @dataclass(frozen=True)
@@ -363,7 +366,11 @@ class WarmPolicy:
              stores: Sequence[tuple[ResultStore, str]], costs: dict[str, float]) -> KeyPlan:
         """The plan of one key (``costs``: seconds a trial by template name, filled here)."""
         gpu = context.device.is_gpu is not False
-        own = own_plan(template.cls)
+        try:
+            own = own_plan(template.cls)
+        except ValueError as exc:  # another package's template: warned of, planned by the rules
+            logger.warning("%s; warm plans its keys by its rules instead", exc)
+            own = {}
         try:
             space = template.cls.autotune_space(context, **config)
             configurations = len(space.configurations())

@@ -129,6 +129,8 @@ def test_dry_run_shows_each_keys_plan_and_options_change_it(capsys, db):
     assert code == 0 and lines and all("2 searches, each" in line for line in lines)
     code, _, err = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--strategy", "gemm=local")
     assert code == 2 and "no template 'gemm' is warmed" in err
+    code, _, err = run(capsys, "warm", "--dry-run", "--max-minutes", "0", "scale")
+    assert code == 2 and "--max-minutes must be a number above 0, got 0.0" in err
     code, _, err = run(capsys, "warm", "--dry-run", "--warm-from", "/nonexistent/x.db", "scale")
     assert code == 2 and "--warm-from /nonexistent/x.db: no such database file" in err
 

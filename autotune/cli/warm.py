@@ -240,7 +240,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
                 n = order[position]
                 key_plan = plans[n]
-                share = policy.share(estimator, list(range(n, len(todo))))
+                seconds = policy.share(estimator, list(range(n, len(todo))))
                 noted = {"plan": key_plan.text(), "estimate": key_plan.seconds}
                 if dry_run:
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
@@ -249,7 +249,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 began = time.perf_counter()
                 try:
                     with progress.key(f"{template.name} {args} on {device}{why}", n), \
-                            search_settings(**_key_settings(settings, key_plan, share, policy)):
+                            search_settings(**_key_settings(settings, key_plan, seconds, policy)):
                         outcome = template.retune(context, config)
                 except Exception as exc:  # AutotuneError and others: reported, warm goes on
                     outcomes.append(WarmOutcome(template.name, device, args, "failed",

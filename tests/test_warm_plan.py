@@ -217,3 +217,6 @@ def test_keys_are_tuned_one_of_each_template_in_turn():
     order = interleaved(names)
     assert [names[i] for i in order] == ["blas", "gemm", "reduce", "blas", "reduce", "blas"]
     assert order == [0, 3, 4, 1, 5, 2] and interleaved([]) == []
+    # the templates expected to take longest first: reduce's 2 x 5 s, then blas's 3 x 2 s
+    order = interleaved(names, [2, 2, 2, 1, 5, 5])
+    assert [names[i] for i in order] == ["reduce", "blas", "gemm", "reduce", "blas", "blas"]

@@ -221,11 +221,10 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         mine = _my_positions(every, context, share, comm)
         listed = [(template, config, template.judge(context, config))
                   for position, (template, config) in enumerate(every) if position in mine]
-        turn = interleaved([t.name for t, _, _ in listed])  # the tuning order
+        turn, plans = _tuning_order(listed, force, policy, context, store)
         plan = [listed[i] for i in turn]
-        todo = [i for i, (_, _, v) in enumerate(plan)
-                if force or v is None or v.freshness is not Freshness.FRESH]
-        plans = policy.plan_keys(context, [plan[i][:2] for i in todo], store, get_store)
+        todo = [n for n, i in enumerate(turn) if i in plans]
+        plans = [plans[turn[n]] for n in todo]  # in the tuning order
         order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
         estimator = Estimator(plans)
         progress = _Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
@@ -270,6 +269,21 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     where = f"{socket.gethostname()}/{spec.selector}"
     back = sorted(range(len(outcomes)), key=lambda k: turn[k])  # as the templates list them
     return [dataclasses.replace(outcomes[k], where=where) for k in back]
+
+
+def _tuning_order(listed: list[tuple], force: bool, policy: WarmPolicy, context: Any,
+                  store: Any) -> tuple[list[int], dict[int, KeyPlan]]:
+    """The order to go through ``listed`` (template, configuration, verdict) in, and the plan
+    of each key to tune by its position there: one key of each template in turn, the templates
+    whose keys are expected to take longest first (the estimate of the time left soon knows
+    the costs that matter)."""
+    todo = [i for i, (_, _, v) in enumerate(listed)
+            if force or v is None or v.freshness is not Freshness.FRESH]
+    plans = dict(zip(todo, policy.plan_keys(context, [listed[i][:2] for i in todo], store,
+                                            get_store)))
+    turn = interleaved([t.name for t, _, _ in listed],
+                       [plans[i].seconds if i in plans else 0.0 for i in range(len(listed))])
+    return turn, plans
 
 
 def _stored(template: RegisteredTemplate, device: str, args: str, record: Any,

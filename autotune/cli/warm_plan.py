@@ -284,18 +284,22 @@ def time_shares(total: float, costs: Sequence[float], floor: float = FLOOR_SECON
             fixed[i] = True
 
 
-def interleaved(templates: Sequence[str]) -> list[int]:
+def interleaved(templates: Sequence[str], costs: Sequence[float] | None = None) -> list[int]:
     """The order to tune keys in (positions in ``templates``, each key's template name): one
-    key of each template in turn, each template's keys in their order, so that the estimate of
-    the time left learns every template's cost early."""
+    key of each template in turn, each template's keys in their order, the templates whose
+    keys' ``costs`` add up to most first (ties: as they come), so that the estimate of the time
+    left learns early the costs that weigh most."""
     queues: dict[str, list[int]] = {}
+    totals: dict[str, float] = {}
     for position, name in enumerate(templates):
         queues.setdefault(name, []).append(position)
+        totals[name] = totals.get(name, 0.0) + (costs[position] if costs else 0.0)
+    ranked = sorted(queues, key=lambda name: -totals[name])  # stable: ties as they come
     order: list[int] = []
     while len(order) < len(templates):
-        for queue in queues.values():
-            if queue:
-                order.append(queue.pop(0))
+        for name in ranked:
+            if queues[name]:
+                order.append(queues[name].pop(0))
     return order
 
 

@@ -15,7 +15,7 @@ from autotune.cli.warm_plan import (Estimator, KeyPlan, Overrides, PlanRules, Wa
 from autotune.tune.store import ResultStore
 
 SLEEPY = "toy_templates:SleepyTemplate"
-RULES = PlanRules()  # exhaustive up to 64, 8 with this device's trials, else N/20 in [32, 200]
+RULES = PlanRules()  # exhaustive up to 64, 6 with this device's trials, else N/20 in [32, 200]
 
 
 def run(capsys, *argv) -> tuple[int, str, str]:
@@ -68,7 +68,7 @@ def test_the_plan_fits_the_search_to_the_space():
     assert choose("t", 40, none, RULES, Overrides()) == ("brute_force", None, "small space")
     assert choose("t", 40, far, RULES, Overrides()) == ("brute_force", None, "small space")
     assert choose("t", 6, near, RULES, Overrides()) == ("brute_force", None, "small space")
-    assert choose("t", 40, near, RULES, Overrides()) == ("local", 8, "this device's trials")
+    assert choose("t", 40, near, RULES, Overrides()) == ("local", 6, "this device's trials")
     assert choose("t", 100, far, RULES, Overrides()) == ("local", 32, "large space")
     assert choose("t", 2000, none, RULES, Overrides()) == ("local", 100, "large space")
     assert choose("t", 15658, far, RULES, Overrides()) == ("local", 200, "large space")
@@ -143,14 +143,14 @@ def test_a_warm_start_from_another_database_finds_the_best_in_a_few(capsys, db, 
                        "--strategy", "brute_force", "--warm-from", "none")
     assert code == 0 and "3 tuned" in out
     code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--warm-from", full)
-    assert out.count("local, 8 of 100, 3 seeds from") == 3 and "(full.db) [this device's trials]" in out
+    assert out.count("local, 6 of 100, 3 seeds from") == 3 and "(full.db) [this device's trials]" in out
     code, out, _ = run(capsys, "warm", "--template", SLEEPY, "--quiet", "--warm-from", full)
     assert code == 0 and "3 tuned" in out
     records = ResultStore(f"sqlite:///{db}").records()
     assert len(records) == 3
     for record in records:
         search = json.loads(record.search)
-        assert search["measured"] == 8 and search["warm_start"] == 3
+        assert search["measured"] == 6 and search["warm_start"] == 3
         assert json.loads(record.parameters) == {"block": 37}  # the cost's minimum
     # a database that kept its results but not their trials (tune.db.example's GPU rows of
     # some templates): each result is its device's one seed
@@ -158,7 +158,7 @@ def test_a_warm_start_from_another_database_finds_the_best_in_a_few(capsys, db, 
         connection.execute("DELETE FROM tuning_trials")
     code, out, _ = run(capsys, "warm", "--dry-run", "--force", "--template", SLEEPY,
                        "--warm-from", full, "--db", tmp_path / "third.db")
-    assert out.count("local, 8 of 100, 1 seeds from") == 3
+    assert out.count("local, 6 of 100, 1 seeds from") == 3
 
 
 def test_max_minutes_keeps_the_run_within_the_limit_and_every_key_gets_a_result(capsys, db):

@@ -57,7 +57,7 @@ class PlanRules:
     exhaustive_up_to: int = 64
     #: configurations measured where this device (same name) has stored trials of the key:
     #: its best few (the warm start) and their neighbours
-    near_evals: int = 8
+    near_evals: int = 6
     #: configurations measured in a large space without this device's trials: a twentieth of
     #: the space, within these bounds
     far_evals: tuple[int, int] = (32, 200)
@@ -113,7 +113,7 @@ class WarmStart:
 
     seeds: int = 0  #: configurations the search measures first
     device: str = ""  #: the nearest device with trials of the key
-    near: bool = False  #: that device has this device's name
+    near: bool = False  #: that device has this device's name and a result of the key
     source: str = ""  #: where its trials are (``tune.db.example``, ``the database``)
 
 
@@ -209,11 +209,11 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
     :func:`autotune.tune.recording.seeds.warm_start` will find them): how many seeds, from
     which device, in which of ``stores`` ((store, label) pairs, nearest first)."""
     found: dict[tuple[str, str, str], dict] = {}
-    labels: dict[tuple[str, str, str], str] = {}
+    labels: dict[tuple[str, str, str], tuple[ResultStore, str]] = {}
     for store, name in stores:  # a device's trials in an earlier store win
         for device, configs in device_trials([store], key, space).items():
             if device not in found:
-                found[device], labels[device] = configs, name
+                found[device], labels[device] = configs, (store, name)
     if not found:
         return WarmStart()
 
@@ -226,9 +226,22 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
     seeds: set[tuple] = set()  # as warm_start takes them: each device's best 3, no repeats
     for device in devices:
         seeds.update(sorted(found[device], key=lambda c: found[device][c][1])[:3])
-    label = labels[devices[0]]
-    return WarmStart(min(len(seeds), WARM_START_SEEDS), devices[0][0],
-                     devices[0][0] == key.device_name, label)
+    store, label = labels[devices[0]]
+    # near: a finished search of the key on this device (its result stored), not the trials
+    # of an interrupted one, which --resume goes on with
+    near = devices[0][0] == key.device_name and _finished(store, key, devices[0])
+    return WarmStart(min(len(seeds), WARM_START_SEEDS), devices[0][0], near, label)
+
+
+def _finished(store: ResultStore, key: Any, device: tuple[str, str, str]) -> bool:
+    """Whether ``store`` holds a result of ``key``'s function, version and arguments on
+    ``device``."""
+    try:
+        return any(r.key.device == device and r.key.version == key.version
+                   and r.key.arguments == key.arguments
+                   for r in store.records(function=key.function))
+    except StoreError:
+        return False
 
 
 def trial_seconds(stores: Sequence[ResultStore], function: str, device: str,

@@ -169,6 +169,32 @@ class SlowTemplate(Protocol):
         return tune.autotune(generate)
 
 
+class SleepyTemplate(Protocol):
+    """A large space (100 configurations) whose candidates each take ``sleep`` seconds to
+    generate (a compile that sleeps), with its best at ``block=37``: for ``warm``'s plans and
+    time limits."""
+
+    sleep = 0.1
+
+    @classmethod
+    def autotune_space(cls, context, index):
+        return tune.Space({"block": list(range(100))})
+
+    warm_configurations = [{"index": i} for i in range(3)]
+
+    @classmethod
+    @tune.autotuner(test={"block": 0})
+    def autotune(cls, context, index):
+        import time
+
+        def generate(block):
+            calls["sleepy"] += 1
+            time.sleep(cls.sleep)
+            return lambda iterations: (abs(block - 37) + 1) * 1e-6
+
+        return tune.autotune(generate)
+
+
 class InterruptedTemplate(Protocol):
     """A search that a ``KeyboardInterrupt`` stops after ``stop_after`` candidates (None: runs
     to the end); its generate calls are counted under ``"interrupted"``."""

@@ -85,13 +85,23 @@ def _add_warm(sub: Any) -> None:
                            "once (its functions resolved among the registered templates and "
                            "--template ones, never imported)")
     warm.add_argument("--quiet", action="store_true", help="no progress output")
-    warm.add_argument("--strategy", choices=sorted(STRATEGIES),
-                      help="search strategy for every key (default: each template's own, "
-                           "brute_force unless it says otherwise)")
-    warm.add_argument("--max-evals", type=int, metavar="N",
-                      help="measure at most N distinct configurations per key")
+    warm.add_argument("--strategy", action="append", default=[], metavar="[TEMPLATE=]NAME",
+                      help="search strategy for every key, or for one template's keys "
+                           f"(repeatable): {', '.join(sorted(STRATEGIES))}, or auto (the "
+                           "plan's: brute_force for small spaces, else local within a budget, "
+                           "warm-started; --dry-run shows each key's)")
+    warm.add_argument("--max-evals", action="append", default=[], metavar="[TEMPLATE=]N",
+                      help="measure at most N distinct configurations per key, for every "
+                           "template or for one (repeatable)")
     warm.add_argument("--max-seconds", type=float, metavar="S",
                       help="spend at most S seconds searching per key, compiling included")
+    warm.add_argument("--max-minutes", type=float, metavar="M",
+                      help="fit the whole run into about M minutes: each key gets a share in "
+                           "proportion to its expected cost, never below a floor")
+    warm.add_argument("--warm-from", action="append", default=[], metavar="DB",
+                      help="another database whose trials warm-start the searches and set the "
+                           "expected costs (repeatable; read, never written); default "
+                           "tune.db.example where it is found, none for no other")
     warm.add_argument("--seed", type=int, help="seed of the strategies' random choices")
     warm.add_argument("--batches", type=int, metavar="N",
                       help="timed batches per configuration (default 5; their median is its "

@@ -28,6 +28,7 @@ from ..tune.store import StoreUnavailableError
 from ..tune.validation import recorded_speedup
 from .formatting import parameters_text, printable, seconds_text, speedup_text
 from .recorded import RecordedPlan, recorded_plan
+from .warm_plan import Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args
 
 
 #: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
@@ -56,6 +57,9 @@ class WarmOutcome:
     where: str = ""
     #: the 95% interval of :attr:`speedup`, where the choice timed both side by side
     speedup_interval: tuple[float, float] | None = None
+    plan: str = ""  #: the search the key got (see :mod:`autotune.cli.warm_plan`)
+    estimate: float | None = None  #: seconds the plan expected, before the run began
+    seconds: float | None = None  #: seconds the key took
 
     @property
     def speedup(self) -> float | None:
@@ -79,8 +83,11 @@ class _Progress:
     """Progress through the keys and through each key's candidates: rich bars on a terminal,
     else one line per key, with the time elapsed and an estimate of the time left."""
 
-    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int):
+    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int,
+                 estimator: Estimator | None = None):
         self.stream = stream
+        self.estimator = estimator
+        self.at_tenth: tuple[float, float] | None = None  #: (elapsed, estimated left) at 10%
         self.quiet = quiet
         self.total = total
         self.to_tune = to_tune
@@ -114,16 +121,23 @@ class _Progress:
             self.rich.update(self.overall, completed=self.done)
 
     def left(self) -> str:
-        """About how long the keys still to tune will take, from those tuned so far."""
+        """About how long the keys still to tune will take: each key's expected time from its
+        plan, corrected with the times of the keys tuned so far (:class:`Estimator`)."""
         remaining = self.to_tune - self.tuned
-        if not self.tuned or remaining <= 0:
+        if remaining <= 0:
             return ""
-        return f", about {_duration(self.tuning_seconds / self.tuned * remaining)} left"
+        if self.estimator is None:
+            if not self.tuned:
+                return ""
+            return f", about {_duration(self.tuning_seconds / self.tuned * remaining)} left"
+        return f", about {_duration(self.estimator.remaining())} left"
 
     @contextmanager
-    def key(self, label: str) -> Iterator[None]:
+    def key(self, label: str, index: int | None = None) -> Iterator[None]:
         self.label = label
         started = time.perf_counter()
+        if self.estimator is not None and index is not None:
+            self.estimator.start(index)
         if self.rich is not None:
             self.task = self.rich.add_task(label, total=None)
         elif not self.quiet:
@@ -135,6 +149,11 @@ class _Progress:
                 yield
         finally:
             self.tuning_seconds += time.perf_counter() - started
+            if self.estimator is not None and index is not None:
+                self.estimator.finish(index, time.perf_counter() - started)
+                elapsed, left = time.perf_counter() - self.started, self.estimator.remaining()
+                if self.at_tenth is None and elapsed >= 0.1 * (elapsed + left):
+                    self.at_tenth = (elapsed, left)
             self.tuned += 1
             self.done += 1
             if self.rich is not None:
@@ -180,7 +199,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 force: bool, dry_run: bool, quiet: bool,
                 settings: dict[str, Any] | None = None,
                 share: tuple[int, int] = (0, 1), comm: Any = None,
-                recorded: RecordedPlan | None = None) -> list[WarmOutcome]:
+                recorded: RecordedPlan | None = None,
+                policy: WarmPolicy | None = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
@@ -191,8 +211,13 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     the ranks split their keys through :func:`autotune.tune.collective.split`: a key that
     several ranks list (devices of one class) is tuned by one of them, in turn. ``recorded``
     (``--recorded``): the keys of a record file on this device take the place of the
-    templates' warm configurations.
+    templates' warm configurations. ``policy``: each key's search (:mod:`autotune.cli.warm_plan`:
+    its plan wins over ``settings``' strategy and max_evals), the warm-start databases and the
+    time limit of the run.
     """
+    policy = policy if policy is not None else WarmPolicy()
+    if policy.started is None:
+        policy = dataclasses.replace(policy, started=time.perf_counter())
     context = spec.create_context()
     device = context.device.name
     store = get_store(url)
@@ -203,51 +228,112 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                   for config in template.configurations(context)] if recorded is None
                  else recorded.configurations(context, None if quiet else sys.stderr))
         mine = _my_positions(every, context, share, comm)
-        plan = [(template, config, template.judge(context, config))
-                for position, (template, config) in enumerate(every) if position in mine]
-        to_tune = sum(1 for _, _, v in plan if force or not tuned_here(v))
-        progress = _Progress(sys.stderr, quiet or dry_run, len(plan), to_tune)
+        listed = [(template, config, template.judge(context, config))
+                  for position, (template, config) in enumerate(every) if position in mine]
+        turn, plans = _tuning_order(listed, force, policy, context, store)
+        plan = [listed[i] for i in turn]
+        todo = [n for n, i in enumerate(turn) if i in plans]
+        plans = [plans[turn[n]] for n in todo]  # in the tuning order
+        order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
+        estimator = Estimator(plans)
+        progress = _Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
         try:
-            for template, config, verdict in plan:
+            for position, (template, config, verdict) in enumerate(plan):
                 args = describe_arguments(encode_arguments(config))
                 if tuned_here(verdict) and not force:
-                    record = verdict.record
-                    recorded = recorded_speedup(record)
-                    outcomes.append(WarmOutcome(
-                        template.name, device, args, "stored", parameters_text(record.parameters),
-                        record.score, record.score * recorded[0] if recorded else
-                        _test_score(store, record.key, template.test_parameters),
-                        speedup_interval=recorded[1:] if recorded else None))
+                    outcomes.append(_stored(template, device, args, verdict.record, store))
                     progress.skipped()
                     continue
                 why = "" if verdict is None else (
                     f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
                 if verdict is not None and verdict.record.origin == ResultOrigin.SIMILAR.value:
                     why = " (served from a similar size, not tuned)"
+                n = order[position]
+                key_plan = plans[n]
+                seconds = policy.share(estimator, list(range(n, len(todo))))
+                noted = {"plan": key_plan.text(), "estimate": key_plan.seconds}
                 if dry_run:
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
-                                                message=why.strip(" ()")))
+                                                message=why.strip(" ()"), **noted))
                     continue
+                began = time.perf_counter()
                 try:
-                    with progress.key(f"{template.name} {args} on {device}{why}"), \
-                            search_settings(**(settings or {})):
+                    with progress.key(f"{template.name} {args} on {device}{why}", n), \
+                            search_settings(**_key_settings(settings, key_plan, seconds, policy)):
                         outcome = template.retune(context, config)
                 except Exception as exc:  # AutotuneError and others: reported, warm goes on
                     outcomes.append(WarmOutcome(template.name, device, args, "failed",
-                                                message=f"{type(exc).__name__}: {exc}"))
+                                                message=f"{type(exc).__name__}: {exc}",
+                                                seconds=time.perf_counter() - began, **noted))
                     continue
                 outcomes.append(WarmOutcome(
                     template.name, device, args, _tuned_status(outcome),
                     parameters_text(encode_parameters(outcome.parameters)), outcome.score,
                     outcome.test_score, message=str(outcome.store_error or ""),
-                    speedup_interval=outcome.speedup_interval))
+                    speedup_interval=outcome.speedup_interval,
+                    seconds=time.perf_counter() - began, **noted))
                 if outcome.store_error is not None:
                     unwritten[len(outcomes) - 1] = outcome.key
         finally:
             progress.close()
+        _say_estimates(progress, estimator, quiet or dry_run)
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
-    return [dataclasses.replace(o, where=where) for o in outcomes]
+    back = sorted(range(len(outcomes)), key=lambda k: turn[k])  # as the templates list them
+    return [dataclasses.replace(outcomes[k], where=where) for k in back]
+
+
+def _tuning_order(listed: list[tuple], force: bool, policy: WarmPolicy, context: Any,
+                  store: Any) -> tuple[list[int], dict[int, KeyPlan]]:
+    """The order to go through ``listed`` (template, configuration, verdict) in, and the plan
+    of each key to tune by its position there: one key of each template in turn, the templates
+    whose keys are expected to take longest first (the estimate of the time left soon knows
+    the costs that matter)."""
+    todo = [i for i, (_, _, v) in enumerate(listed) if force or not tuned_here(v)]
+    plans = dict(zip(todo, policy.plan_keys(context, [listed[i][:2] for i in todo], store,
+                                            get_store)))
+    turn = interleaved([t.name for t, _, _ in listed],
+                       [plans[i].seconds if i in plans else 0.0 for i in range(len(listed))])
+    return turn, plans
+
+
+def _stored(template: RegisteredTemplate, device: str, args: str, record: Any,
+            store: Any) -> WarmOutcome:
+    """The outcome of a key whose stored result is fresh (with the speed-up its choice
+    recorded, and that speed-up's interval, where it did)."""
+    recorded = recorded_speedup(record)
+    return WarmOutcome(template.name, device, args, "stored", parameters_text(record.parameters),
+                       record.score, record.score * recorded[0] if recorded else
+                       _test_score(store, record.key, template.test_parameters),
+                       speedup_interval=recorded[1:] if recorded else None)
+
+
+def _key_settings(settings: dict[str, Any] | None, plan: KeyPlan, share: float | None,
+                  policy: WarmPolicy) -> dict[str, Any]:
+    """A key's search settings: the command line's (seed, batches, resume, max_seconds), its
+    plan's strategy and budget, the time its share of ``--max-minutes`` allows, and the
+    databases its warm start reads."""
+    chosen = {**(settings or {}), **plan.settings(),
+              "warm_from": tuple(url for url, _ in policy.warm_from) or None}
+    if share is not None:  # spent already: the search stops at its first success
+        chosen["max_seconds"] = max(1e-3, min(share, chosen.get("max_seconds") or share))
+    return chosen
+
+
+def _say_estimates(progress: _Progress, estimator: Estimator, quiet: bool) -> None:
+    """The closing line of the time estimates: at the start, after a tenth of the run, and the
+    time the keys took."""
+    if quiet or not estimator.actual:
+        return
+    took = sum(estimator.actual.values())
+    tenth = ""
+    if progress.at_tenth is not None:
+        elapsed, left = progress.at_tenth
+        actual = time.perf_counter() - progress.started - elapsed
+        tenth = (f", after {_duration(elapsed)} (10%) {_duration(left)} left against "
+                 f"{_duration(actual)} actual")
+    print(f"warm: estimated {_duration(estimator.first_estimate)} of tuning{tenth}; the keys "
+          f"took {_duration(took)}", file=progress.stream, flush=True)
 
 
 def _my_positions(every: list[tuple[RegisteredTemplate, dict[str, Any]]], context: Any,
@@ -306,10 +392,10 @@ def _written_late(store: Any, outcomes: list[WarmOutcome],
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, url, force, dry_run, settings, share, recorded = job
+    spec, extra, names, url, force, dry_run, settings, share, policy, recorded = job
     templates = _select_templates(names, extra) if recorded is None else []
     return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True,
-                       settings=settings, share=share, recorded=recorded)
+                       settings=settings, share=share, policy=policy, recorded=recorded)
 
 
 def _mpi_world() -> Any:
@@ -327,7 +413,7 @@ def _mpi_world() -> Any:
 
 
 def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: str,
-                settings: dict[str, Any]) -> list[WarmOutcome] | None:
+                settings: dict[str, Any], policy: WarmPolicy) -> list[WarmOutcome] | None:
     """Under mpiexec: each rank warms the device its local rank picks (one GPU a rank; on a
     CPU the device one process would choose, shared), ranks with devices of one class
     splitting their keys; rank 0 gets every rank's outcomes (the others None). A rank that
@@ -346,7 +432,7 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
         # each key by one of the ranks that would warm it (tune.collective's rule)
         outcomes = warm_device(spec, templates, url=url, force=args.force,
                                dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
-                               settings=settings, comm=comm,
+                               settings=settings, comm=comm, policy=policy,
                                recorded=getattr(args, "recorded_plan", None))
         # not bounded: a rank done with its share waits for the others' (minutes apart on
         # GPUs); a rank that fails aborts every rank (abort_on_error)
@@ -374,28 +460,30 @@ def _select_templates(names: list[str], extra: list[str]) -> list[RegisteredTemp
 
 def run_warm(args: Any, url: str) -> int:
     match_mode()  # a bad AUTOTUNE_MATCH is one clear error, not a failure per key
-    settings = {"strategy": args.strategy, "max_evals": args.max_evals,
-                "max_seconds": args.max_seconds, "seed": args.seed, "batches": args.batches,
+    # strategy and max_evals: each key's plan (warm_plan), which the command line overrides
+    settings = {"max_seconds": args.max_seconds, "seed": args.seed, "batches": args.batches,
                 "resume": args.resume or None}
     with search_settings(**settings):  # checks them once, before anything is tuned
         pass
     started = time.perf_counter()
-    if not args.dry_run:
-        _check_writable(url)
-    if getattr(args, "recorded", None):
+    if getattr(args, "recorded", None):  # the record file's keys, their templates resolved
         args.recorded_plan = recorded_plan(args)
         templates: list[RegisteredTemplate] = []
     else:
         args.recorded_plan = None
         templates = _select_templates(args.operations, args.template)
+    policy = policy_from_args(args, templates or list(args.recorded_plan.templates.values()),
+                              started)
+    if not args.dry_run:
+        _check_writable(url)
     comm = _mpi_world()
     if comm is not None:
-        gathered = _warm_ranks(comm, args, templates, url, settings)
+        gathered = _warm_ranks(comm, args, templates, url, settings, policy)
         if gathered is None:  # rank 0 reports for everyone
             return 0
         outcomes = gathered
     else:
-        outcomes = _warm_here(args, templates, url, settings)
+        outcomes = _warm_here(args, templates, url, settings, policy)
     _print_table(outcomes, dry_run=args.dry_run)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
@@ -412,8 +500,11 @@ def run_warm(args: Any, url: str) -> int:
                           if counts[s] or s in ("tuned", "stored", "failed"))
         devices = len({o.where or o.device for o in outcomes})
         keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
+        estimated = sum(o.estimate or 0.0 for o in outcomes)
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
-              f"in {_duration(time.perf_counter() - started)}; database {display(url)}")
+              f"in {_duration(time.perf_counter() - started)}"
+              + (f" (estimated {_duration(estimated)})" if estimated else "")
+              + f"; database {display(url)}")
     if unstored:
         print(f"warm: {len(unstored)} tuned result(s) could not be written to {display(url)} "
               f"(first: {unstored[0].message}); warm tries once more as it exits, then they "
@@ -425,7 +516,7 @@ def run_warm(args: Any, url: str) -> int:
 
 
 def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
-               settings: dict[str, Any]) -> list[WarmOutcome]:
+               settings: dict[str, Any], policy: WarmPolicy) -> list[WarmOutcome]:
     """One process: one device, or with --all-devices every device, devices of one class
     splitting their keys (tuned at once with --jobs)."""
     if args.jobs != 1 and not args.all_devices:
@@ -441,13 +532,14 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
     jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:
         work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part,
-                 args.recorded_plan) for s, part in zip(specs, parts)]
+                 dataclasses.replace(policy, started=None), args.recorded_plan)
+                for s, part in zip(specs, parts)]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             return [o for part in pool.map(_warm_worker, work) for o in part]
     outcomes = []
     for spec, part in zip(specs, parts):
         outcomes += warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
-                                quiet=args.quiet, settings=settings, share=part,
+                                quiet=args.quiet, settings=settings, share=part, policy=policy,
                                 recorded=args.recorded_plan)
     return outcomes
 
@@ -461,15 +553,19 @@ def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
         return
     if dry_run:
         todo = [o for o in outcomes if o.status == "would tune"]
-        print(f"{len(todo)} of {len(outcomes)} keys would be tuned:")
+        estimated = sum(o.estimate or 0.0 for o in todo)
+        print(f"{len(todo)} of {len(outcomes)} keys would be tuned, in about "
+              f"{_duration(estimated)}:")
     rows = [{key: printable(value) for key, value in row.items()} for row in [{
         "operation": o.template,
         "arguments": o.arguments,
         "device": o.device,
         "status": o.status,
-        "best parameters": o.parameters or "-",
-        "time": seconds_text(o.score),
-        "speed-up vs test=": speedup_text(o.speedup, *(o.speedup_interval or (None, None))),
+        **({"search": o.plan or "-", "estimate": _duration(o.estimate) if o.estimate else "-"}
+           if dry_run else {
+            "best parameters": o.parameters or "-",
+            "time": seconds_text(o.score),
+            "speed-up vs test=": speedup_text(o.speedup, *(o.speedup_interval or (None, None)))}),
     } for o in outcomes]]
-    with pd.option_context("display.max_colwidth", 60, "display.width", 200):
+    with pd.option_context("display.max_colwidth", 100, "display.width", 250):
         print(pd.DataFrame(rows).to_string(index=False))

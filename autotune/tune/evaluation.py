@@ -181,7 +181,9 @@ class Evaluator:
     def spent(self) -> bool:
         if self.budget.max_evals is not None and self.evals >= self.budget.max_evals:
             return True
-        return (self.budget.max_seconds is not None
+        # time never stops a search before its first success: a budget too short for one
+        # candidate still gives a result (``warm --max-minutes`` stores one for every key)
+        return (self.budget.max_seconds is not None and self._best is not None
                 and time.perf_counter() - self.started >= self.budget.max_seconds)
 
     def best(self) -> tuple[Key, float] | None:

@@ -48,7 +48,7 @@ def tune_call(call: Call, function: Callable[..., Any], test: dict[str, Any],
         raise InvalidParametersError(f"{key.function}: {_search.names_differ(test, fingerprint.space)}")
     gpu = call.device.is_gpu is not False  # a stand-in that does not say: a thread pool
     writer = TrialWriter(serving, store, key, fingerprint.digest)
-    run = _tuning_run(call, store, fingerprint, writer, test, gpu)
+    run = _tuning_run(call, store, fingerprint, writer, test, gpu, serving)
     if explicit:
         logger.info("tuning %s on %s for %s", key.function, key.device_name, key.arguments)
     else:
@@ -132,13 +132,14 @@ def warn_noisy(serving: Serving, key: TuningKey, chosen: Choice) -> None:
 
 
 def _tuning_run(call: Call, store: ResultStore, fingerprint: Fingerprint, writer: TrialWriter,
-                test: dict[str, Any], gpu: bool) -> _search.TuningRun:
+                test: dict[str, Any], gpu: bool, serving: Serving) -> _search.TuningRun:
     """The tuning run of ``call``: its trials go to ``writer``; it starts from the nearest
-    devices' best (and goes on from an interrupted search of the key where asked)."""
+    devices' best (its database's, then those of ``search_settings(warm_from=)``; and goes on from an interrupted search of the key where asked)."""
     key = call.key
-    seeds, prior = warm_start(store, key, fingerprint.space)
-    resumed = (interrupted_trials(store, key, fingerprint.digest)
-               if _search.search_settings_now().resume else [])
+    settings = _search.search_settings_now()
+    also = [serving.store(url) for url in settings.warm_from or () if url != store.url]
+    seeds, prior = warm_start(store, key, fingerprint.space, also)
+    resumed = interrupted_trials(store, key, fingerprint.digest) if settings.resume else []
     if resumed:
         logger.info("%s on %s: going on from an interrupted search (%d configurations "
                     "measured)", key.function, key.device_name, len(resumed))

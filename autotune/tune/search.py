@@ -86,6 +86,9 @@ class SearchSettings:
     #: interleaved rounds at most when the leaders and ``test=`` are timed again before the
     #: choice (default :data:`~.choice.MAX_ROUNDS`; 0: no re-timing, the best median wins)
     settle: int | None = None
+    #: other databases (URLs) read, never written, for a tuned call's warm start, besides its
+    #: own: e.g. ``tune.db.example``'s trials of other devices
+    warm_from: tuple[str, ...] | None = None
 
 
 _settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", default=SearchSettings())
@@ -106,6 +109,9 @@ def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     if chosen.settle is not None and (isinstance(chosen.settle, bool) or
                                       not isinstance(chosen.settle, int) or chosen.settle < 0):
         raise ValueError(f"settle must be an int >= 0 (rounds; 0: no re-timing), got {chosen.settle!r}")
+    if chosen.warm_from is not None and (not isinstance(chosen.warm_from, tuple) or not all(
+            isinstance(u, str) and u for u in chosen.warm_from)):
+        raise ValueError(f"warm_from must be a tuple of database URLs, got {chosen.warm_from!r}")
     token = _settings.set(chosen)
     try:
         yield chosen
@@ -146,6 +152,9 @@ class TuningRun:
     spaces: dict[tuple, Any] = field(default_factory=dict)
     #: the last search's choice (its winner's interval, ties, spread), if it timed again
     choice: _choice.Choice | None = None
+    #: when the run began: ``search_settings(max_seconds=)`` bounds the whole run (every search
+    #: a tuning function makes), not each search
+    started: float = field(default_factory=time.perf_counter)
 
     def timed(self, parameters: dict[str, Any]) -> Trial | None:
         """The last successful trial of ``parameters`` in this run, if they were timed."""
@@ -268,8 +277,10 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     if not isinstance(space, Space):
         space = _space(None, (), dict(space))
     chosen = _settings.get()
+    run = _run.get() or TuningRun()
     max_evals = chosen.max_evals if chosen.max_evals is not None else max_evals
-    max_seconds = chosen.max_seconds if chosen.max_seconds is not None else max_seconds
+    if chosen.max_seconds is not None:  # the run's: what earlier searches of the key left
+        max_seconds = max(chosen.max_seconds - (time.perf_counter() - run.started), 1e-3)
     seed = chosen.seed if chosen.seed is not None else seed
     try:
         name, strategy_fn = strategy_named(chosen.strategy or strategy)
@@ -280,7 +291,6 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     if not configs:
         raise AutotuneError(f"the restrictions exclude every one of the {space.size} "
                             "configurations of the space")
-    run = _run.get() or TuningRun()
     run.searched.append(space)
     baseline, reference = _baseline(run, space)
     planned = len(configs) if budget.max_evals is None else min(budget.max_evals, len(configs))

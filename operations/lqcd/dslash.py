@@ -244,6 +244,8 @@ class DslashTemplate:
     #: ``AUTOTUNE_MATCH=similar`` serves an untuned lattice the nearest tuned one's parameters
     #: (log distance over the four extents, summed; precision and reconstruct must be equal).
     autotune_similar = {"dims": "log"}
+    #: ``warm`` plans each key's budget for each of the two searches of :meth:`autotune`
+    autotune_warm = {"searches": 2}
 
     @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:

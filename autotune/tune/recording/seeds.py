@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..encoding import decode_parameters, encode_parameters
@@ -14,7 +14,7 @@ from ..evaluation import Trial
 from ..records import ResultOrigin, TrialStatus, TuningKey, TuningRecord
 from ..space import Space
 from ..store import ResultStore, StoreError
-from ..validation import trial_problem
+from ..validation import record_problem, trial_problem
 from ..verdicts import Freshness, Verdict
 
 logger = logging.getLogger("autotune.tune")
@@ -24,32 +24,22 @@ logger = logging.getLogger("autotune.tune")
 WARM_START_SEEDS = 8
 
 
-def warm_start(store: ResultStore, key: TuningKey,
-               space: Space | None) -> tuple[list[dict[str, Any]], list[tuple[dict[str, Any], float]]]:
+def warm_start(store: ResultStore, key: TuningKey, space: Space | None,
+               also: Sequence[ResultStore] = ()) -> tuple[list[dict[str, Any]],
+                                                          list[tuple[dict[str, Any], float]]]:
     """Where a search for ``key`` should start: stored trials of the same function, version and
     arguments on the nearest devices (this device's own earlier trials first, then the same
     device name on another platform or driver, then any other device).
 
     Returns the best configurations of those devices, nearest first (measured first by every
     strategy), and the nearest device's trials as (configuration, time / its best) for
-    model-based strategies. Only well-formed trials inside ``space`` count.
+    model-based strategies. Only well-formed trials inside ``space`` count. ``also``: other
+    databases read for the same (``tune.db.example``); a device's trials in ``store`` win over
+    its trials there.
     """
     if space is None:
         return [], []
-    try:
-        trials = store.trials(function=key.function, version=key.version, arguments=key.arguments)
-    except StoreError as exc:
-        logger.info("no warm start for %s: %s", key.function, exc)
-        return [], []
-    by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
-    for trial in trials:
-        if trial.status != "ok" or trial_problem(trial):
-            continue
-        params = decode_parameters(trial.parameters)
-        if space.why_not(params) is not None:
-            continue
-        found = by_device.setdefault(trial.key.device, {})
-        found[tuple(params[n] for n in space.names)] = (params, trial.median_seconds)
+    by_device = device_trials([store, *also], key, space)
 
     def nearness(device: tuple[str, str, str]) -> tuple[int, ...]:
         name, platform, driver = device
@@ -71,6 +61,40 @@ def warm_start(store: ResultStore, key: TuningKey,
             prior = [(params, t / best) for params, t in found]
             break
     return seeds[:WARM_START_SEEDS], prior
+
+
+def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
+                  ) -> dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]]:
+    """The well-formed ``ok`` trials of ``key``'s function, version and arguments inside
+    ``space``, by device (name, platform, driver), then by configuration: (parameters, median
+    seconds). A device whose trials were not kept has its stored result (the key's best
+    configuration and score) instead. A device found in an earlier store is not read from a
+    later one; a store that cannot be read gives nothing."""
+    by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
+    for store in stores:
+        try:
+            trials = store.trials(function=key.function, version=key.version,
+                                  arguments=key.arguments)
+            records = [r for r in store.records(function=key.function)
+                       if r.key.version == key.version and r.key.arguments == key.arguments]
+        except StoreError as exc:
+            logger.info("no warm start for %s from %s: %s", key.function, store.url, exc)
+            continue
+        known = set(by_device)
+        rows = [(t.key.device, t.parameters, t.median_seconds) for t in trials
+                if t.status == "ok" and not trial_problem(t)]
+        with_trials = {device for device, _, _ in rows}
+        rows += [(r.key.device, r.parameters, r.score) for r in records
+                 if r.key.device not in with_trials and not record_problem(r)]
+        for device, parameters, seconds in rows:
+            if device in known:
+                continue
+            params = decode_parameters(parameters)
+            if not isinstance(params, dict) or space.why_not(params) is not None:
+                continue
+            found = by_device.setdefault(device, {})
+            found[tuple(params[n] for n in space.names)] = (params, seconds)
+    return by_device
 
 
 def interrupted_trials(store: ResultStore, key: TuningKey, fingerprint: str) -> list[Trial]:

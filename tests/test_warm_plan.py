@@ -1,0 +1,222 @@
+"""``warm``'s plan: each key's search, the cost model and ETA, and ``--max-minutes``."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+import toy_templates
+from autotune.cli import main
+from autotune.cli.warm_plan import (Estimator, KeyPlan, Overrides, PlanRules, WarmPolicy,
+                                    WarmStart, choose, own_plan, parse_overrides, time_shares)
+from autotune.tune.store import ResultStore
+
+SLEEPY = "toy_templates:SleepyTemplate"
+RULES = PlanRules()  # exhaustive up to 64, 6 with this device's trials, else N/20 in [32, 200]
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_time_is_shared_in_proportion_to_cost_never_below_the_floor():
+    assert time_shares(100, [10, 30, 60]) == pytest.approx([10, 30, 60])
+    # the two cheap keys would get 1 s each: they get the floor, the third the rest
+    assert time_shares(100, [1, 1, 98], floor=5) == pytest.approx([5, 5, 90])
+    # a cheap key lifted to the floor leaves less to share: the middle one then drops below it
+    assert time_shares(30, [1, 10, 100], floor=5) == pytest.approx([5, 5, 20])
+    # not enough for every floor: equal shares
+    assert time_shares(10, [1, 2, 3, 4], floor=5) == pytest.approx([2.5] * 4)
+    assert time_shares(9, [0, 0, 0]) == pytest.approx([3, 3, 3])
+    assert time_shares(-5, [1, 2]) == [0, 0] and time_shares(10, []) == []
+    for total, costs in ((100, [1, 1, 98]), (30, [1, 10, 100]), (50, [3, 0, 7, 1])):
+        assert sum(time_shares(total, costs, floor=5)) == pytest.approx(total)
+
+
+def _plan(template: str, configurations: int) -> KeyPlan:
+    return KeyPlan(template, configurations, "brute_force", None, "small space",
+                   seconds_per_trial=1.0)
+
+
+def test_the_estimate_is_corrected_by_the_measured_times():
+    now = [0.0]
+    plans = [_plan("a", 10), _plan("a", 10), _plan("b", 4)]  # 11, 11 and 5 s: trials + baseline
+    eta = Estimator(plans, clock=lambda: now[0])
+    assert eta.first_estimate == pytest.approx(27)
+    eta.start(0)
+    now[0] = 5.0
+    assert eta.remaining() == pytest.approx(6 + 11 + 5)  # the first key's 6 s to go
+    now[0] = 30.0
+    assert eta.remaining() == pytest.approx(0 + 11 + 5)  # overdue: nothing to go, not less
+    eta.finish(0, 22.0)  # twice the plan: "a" keys take 2x, and so (no "b" seen) does "b"
+    assert eta.remaining() == pytest.approx(22 + 10)
+    eta.start(1)
+    eta.finish(1, 11.0)  # "a": 33 s against 22 expected
+    assert eta.remaining() == pytest.approx(5 * 1.5)
+    eta.start(2)
+    eta.finish(2, 2.5)
+    assert eta.remaining() == 0 and eta.ratio("b") == pytest.approx(0.5)
+
+
+def test_the_plan_fits_the_search_to_the_space():
+    none, near, far = WarmStart(), WarmStart(3, "X", True), WarmStart(3, "Y", False)
+    assert choose("t", 40, none, RULES, Overrides()) == ("brute_force", None, "small space")
+    assert choose("t", 40, far, RULES, Overrides()) == ("brute_force", None, "small space")
+    assert choose("t", 6, near, RULES, Overrides()) == ("brute_force", None, "small space")
+    assert choose("t", 40, near, RULES, Overrides()) == ("local", 6, "this device's trials")
+    assert choose("t", 100, far, RULES, Overrides()) == ("local", 32, "large space")
+    assert choose("t", 2000, none, RULES, Overrides()) == ("local", 100, "large space")
+    assert choose("t", 15658, far, RULES, Overrides()) == ("local", 200, "large space")
+    # a space that could not be counted: the template's own search
+    assert choose("t", None, none, RULES, Overrides())[:2] == (None, None)
+
+
+def test_overrides_win_for_every_template_or_one():
+    both = parse_overrides(["random", "gemm=bayes", "scale=auto"], ["gemm=5", "20"],
+                           ["gemm", "scale", "blas"])
+    assert choose("gemm", 1000, WarmStart(), RULES, both)[:2] == ("bayes", 5)
+    assert choose("blas", 1000, WarmStart(), RULES, both)[:2] == ("random", 20)
+    assert choose("scale", 1000, WarmStart(), RULES, both) == ("local", 20, "command line")
+    only = parse_overrides(["gemm=auto"], [], ["gemm"])
+    assert choose("gemm", 1000, WarmStart(), RULES, only) == ("local", 50, "large space")
+    own = {"strategy": "genetic", "max_evals": 12}
+    assert choose("blas", 1000, WarmStart(), RULES, Overrides(), own) == (
+        "genetic", 12, "template's autotune_warm")
+    for bad, message in ((["nope=local"], "no template 'nope'"), (["smart"], "unknown strategy")):
+        with pytest.raises(ValueError, match=message):
+            parse_overrides(bad, [], ["gemm"])
+    with pytest.raises(ValueError, match="max_evals must be an int >= 1"):
+        parse_overrides([], ["gemm=0"], ["gemm"])
+
+
+def test_a_templates_own_plan_is_checked():
+    class Good:
+        autotune_warm = {"searches": 2}
+
+    class Bad:
+        autotune_warm = {"strategy": "smart"}
+
+    assert own_plan(Good) == {"searches": 2} and own_plan(object) == {}
+    with pytest.raises(ValueError, match="Bad.autotune_warm must be a dict"):
+        own_plan(Bad)
+
+
+def test_the_share_of_a_key_is_what_is_left_in_proportion():
+    plans = [_plan("a", 9), _plan("a", 29)]  # 10 and 30 s
+    policy = WarmPolicy(max_minutes=1, started=time.perf_counter() - 14)
+    # 54 s usable (10% kept back), 14 spent: 40 left, a quarter of it for the first key
+    assert policy.share(Estimator(plans), [0, 1]) == pytest.approx(10, abs=0.5)
+    assert WarmPolicy().share(Estimator(plans), [0, 1]) is None
+
+
+def test_dry_run_shows_each_keys_plan_and_options_change_it(capsys, db):
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--warm-from", "none")
+    assert code == 0 and "3 of 3 keys would be tuned, in about" in out
+    assert out.count("local, 32 of 100 [large space]") == 3
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--warm-from", "none",
+                       "--strategy", "SleepyTemplate=brute_force")
+    assert out.count("brute_force, 100 of 100 [command line]") == 3
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--max-evals", "4")
+    assert out.count("local, 4 of 100 [command line]") == 3
+    # the dslash's two searches (launch shape, then structure) share the key's budget
+    code, out, _ = run(capsys, "warm", "--dry-run", "wilson_dslash")
+    lines = [line for line in out.splitlines() if "would tune" in line]
+    assert code == 0 and lines and all("2 searches, each" in line for line in lines)
+    code, _, err = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--strategy", "gemm=local")
+    assert code == 2 and "no template 'gemm' is warmed" in err
+    code, _, err = run(capsys, "warm", "--dry-run", "--max-minutes", "0", "scale")
+    assert code == 2 and "--max-minutes must be a number above 0, got 0.0" in err
+    code, _, err = run(capsys, "warm", "--dry-run", "--warm-from", "/nonexistent/x.db", "scale")
+    assert code == 2 and "--warm-from /nonexistent/x.db: no such database file" in err
+
+
+def test_a_warm_start_from_another_database_finds_the_best_in_a_few(capsys, db, tmp_path,
+                                                                    monkeypatch):
+    monkeypatch.setattr(toy_templates.SleepyTemplate, "sleep", 0.0)
+    full = tmp_path / "full.db"
+    code, out, _ = run(capsys, "warm", "--db", full, "--template", SLEEPY, "--quiet",
+                       "--strategy", "brute_force", "--warm-from", "none")
+    assert code == 0 and "3 tuned" in out
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--warm-from", full)
+    assert out.count("local, 6 of 100, 3 seeds from") == 3 and "(full.db) [this device's trials]" in out
+    code, out, _ = run(capsys, "warm", "--template", SLEEPY, "--quiet", "--warm-from", full)
+    assert code == 0 and "3 tuned" in out
+    records = ResultStore(f"sqlite:///{db}").records()
+    assert len(records) == 3
+    for record in records:
+        search = json.loads(record.search)
+        assert search["measured"] == 6 and search["warm_start"] == 3
+        assert json.loads(record.parameters) == {"block": 37}  # the cost's minimum
+    # a database that kept its results but not their trials (tune.db.example's GPU rows of
+    # some templates): each result is its device's one seed
+    with sqlite3.connect(full) as connection:
+        connection.execute("DELETE FROM tuning_trials")
+    code, out, _ = run(capsys, "warm", "--dry-run", "--force", "--template", SLEEPY,
+                       "--warm-from", full, "--db", tmp_path / "third.db")
+    assert out.count("local, 6 of 100, 1 seeds from") == 3
+
+
+def test_max_minutes_keeps_the_run_within_the_limit_and_every_key_gets_a_result(capsys, db):
+    # brute force would take 3 x 100 x 0.1 s = 30 s; 0.1 minutes is 6 s
+    started = time.perf_counter()
+    code, out, err = run(capsys, "warm", "--template", SLEEPY, "--warm-from", "none",
+                         "--strategy", "brute_force", "--max-minutes", "0.1")
+    took = time.perf_counter() - started
+    assert code == 0 and "3 tuned" in out and "(estimated" in out
+    assert "about" in err and "left" in err and "warm: estimated" in err
+    assert took < 6 + 10, took  # the limit and a generous margin for a busy machine
+    records = ResultStore(f"sqlite:///{db}").records()
+    assert len(records) == 3
+    assert all(1 <= json.loads(r.search)["measured"] < 100 for r in records)
+
+
+def test_a_time_limit_spent_before_the_last_keys_still_gives_each_a_result(capsys, db):
+    code, out, _ = run(capsys, "warm", "--template", SLEEPY, "--warm-from", "none", "--quiet",
+                       "--max-minutes", "0.001")
+    assert code == 0 and "3 tuned" in out
+    records = ResultStore(f"sqlite:///{db}").records()
+    assert len(records) == 3 and all(json.loads(r.search)["measured"] == 1 for r in records)
+
+
+def test_max_minutes_on_real_kernels_stores_every_key(capsys, db, context):
+    from autotune import accel
+
+    selector = next(s.selector for s in accel.list_devices() if s.identity == context.device)
+    code, out, _ = run(capsys, "warm", "scale", "convert", "--device", selector, "--quiet",
+                       "--max-minutes", "0.5")
+    assert code == 0, out
+    records = ResultStore(f"sqlite:///{db}").records()
+    assert len(records) == 6 and all(r.score > 0 for r in records)
+
+
+def test_time_never_stops_a_search_before_its_first_success():
+    from autotune import tune
+
+    def generate(block):
+        time.sleep(0.05)
+        if block < 2:
+            raise ValueError(f"block {block} fails")
+        return lambda iterations: block * 1e-6
+
+    result = tune.search(generate, {"block": [0, 1, 2, 3, 4]}, max_seconds=0.01, workers=0)
+    assert result.best == {"block": 2} and result.info["measured"] == 1
+    with pytest.raises(ValueError, match="warm_from must be a tuple of database URLs"):
+        with tune.search_settings(warm_from="sqlite:///x.db"):
+            pass
+
+
+def test_keys_are_tuned_one_of_each_template_in_turn():
+    from autotune.cli.warm_plan import interleaved
+
+    names = ["blas", "blas", "blas", "gemm", "reduce", "reduce"]
+    order = interleaved(names)
+    assert [names[i] for i in order] == ["blas", "gemm", "reduce", "blas", "reduce", "blas"]
+    assert order == [0, 3, 4, 1, 5, 2] and interleaved([]) == []
+    # the templates expected to take longest first: reduce's 2 x 5 s, then blas's 3 x 2 s
+    order = interleaved(names, [2, 2, 2, 1, 5, 5])
+    assert [names[i] for i in order] == ["reduce", "blas", "gemm", "reduce", "blas", "blas"]

@@ -244,10 +244,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     outcomes.append(_stored(template, device, args, verdict.record, store))
                     progress.skipped()
                     continue
-                why = "" if verdict is None else (
-                    f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})")
-                if verdict is not None and verdict.record.origin == ResultOrigin.SIMILAR.value:
-                    why = " (served from a similar size, not tuned)"
+                why = _why_tuned(verdict)
                 n = order[position]
                 key_plan = plans[n]
                 seconds = policy.share(estimator, list(range(n, len(todo))))
@@ -256,24 +253,12 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
                                                 message=why.strip(" ()"), **noted))
                     continue
-                began = time.perf_counter()
-                try:
-                    with progress.key(f"{template.name} {args} on {device}{why}", n), \
-                            search_settings(**_key_settings(settings, key_plan, seconds, policy)):
-                        outcome = template.retune(context, config)
-                except Exception as exc:  # AutotuneError and others: reported, warm goes on
-                    outcomes.append(WarmOutcome(template.name, device, args, "failed",
-                                                message=f"{type(exc).__name__}: {exc}",
-                                                seconds=time.perf_counter() - began, **noted))
-                    continue
-                outcomes.append(WarmOutcome(
-                    template.name, device, args, _tuned_status(outcome),
-                    parameters_text(encode_parameters(outcome.parameters)), outcome.score,
-                    outcome.test_score, message=str(outcome.store_error or ""),
-                    speedup_interval=outcome.speedup_interval,
-                    seconds=time.perf_counter() - began, **noted))
-                if outcome.store_error is not None:
-                    unwritten[len(outcomes) - 1] = outcome.key
+                with progress.key(f"{template.name} {args} on {device}{why}", n), \
+                        search_settings(**_key_settings(settings, key_plan, seconds, policy)):
+                    found, key = _tune_key(template, context, config, args, noted)
+                outcomes.append(found)
+                if key is not None:
+                    unwritten[len(outcomes) - 1] = key
         finally:
             progress.close()
         _say_estimates(progress, estimator, quiet or dry_run)
@@ -281,6 +266,36 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     where = f"{socket.gethostname()}/{spec.selector}"
     back = sorted(range(len(outcomes)), key=lambda k: turn[k])  # as the templates list them
     return [dataclasses.replace(outcomes[k], where=where) for k in back]
+
+
+def _tune_key(template: RegisteredTemplate, context: Any, config: dict[str, Any], args: str,
+              noted: dict[str, Any]) -> tuple[WarmOutcome, Any]:
+    """Tune one key now (under the caller's search settings): its outcome, and its key if the
+    database refused the result (None otherwise). A failure is reported, and warm goes on."""
+    device = context.device.name
+    began = time.perf_counter()
+    try:
+        outcome = template.retune(context, config)
+    except Exception as exc:  # AutotuneError and others
+        return WarmOutcome(template.name, device, args, "failed",
+                           message=f"{type(exc).__name__}: {exc}",
+                           seconds=time.perf_counter() - began, **noted), None
+    return WarmOutcome(
+        template.name, device, args, _tuned_status(outcome),
+        parameters_text(encode_parameters(outcome.parameters)), outcome.score,
+        outcome.test_score, message=str(outcome.store_error or ""),
+        speedup_interval=outcome.speedup_interval, seconds=time.perf_counter() - began,
+        **noted), (outcome.key if outcome.store_error is not None else None)
+
+
+def _why_tuned(verdict: Any) -> str:
+    """What the progress line says of a key about to be tuned: why its stored row (if any) is
+    not used."""
+    if verdict is None:
+        return ""
+    if verdict.record.origin == ResultOrigin.SIMILAR.value:
+        return " (served from a similar size, not tuned)"
+    return f" ({verdict.freshness}: {verdict.reason})" if verdict.reason else f" ({verdict.freshness})"
 
 
 def _tuning_order(listed: list[tuple], force: bool, policy: WarmPolicy, context: Any,

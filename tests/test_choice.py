@@ -177,6 +177,7 @@ SPIN = """KERNEL void spin(GLOBAL float *y, unsigned int n)
 """
 
 
+@pytest.mark.gpu_alone  # times kernels: other workers' work on the GPU would be in it
 def test_real_kernels_within_noise_are_tied_and_the_rule_chooses(context, tmp_path):
     """Two labels of one kernel (ties whatever the machine) and twice the work (test=)."""
     path = tmp_path / "spin.mako"

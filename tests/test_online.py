@@ -475,6 +475,7 @@ def test_an_edited_kernel_source_makes_the_stored_result_stale(context, tmp_path
 
 
 @pytest.mark.force_autotune
+@pytest.mark.gpu_alone  # times kernels: other workers' work on the GPU would be in it
 def test_parts_scan_each_kernel_on_its_own_and_their_medians_add_up(context, tmp_path):
     # two kernels share one parameter x and are launched alternately, as a solver's variants
     # are: with one round-robin over two candidates, each candidate would only ever be timed

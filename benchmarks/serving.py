@@ -79,29 +79,28 @@ CHILD = textwrap.dedent("""
     timings = {{}}
     if "similar" in [m.value for m in MatchMode]:  # (not in a --baseline checkout before it)
         from autotune.tune.lookup import wait_for_notes
-        with tune.using_serving(Serving(match="similar")), tune.use_database({db!r}):
-            GemmTemplate.autotune(ctx, f32, 4096, 4096, 4096)
-            exact = []
+
+        def median_lookup(*size):  # the memo cleared before each: a lookup in the store
+            times = []
             for _ in range(200):
                 tune.clear_memo()
                 start = time.perf_counter()
-                GemmTemplate.autotune(ctx, f32, 4096, 4096, 4096)
-                exact.append(time.perf_counter() - start)
+                GemmTemplate.autotune(ctx, f32, *size)
+                times.append(time.perf_counter() - start)
+            return sorted(times)[len(times) // 2]
+
+        with tune.using_serving(Serving(match="similar")), tune.use_database({db!r}):
+            GemmTemplate.autotune(ctx, f32, 4096, 4096, 4096)
+            exact = median_lookup(4096, 4096, 4096)
             start = time.perf_counter()
             served = GemmTemplate.autotune(ctx, f32, 2000, 3000, 1500)
             similar_first = time.perf_counter() - start
             wait_for_notes()  # its row written (in the background)
-            similar = []
-            for i in range(200):
-                tune.clear_memo()
-                start = time.perf_counter()
-                GemmTemplate.autotune(ctx, f32, 2000, 3000, 1500)
-                similar.append(time.perf_counter() - start)
+            similar = median_lookup(2000, 3000, 1500)
             wait_for_notes()
         assert served == {gemm_anchor}, served
-        timings = {{"gemm_exact_hit": sorted(exact)[len(exact) // 2],
-                   "similar_first_hit": similar_first,
-                   "similar_hit": sorted(similar)[len(similar) // 2]}}
+        timings = {{"gemm_exact_hit": exact, "similar_first_hit": similar_first,
+                   "similar_hit": similar}}
     print(json.dumps({{"import_tune": t1 - t0, "import_template": t2 - t1, "first_hit": t3 - t2,
                       "memo_hit": memo, "database_hit": sorted(hits)[len(hits) // 2],
                       **timings, "sqlalchemy_imported": sqlalchemy_imported}}))

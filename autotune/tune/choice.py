@@ -42,11 +42,21 @@ logger = logging.getLogger("autotune.tune")
 
 #: The confidence of every interval and of the ties.
 CONFIDENCE = 0.95
-#: The smallest relative difference told apart (the batches' spread where it is larger).
-RESOLUTION = 0.005
+#: The smallest relative difference told apart (the batches' noise where it is larger). On an
+#: idle H200 the batches of a memory-bound kernel spread 0.1-0.2%, and the declared-order rule
+#: applied to differences of 0.3-0.5% (ties at a floor of 0.5%) stored winners up to 1.2% off
+#: the fastest, compounded over two parameters: the floor is below that.
+RESOLUTION = 0.002
+#: What a time measured in another process may differ by, at least (the speed-up's interval is
+#: widened by the larger of this and the resolution): the same configurations of the dslash on
+#: an H200 re-measured side by side in a fresh process ranked up to 1% differently.
+REPRODUCIBILITY = 0.01
 #: Candidates timed again besides ``test=``: the fastest ones of the search (on a noisy machine
 #: the search's medians are rough: no margin keeps out a candidate that could be tied).
 LEADERS = 4
+#: A leader is timed again if its fastest batch in the search was within this of the fastest
+#: candidate's slowest batch (:func:`could_tie`).
+OVERLAP = 0.05
 #: Rounds always timed: six batches are the fewest that give a 95% interval of a median (their
 #: extremes, 96.9%); eight hold it with 99.2%, so that two candidates within noise are not
 #: told apart by a chance run of six.
@@ -142,6 +152,19 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
     return Ranking(fastest, tuple(sorted(tied)), tuple(slower), settled, resolution, noise)
 
 
+def could_tie(trials: Sequence[Any], keys: Sequence[Any]) -> list[Any]:
+    """The ``keys`` of the leading ``trials`` (fastest first, each with ``min_seconds``,
+    ``median_seconds`` and ``max_seconds`` of the search's batches) that could be tied with the
+    first: whose fastest batch is within :data:`OVERLAP` of the first's slowest. A leader the
+    search already saw clearly slower (on a quiet machine, most) is not timed again; on a noisy
+    machine the batches' ranges are wide and every leader stays."""
+    if not trials:
+        return []
+    first = trials[0]
+    reach = (first.max_seconds or first.median_seconds) * (1 + OVERLAP)
+    return [k for k, t in zip(keys, trials) if (t.min_seconds or t.median_seconds) <= reach]
+
+
 def tie_break(tied: Sequence[int], test: int | None, position: Callable[[int], float]) -> int:
     """The winner among ``tied`` (indices): ``test`` if it is one of them, else the one with
     the lowest ``position`` (the space's declared order; ties of that by index)."""
@@ -189,19 +212,21 @@ class Choice:
     def speedup(self) -> tuple[float, float, float] | None:
         """How many times faster than ``test=`` the winner is, with its interval: from the two
         medians' 95% intervals (``test=``'s low over the winner's high, and the reverse),
-        widened by the resolution on each side, what a measurement in another process may
-        differ by on this machine."""
+        widened on each side by what a measurement in another process may differ by on this
+        machine (the resolution, at least :data:`REPRODUCIBILITY`)."""
         if self.test_seconds is None or self.test_low is None or self.test_high is None:
             return None
-        slack = 1 + self.resolution
+        slack = 1 + max(self.resolution, REPRODUCIBILITY)
         return (self.test_seconds / self.seconds, self.test_low / (self.ci_high * slack),
                 self.test_high * slack / self.ci_low)
 
     @property
     def noisy(self) -> bool:
-        """Too noisy to rank: the winner's batches spread more than :data:`NOISY`, or the
-        candidates' noise makes the resolution coarser than that."""
-        return max(self.spread, self.resolution) > NOISY
+        """Too noisy to rank: the winner's batches spread more than :data:`NOISY`. (A coarse
+        resolution with steady batches is not the machine's noise: it comes from candidates
+        whose times differ from round to round in their own way, such as launch-bound kernels
+        of different shapes; they are tied, and the rule chooses among them.)"""
+        return self.spread > NOISY
 
     def summary(self) -> dict[str, Any]:
         """The choice as plain JSON values (for a result's ``search`` text)."""
@@ -244,7 +269,9 @@ def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
     time past ``seconds``; then choose among the ties by :func:`tie_break`. None where every
     contender failed or none may win."""
     started = clock()
-    live = [c for c in contenders if _batch(c, 1) is not None]  # a warm-up call each
+    # a warm-up batch each, not kept: a device that idled while the search compiled may run its
+    # first milliseconds at lower clocks (the first round would be slower for all but the last)
+    live = [c for c in contenders if _batch(c, c.iterations) is not None]
     done, ranking = 0, None
     try:
         while live:

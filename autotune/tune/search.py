@@ -349,12 +349,13 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
         return None
     searched = time.perf_counter() - evaluator.started
     try:
-        medians = {evaluator.key(t.parameters): t.median_seconds for t in evaluator.trials
-                   if t.status is TrialStatus.OK and t.median_seconds}
+        timed = {evaluator.key(t.parameters): t for t in evaluator.trials
+                 if t.status is TrialStatus.OK and t.median_seconds}
+        medians = {k: t.median_seconds for k, t in timed.items()}
         position = {evaluator.key(c): i for i, c in enumerate(configs)}
         ranked = sorted((k for k in medians if k != evaluator.reference),
                         key=lambda k: (medians[k], position.get(k, len(position))))
-        keys = ranked[:_choice.LEADERS]
+        keys = _choice.could_tie([timed[k] for k in ranked[:_choice.LEADERS]], keys=ranked)
         test_key = None if test is None else evaluator.key(test)
         if test_key in medians and test_key not in keys:
             keys.append(test_key)

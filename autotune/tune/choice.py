@@ -14,9 +14,10 @@ until the ranking is settled at 95% confidence or the sample budget is spent. Th
 - **Ties.** Each candidate is compared with the fastest (the lowest median) round by round: the
   log of its batch's time over the fastest's batch of the same round, so that the machine's slow
   stretches cancel. It is a *tie* when the 95% interval of the median of those log-ratios reaches
-  down to the resolution: the larger of :data:`RESOLUTION` and the noise of one batch (the
-  larger of what those ratios show and the batches' spread: a difference smaller than the noise
-  of one batch does not reproduce from one tuning to the next on that machine). It is *settled* once that interval lies wholly above the resolution (slower) or
+  down to the resolution: the larger of :data:`RESOLUTION` and the noise of the medians compared
+  (the noise of one batch, the larger of what those ratios show and the batches' spread, at
+  :data:`MIN_ROUNDS` rounds, and less by the square root of the rounds beyond: a difference
+  smaller than that does not reproduce from one tuning to the next on that machine). It is *settled* once that interval lies wholly above the resolution (slower) or
   wholly below it (surely a tie).
 - **The rule.** Among the ties the winner is ``test=`` if it is one, else the earliest in the
   space's declared order (:func:`tie_break`): the same inputs give the same answer on a noisy
@@ -137,7 +138,10 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
               for i, s in enumerate(series) if i != fastest}
     paired = statistics.median(_paired_noise(d) for d in ratios.values()) if ratios else 0.0
     noise = max(paired, statistics.median(spread(s) for s in series))
-    resolution = max(floor, noise)
+    # the noise of the medians compared: one batch's at the rounds always timed, less as more
+    # rounds make the medians steadier (a GEMM key tuned 10 times on an H200 with the noise of
+    # one batch as the margin tied candidates up to 1.2% apart, and the rule took the slower)
+    resolution = max(floor, noise * math.sqrt(least / max(len(best), least)))
     limit = math.log1p(resolution)
     tied, slower, settled = [fastest], [], True
     for i, d in ratios.items():

@@ -519,8 +519,8 @@ class DslashTemplate:
         # on GPUs the launch shape is searched with the directions split between 1 or 4
         # work-items: the best shapes differ between the two, and a local search from the
         # best shape at 1 alone did not always reach the best at 4 (1 of 10 H200 runs 4% off)
-        launch = space.narrowed(**_at_test(*STRUCTURE),
-                                **({"dir_split": [1, 4]} if gpu else {}))
+        launch = space.narrowed(**{**_at_test(*STRUCTURE),
+                                   **({"dir_split": [1, 4]} if gpu else {})})
         first = tune.autotune(generate, launch)
         budget = cls.STRUCTURE_EVALS["gpu" if gpu else "cpu"]
         return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,

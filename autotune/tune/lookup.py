@@ -136,7 +136,7 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
             if under is not None:
                 why = under
                 if verdict.freshness is Freshness.FRESH:
-                    trial = _filling_trial(store, candidate, request)
+                    trial = _filling_trial(store, verdict, request)
                     if trial is not None:
                         logger.warning(
                             "AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using a "
@@ -152,13 +152,15 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
     return None, stale
 
 
-def _filling_trial(store: ResultStore, anchor: TuningRecord, request: similar.Request
+def _filling_trial(store: ResultStore, anchor: Verdict, request: similar.Request
                    ) -> Verdict | None:
-    """The fastest configuration the search of ``anchor``'s key tried there that is valid
-    and fresh for this call and fills the device here, judged (None: none does)."""
-    for row in similar.trial_rows(anchor, store.trials(anchor.key)):
-        verdict = request.judge(row)
-        if verdict.freshness is Freshness.FRESH and request.under_fills(verdict) is None:
+    """The fastest configuration the search of ``anchor``'s size tried there that is valid
+    for this call and fills the device here, judged (None: none does)."""
+    if request.trial is None:
+        return None
+    for row in similar.trial_rows(anchor.record, store.trials(anchor.record.key)):
+        verdict = request.trial(anchor, row)
+        if verdict is not None:
             return verdict
     return None
 

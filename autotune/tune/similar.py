@@ -45,14 +45,15 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import autotune
 
 from . import fill
-from .encoding import MalformedJSONError, decode_arguments, describe_arguments, load_json
+from .encoding import (InvalidParametersError, MalformedJSONError, decode_arguments,
+                       decode_parameters, describe_arguments, load_json, validate_parameters)
 from .records import ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
 from .space import Space
 from .verdicts import Freshness, Verdict, judge, make_fingerprint
@@ -70,6 +71,8 @@ TRIAL = "similar_trial"
 Judge = Callable[[TuningRecord], Verdict]
 #: Why a fresh candidate's parameters under-fill the device for this call (None: they fill it).
 FillCheck = Callable[[Verdict], "str | None"]
+#: Judges a trial row for this call, given the verdict on its size's result (:func:`trial_judge`).
+TrialJudge = Callable[[Verdict, TuningRecord], "Verdict | None"]
 
 
 class Tuned(Protocol):
@@ -115,6 +118,7 @@ class Request:
     rules: dict[str, str]
     judge: Judge
     fill: FillCheck | None = None
+    trial: TrialJudge | None = None
 
     def under_fills(self, verdict: Verdict) -> str | None:
         """Why the judged ``verdict``'s parameters under-fill the device for this call, or
@@ -231,35 +235,63 @@ def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
     measure = fill.declared(call.owner, name)
     if measure is None:
         return None
+    read: dict[str, dict[str, Any]] = {}  # the sizes' arguments, read once for this call
 
     def check(verdict: Verdict) -> str | None:
-        try:
-            there = _source_arguments(call, verdict.record)
-        except Exception as exc:  # noqa: BLE001 - stored arguments a call cannot take
-            return f"its arguments cannot be read: {exc}"
+        text = verdict.record.key.arguments
+        if text not in read:
+            try:
+                read[text] = _source_arguments(call, verdict.record)
+            except Exception as exc:  # noqa: BLE001 - stored arguments a call cannot take
+                return f"its arguments cannot be read: {exc}"
         return fill.fills(measure, call.context, dict(verdict.parameters or {}),
-                          call.arguments, there, name)
+                          call.arguments, read[text], name)
 
     return check
+
+
+def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck | None) -> TrialJudge:
+    """The judge of a trial row (:func:`trial_rows`) of a size whose result was judged
+    (``anchor``) for ``call``: the row is the anchor's but for its parameters, so only they
+    are judged: of ``test=``'s names and kinds, filling the device here (``fills``), and in
+    the space this call's arguments declare (limits included). A verdict with the anchor's
+    freshness, or None where the trial does not fit or fill."""
+    spaces: list[Space | None] = []  # this call's space, made once, when first needed
+
+    def judged(anchor: Verdict, row: TuningRecord) -> Verdict | None:
+        try:
+            params = validate_parameters(decode_parameters(row.parameters), tuned.test)
+        except InvalidParametersError:
+            return None
+        verdict = Verdict(row, anchor.freshness, "", params)
+        if fills is not None and fills(verdict) is not None:
+            return None
+        if not spaces:
+            spaces.append(tuned.declared_space(call.owner, call.context, call.arguments))
+        if spaces[0] is not None and spaces[0].why_not(params, preferences=False) is not None:
+            return None
+        return verdict
+
+    return judged
 
 
 def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
     """The similar lookup of ``call`` if its template declares generalisable arguments."""
     rules = declared_rules(call.owner, tuned.name(call.owner))
-    return (Request(rules, candidate_judge(tuned, call, here), fill_check(tuned, call))
-            if rules else None)
+    if not rules:
+        return None
+    fills = fill_check(tuned, call)
+    return Request(rules, candidate_judge(tuned, call, here), fills,
+                   trial_judge(tuned, call, fills))
 
 
-def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> list[TuningRecord]:
+def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
     """The other configurations the search that found ``anchor`` measured at its size, as
-    candidate rows of ``anchor``'s key, the fastest first: trials of its key that ran
-    (``ok``, a finite median), tried against its fingerprint, well formed, less ``anchor``'s
-    own parameters and repeats. Each row is ``anchor`` with the trial's parameters, its median
-    as the score, and :data:`TRIAL` in its search text."""
-    try:
-        mine = load_json(anchor.parameters, "parameters")
-    except MalformedJSONError:
-        mine = None
+    candidate rows of ``anchor``'s key, the fastest first (made as they are asked for): trials of its key that ran
+    (``ok``, a finite median), tried against its fingerprint, less ``anchor``'s own
+    parameters and repeats (their parameters are judged by :func:`trial_judge`). Each row is
+    ``anchor`` with the trial's parameters, its median as the score, and :data:`TRIAL` in its
+    search text."""
     try:
         summary = load_json(anchor.search, "search") if anchor.search else {}
     except MalformedJSONError:
@@ -272,22 +304,15 @@ def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> list[Tuni
         if trial.key != anchor.key or trial.status != TrialStatus.OK.value or trial.malformed \
                 or trial.fingerprint != anchor.fingerprint or isinstance(median, bool) \
                 or not isinstance(median, (int, float)) or not math.isfinite(median) \
-                or median <= 0:
+                or median <= 0 or not isinstance(trial.parameters, str) \
+                or trial.parameters == anchor.parameters:
             continue
-        try:
-            params = load_json(trial.parameters, "parameters")
-        except MalformedJSONError:
-            continue
-        if not isinstance(params, dict) or params == mine:
-            continue
-        text = json.dumps(params, sort_keys=True, separators=(",", ":"))
-        if text not in found or median < found[text][0]:
-            found[text] = (median, trial)
-    ordered = sorted(found.items(), key=lambda item: item[1][0])
-    return [dataclasses.replace(anchor, parameters=text, score=median, search=search,
-                                gbps=trial.gbps, gflops=trial.gflops, ci_low=None,
-                                ci_high=None, ties=None, spread=None)
-            for text, (median, trial) in ordered]
+        if trial.parameters not in found or median < found[trial.parameters][0]:
+            found[trial.parameters] = (float(median), trial)
+    for text, (median, trial) in sorted(found.items(), key=lambda item: item[1][0]):
+        yield dataclasses.replace(anchor, parameters=text, score=median, search=search,
+                                  gbps=trial.gbps, gflops=trial.gflops, ci_low=None,
+                                  ci_high=None, ties=None, spread=None)
 
 
 def is_trial(record: TuningRecord) -> bool:

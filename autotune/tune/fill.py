@@ -99,11 +99,13 @@ def units_of(context: Any) -> int | None:
 
 
 def fills(measure: Measure, context: Any, params: dict[str, Any], here: dict[str, Any],
-          there: dict[str, Any], name: str = "") -> str | None:
+          there: dict[str, Any], name: str = "", *, strict: bool = True) -> str | None:
     """Why ``params``, measured at the arguments ``there``, under-fill ``context``'s device at
     the arguments ``here`` (their fill there below :data:`KEPT` of their fill where they were
     measured), or None where they fill it as well (or the device's compute units are not
-    known). A measure that fails on these parameters counts as not filling."""
+    known). A measure that fails on these parameters counts as not filling; one that answers
+    what is not a fill raises TypeError (``strict``: parameters already validated) or counts
+    as not filling (parameters not validated yet)."""
     units = units_of(context)
     if units is None:
         return None
@@ -111,7 +113,12 @@ def fills(measure: Measure, context: Any, params: dict[str, Any], here: dict[str
         answers = measure(context, params, **here), measure(context, params, **there)
     except Exception as exc:  # noqa: BLE001 - parameters the measure cannot take: not served
         return f"its fill cannot be measured: {type(exc).__name__}: {exc}"
-    now, then = (as_fill(answer, name) for answer in answers)
+    try:
+        now, then = (as_fill(answer, name) for answer in answers)
+    except TypeError as exc:
+        if strict:
+            raise
+        return f"its fill cannot be measured: {exc}"
     if now.fraction(units) >= KEPT * then.fraction(units):
         return None
     return (f"it under-fills the device here: {now.describe(units)}, against "

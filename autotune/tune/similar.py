@@ -69,8 +69,9 @@ ATTRIBUTE = "autotune_similar"
 TRIAL = "similar_trial"
 
 Judge = Callable[[TuningRecord], Verdict]
-#: Why a fresh candidate's parameters under-fill the device for this call (None: they fill it).
-FillCheck = Callable[[Verdict], "str | None"]
+#: Why a candidate's parameters under-fill the device for this call (None: they fill it);
+#: ``strict``: its parameters are validated (a measure's wrong answer is then an error).
+FillCheck = Callable[..., "str | None"]
 #: Judges a trial row for this call, given the verdict on its size's result (:func:`trial_judge`).
 TrialJudge = Callable[[Verdict, TuningRecord], "Verdict | None"]
 
@@ -237,7 +238,7 @@ def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
         return None
     read: dict[str, dict[str, Any]] = {}  # the sizes' arguments, read once for this call
 
-    def check(verdict: Verdict) -> str | None:
+    def check(verdict: Verdict, strict: bool = True) -> str | None:
         text = verdict.record.key.arguments
         if text not in read:
             try:
@@ -245,7 +246,7 @@ def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
             except Exception as exc:  # noqa: BLE001 - stored arguments a call cannot take
                 return f"its arguments cannot be read: {exc}"
         return fill.fills(measure, call.context, dict(verdict.parameters or {}),
-                          call.arguments, read[text], name)
+                          call.arguments, read[text], name, strict=strict)
 
     return check
 
@@ -253,19 +254,25 @@ def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
 def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck | None) -> TrialJudge:
     """The judge of a trial row (:func:`trial_rows`) of a size whose result was judged
     (``anchor``) for ``call``: the row is the anchor's but for its parameters, so only they
-    are judged: of ``test=``'s names and kinds, filling the device here (``fills``), and in
-    the space this call's arguments declare (limits included). A verdict with the anchor's
-    freshness, or None where the trial does not fit or fill."""
+    are judged: filling the device here (``fills``; first, the cheapest test, on the decoded
+    parameters: a measure that cannot take them counts as not filling), of ``test=``'s names
+    and kinds, and in the space this call's arguments declare (limits included). A verdict
+    with the anchor's freshness, or None where the trial does not fill or fit."""
     spaces: list[Space | None] = []  # this call's space, made once, when first needed
 
     def judged(anchor: Verdict, row: TuningRecord) -> Verdict | None:
         try:
-            params = validate_parameters(decode_parameters(row.parameters), tuned.test)
+            decoded = decode_parameters(row.parameters)
+        except InvalidParametersError:
+            return None
+        if not isinstance(decoded, dict) or fills is not None and fills(
+                Verdict(row, anchor.freshness, "", decoded), strict=False) is not None:
+            return None
+        try:
+            params = validate_parameters(decoded, tuned.test)
         except InvalidParametersError:
             return None
         verdict = Verdict(row, anchor.freshness, "", params)
-        if fills is not None and fills(verdict) is not None:
-            return None
         if not spaces:
             spaces.append(tuned.declared_space(call.owner, call.context, call.arguments))
         if spaces[0] is not None and spaces[0].why_not(params, preferences=False) is not None:

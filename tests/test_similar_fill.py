@@ -160,6 +160,9 @@ def test_a_gemm_tile_that_leaves_an_h200_idle_at_512_is_not_served_there(monkeyp
     out = capsys.readouterr().out
     assert out.count("similar (from k=1024, m=1024, n=1024, a trial)") == 1
     assert out.count("similar (from k=1024, m=1024, n=1024)") == 1
+    frame = tune.results_frame().set_index("arg.m")
+    assert frame.loc[512].similar_trial and frame.loc[512]["param.MWG"] == 32
+    assert not frame.loc[2000].similar_trial and frame.loc[1024].similar_trial is None
     # the rule, not the trials' order, chose: without it 1024^3's result is served
     monkeypatch.delattr(GemmTemplate, "autotune_fill")
     tune.clear_memo()

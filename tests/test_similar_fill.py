@@ -175,6 +175,18 @@ def test_fill_counts_waves_and_the_dslash_declares_its_launch():
     assert Fill(800).fraction(132) == pytest.approx(800 / (7 * 132))  # a 6/132 last wave
     assert Fill(10, per_unit=4).fraction(2) == pytest.approx(10 / 16)
     ctx = DescribedContext(H200, "cuda")
+
+    def groups(context, params, n):
+        return n
+
+    # less than a wave here: 85% of the fill kept (0.91 of 1.0 is; 0.76 is not)
+    assert fill.fills(groups, ctx, {}, {"n": 120}, {"n": 132}) is None
+    assert "100 work-groups on 132 compute units (fill 0.76)" in fill.fills(
+        groups, ctx, {}, {"n": 100}, {"n": 132})
+    # a wave or more, the last partly empty: 60% (1.2 waves where it had 3 is; 1.05 is not)
+    assert fill.fills(groups, ctx, {}, {"n": 160}, {"n": 396}) is None
+    assert "139 work-groups on 132 compute units (fill 0.53)" in fill.fills(
+        groups, ctx, {}, {"n": 139}, {"n": 396})
     shape = {"wgs": 128, "sites": 1, "dir_split": 4, "stage": False, "link_load": 16,
              "fast_math": False, "half_bits": False, "min_blocks": 2, "carveout": -1}
     measure = fill.declared(DslashTemplate)
@@ -205,3 +217,32 @@ def test_fill_counts_waves_and_the_dslash_declares_its_launch():
 
     with pytest.raises(TypeError, match="autotune_fill must be a classmethod"):
         fill.declared(NotCallable)
+
+
+@pytest.mark.autotune_database
+def test_a_small_lattice_is_served_a_launch_shape_that_fills_an_h200(monkeypatch):
+    """The H200 described: 16^4's 256 work-items a group, one site each, launch 128
+    work-groups there (fill 0.97) and 8 at 8^4; its search's 32 work-items of four
+    directions each (8 sites a group) launch 256 at 8^4 and are served."""
+    ctx = DescribedContext(H200, "cuda")
+    tuner = tune.tuner_of(DslashTemplate)
+    args = (DslashTemplate, ctx, (16,) * 4, "single", 12)
+    fingerprint = tuner.fingerprint(*args)
+    base = {"wgs": 256, "sites": 1, "dir_split": 1, "stage": False, "link_load": 16,
+            "fast_math": False, "half_bits": False, "min_blocks": 0, "carveout": -1}
+    split = {**base, "wgs": 32, "dir_split": 4}
+
+    def text(params):
+        return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+    store = ResultStore.open()
+    anchor = tune.TuningRecord(tuner.key(*args), text(base), 2e-5, "test",
+                               fingerprint=fingerprint.digest, sources=fingerprint.sources_json)
+    store.put(anchor)
+    store.add_trials([TrialRecord(anchor.key, text(p), "ok", "", t, t, t,
+                                  fingerprint=anchor.fingerprint)
+                      for p, t in ((base, 2e-5), ({**base, "wgs": 128}, 2.1e-5), (split, 2.4e-5))])
+    monkeypatch.setenv("AUTOTUNE_MATCH", "similar")
+    # wgs 128 launches 16 work-groups at 8^4: under-fills too; the split shape fills
+    assert DslashTemplate.autotune(ctx, (8,) * 4, "single", 12) == split
+    assert DslashTemplate.autotune(ctx, (16, 16, 16, 20), "single", 12) == base

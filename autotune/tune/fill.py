@@ -24,9 +24,12 @@ full; ``g / (u r)`` where it does not fill one wave; a partly empty last wave lo
 waves and their tail are what cuBLASLt reports of an algorithm as ``wavesCount``.
 
 The rule (:func:`fills`): a configuration measured at one size is served at another only if
-its fill there is at least :data:`KEPT` of its fill at the size it was measured at. A tile
-tuned at 1024^3 that launches 128 work-groups on 132 compute units (fill 0.97) launches 32 at
-512^3 (fill 0.24): not served there.
+its fill there is at least :data:`KEPT` (85%) of its fill at the size it was measured at,
+where it does not fill one wave there (compute units idle throughout: a tile tuned at 1024^3
+that launches 128 work-groups on 132 compute units, fill 0.97, launches 32 at 512^3, fill
+0.24: not served there), or at least :data:`TAIL_KEPT` (60%) where it fills a wave or more
+and only its last wave may be partly empty (a tail costs less than idle units: the other
+waves run full, and a kernel bound by memory runs its last wave's work-groups faster).
 """
 
 from __future__ import annotations
@@ -39,8 +42,12 @@ from typing import Any
 #: The declaration a template class makes.
 ATTRIBUTE = "autotune_fill"
 #: The share of its fill at the size it was measured at that a configuration must keep to be
-#: served at another size.
+#: served at another size where it does not fill one wave there (fewer work-groups than the
+#: device has places: compute units left idle throughout).
 KEPT = 0.85
+#: The same where it fills at least one wave there, and only its last wave may be partly
+#: empty: refused only for a much worse tail (1.05 waves where it had 3: fill 0.52 against 1).
+TAIL_KEPT = 0.6
 
 
 @dataclass(frozen=True)
@@ -101,9 +108,9 @@ def units_of(context: Any) -> int | None:
 def fills(measure: Measure, context: Any, params: dict[str, Any], here: dict[str, Any],
           there: dict[str, Any], name: str = "", *, strict: bool = True) -> str | None:
     """Why ``params``, measured at the arguments ``there``, under-fill ``context``'s device at
-    the arguments ``here`` (their fill there below :data:`KEPT` of their fill where they were
-    measured), or None where they fill it as well (or the device's compute units are not
-    known). A measure that fails on these parameters counts as not filling; one that answers
+    the arguments ``here`` (their fill here below :data:`KEPT` of their fill where they were
+    measured where they do not fill one wave here, below :data:`TAIL_KEPT` where they do),
+    or None where they fill it well enough (or the device's compute units are not known). A measure that fails on these parameters counts as not filling; one that answers
     what is not a fill raises TypeError (``strict``: parameters already validated) or counts
     as not filling (parameters not validated yet)."""
     units = units_of(context)
@@ -119,7 +126,8 @@ def fills(measure: Measure, context: Any, params: dict[str, Any], here: dict[str
         if strict:
             raise
         return f"its fill cannot be measured: {exc}"
-    if now.fraction(units) >= KEPT * then.fraction(units):
+    kept = KEPT if now.groups < units * now.per_unit else TAIL_KEPT
+    if now.fraction(units) >= kept * then.fraction(units):
         return None
     return (f"it under-fills the device here: {now.describe(units)}, against "
             f"{then.describe(units)} where it was measured")

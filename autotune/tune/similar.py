@@ -294,11 +294,11 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
 
 def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
     """The other configurations the search that found ``anchor`` measured at its size, as
-    candidate rows of ``anchor``'s key, the fastest first (made as they are asked for): trials of its key that ran
-    (``ok``, a finite median), tried against its fingerprint, less ``anchor``'s own
-    parameters and repeats (their parameters are judged by :func:`trial_judge`). Each row is
-    ``anchor`` with the trial's parameters, its median as the score, and :data:`TRIAL` in its
-    search text."""
+    candidate rows of ``anchor``'s key, the fastest first (made as they are asked for): the
+    trials of its key that ran (``ok``, a finite median), tried against its fingerprint,
+    less ``anchor``'s own parameters and repeats (their parameters are judged by
+    :func:`trial_judge`). Each row is ``anchor`` with the trial's parameters, its median as
+    the score, and :data:`TRIAL` in its search text."""
     try:
         summary = load_json(anchor.search, "search") if anchor.search else {}
     except MalformedJSONError:

@@ -34,7 +34,6 @@ waves run full, and a kernel bound by memory runs its last wave's work-groups fa
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any

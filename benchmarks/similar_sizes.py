@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -38,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autotune import accel, tune  # noqa: E402
 from autotune.tune.lookup import wait_for_notes  # noqa: E402
 from autotune.tune.serving import Serving  # noqa: E402
-from autotune.tune.similar import similar_from  # noqa: E402
+from autotune.tune.similar import served_a_trial, similar_from  # noqa: E402
 from autotune.tune.store import database_url  # noqa: E402
 from operations.gemm import GemmTemplate  # noqa: E402
 from operations.lqcd import DslashTemplate, Lattice, gauge, half  # noqa: E402
@@ -62,15 +63,24 @@ RECONSTRUCT = 12
 
 
 def served(store_db: str, call) -> tuple[dict, str]:
-    """What ``similar`` serves from ``store_db`` for ``call()``, and the size it came from;
-    RuntimeError if anything was tuned."""
-    with tune.using_serving(Serving(match="similar")) as state, tune.use_database(store_db):
+    """What ``similar`` serves from ``store_db`` for ``call()``, and the size it came from
+    (``... (a trial)`` where a trial of that size's search was served: its result under-fills
+    the device here). Asked of a copy of ``store_db``: where nothing fits and fills, the
+    lookup misses and the size is tuned (within the search settings in force), into the copy,
+    so that it never becomes an anchor; its source is then ``missed (tuned)``."""
+    copy = str(Path(store_db).with_name("served.db"))
+    Path(copy).unlink(missing_ok=True)
+    with contextlib.closing(sqlite3.connect(store_db)) as source, \
+            contextlib.closing(sqlite3.connect(copy)) as target:
+        source.backup(target)  # the write-ahead log's rows too
+    with tune.using_serving(Serving(match="similar")) as state, tune.use_database(copy):
         params, key = call()
         wait_for_notes()  # the similar row is written
-        row = state.store(database_url(store_db)).get(key)
+        row = state.store(database_url(copy)).get(key)
+        state.store(database_url(copy)).dispose()
     if row is None or row.origin != "similar":
-        raise RuntimeError(f"{key.arguments}: not served as similar (tuned instead?)")
-    return params, similar_from(row) or "?"
+        return params, "missed (tuned)"
+    return params, (similar_from(row) or "?") + (" (a trial)" if served_a_trial(row) else "")
 
 
 @contextlib.contextmanager
@@ -106,7 +116,8 @@ def gemm_part(context, queue, anchors_db, own_db, args, anchors, shapes) -> list
             return (GemmTemplate.autotune(context, dtype, m, n, k),
                     tuner.key(GemmTemplate, context, dtype, m, n, k))
 
-        similar, source = served(anchors_db, call)
+        with tune.search_settings(**budget):
+            similar, source = served(anchors_db, call)
         started = time.perf_counter()
         with tune.use_database(own_db), tune.search_settings(**budget):
             own = tuner.retune(GemmTemplate, context, dtype, m, n, k).parameters
@@ -182,7 +193,10 @@ def summary(rows: list[dict], part: str) -> dict:
     ratios = [r["ratio"] for r in rows if r["part"] == part]
     if not ratios:
         return {}
-    return {"median": statistics.median(ratios), "worst": max(ratios), "count": len(ratios)}
+    missed = sum(r["from"] == "missed (tuned)" for r in rows if r["part"] == part)
+    trials = sum(r["from"].endswith("(a trial)") for r in rows if r["part"] == part)
+    return {"median": statistics.median(ratios), "worst": max(ratios), "count": len(ratios),
+            "missed": missed, "trials": trials}
 
 
 def main() -> None:
@@ -254,7 +268,9 @@ def report(result: dict) -> dict:
         if result[part]:
             s = result[part]
             print(f"{part}: {s['count']} sizes, median ratio {s['median']:.3f}, worst "
-                  f"{s['worst']:.3f}")
+                  f"{s['worst']:.3f}; {s.get('trials', 0)} served a trial of a size's search "
+                  f"(its result under-fills the device there), {s.get('missed', 0)} missed "
+                  "(nothing filled: tuned)")
     return result
 
 

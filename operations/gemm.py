@@ -117,6 +117,16 @@ class GemmTemplate:
     autotune_similar = {"m": "log", "n": "log", "k": "log"}
 
     @classmethod
+    def autotune_fill(cls, context: accel.Context, params: dict[str, Any], dtype: Any, m: int,
+                      n: int, k: int) -> int:
+        """The work-groups a product launches with ``params``: one per MWG x NWG tile of the
+        padded C. ``similar`` serves a size's tiles only where they fill the device about as
+        well as where they were measured (a 64 x 128 tile tuned at 1024^3 leaves three
+        quarters of an H200's 132 compute units idle at 512^3)."""
+        return _padded(m, params["MWG"]) // params["MWG"] * (_padded(n, params["NWG"])
+                                                              // params["NWG"])
+
+    @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
         """4096^3 on GPUs (single, and double where the device has it), 256^3 on CPU devices."""
         if not context.device.is_gpu:

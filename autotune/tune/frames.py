@@ -11,8 +11,9 @@ interval of the winner's median, ``ties``, ``spread``; ``speedup`` over ``test=`
 the row is well formed (``valid``, with the
 ``problem`` otherwise), whether it is ``stale`` against the kernel sources of the template that
 owns it (None where no registered template does), how it was found (``origin``; for a row
-served from another size under ``AUTOTUNE_MATCH=similar``, ``similar_from`` names that size),
-and the timestamps.
+served from another size under ``AUTOTUNE_MATCH=similar``, ``similar_from`` names that size
+and ``similar_trial`` says whether a trial of its search was served, not its result), and the
+timestamps.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from typing import Any
 import numpy as np
 
 from .encoding import MalformedJSONError, StoredEnum, decode_arguments, load_json
-from .records import TrialRecord, TuningRecord
+from .records import ResultOrigin, TrialRecord, TuningRecord
 from .registry import registered_templates
-from .similar import similar_from
+from .similar import served_a_trial, similar_from
 from .store import ResultStore
 from .store.rows import KEY_FIELDS
 from .validation import changed_sources, record_problem, recorded_speedup, trial_problem
@@ -101,7 +102,9 @@ def results_frame(db: str | os.PathLike | ResultStore | None = None, *, function
             "gbps": r.gbps, "gflops": r.gflops,
             "valid": problem is None, "problem": problem or "",
             "stale": _stale(r, current) if problem is None else None,
-            "origin": r.origin, "similar_from": similar_from(r), "created_at": r.created_at, "package_version": r.package_version,
+            "origin": r.origin, "similar_from": similar_from(r),
+            "similar_trial": served_a_trial(r) if r.origin == ResultOrigin.SIMILAR.value else None,
+            "created_at": r.created_at, "package_version": r.package_version,
             "fingerprint": r.fingerprint, "sources": r.sources, "search": r.search,
         })
     return pd.DataFrame(rows, columns=_columns(rows, [*KEY_FIELDS, "parameters", "score"]))

@@ -115,24 +115,54 @@ def lookup_or_miss(serving: Serving, store: ResultStore, key: TuningKey, device:
 
 def _similar(store: ResultStore, key: TuningKey, request: similar.Request
              ) -> tuple[Verdict | None, Verdict | None]:
-    """The nearest size's fresh verdict that fits this call (logged), and the first stale
-    one, among this device's rows of the key's function and version."""
+    """The nearest size's fresh verdict that fits this call and fills the device here
+    (logged); where the nearest size's result is fresh but under-fills, the fastest of the
+    configurations that size's search tried that fits and fills instead; and the first stale
+    one that fills, among this device's rows of the key's function and version."""
     stale: Verdict | None = None
     rows = store.find(key.function, key.version, None, device_name=key.device_name,
                       device_platform=key.device_platform, driver_version=key.driver_version)
     for far, candidate in similar.ranked(rows, key, request.rules):
         verdict = request.judge(candidate)
         source = describe_arguments(candidate.key.arguments)
-        if verdict.freshness is Freshness.FRESH:
-            logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using the one "
-                           "tuned for %s (similar, log distance %.3g)", key.function,
-                           describe_arguments(key.arguments), key.device_name, source, far)
-            return verdict, stale
+        why = verdict.reason
+        if verdict.freshness is not Freshness.INVALID:
+            under = request.under_fills(verdict)
+            if under is None and verdict.freshness is Freshness.FRESH:
+                logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using the "
+                               "one tuned for %s (similar, log distance %.3g)", key.function,
+                               describe_arguments(key.arguments), key.device_name, source, far)
+                return verdict, stale
+            if under is not None:
+                why = under
+                if verdict.freshness is Freshness.FRESH:
+                    trial = _filling_trial(store, verdict, request)
+                    if trial is not None:
+                        logger.warning(
+                            "AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using a "
+                            "configuration tried for %s (similar, log distance %.3g; a trial "
+                            "of that search, not its result: %s)", key.function,
+                            describe_arguments(key.arguments), key.device_name, source, far,
+                            under)
+                        return trial, stale
+            elif stale is None:
+                stale = verdict
         logger.info("AUTOTUNE_MATCH=similar: skipping the result of %s for %s: %s: %s",
-                    key.function, source, verdict.freshness, verdict.reason)
-        if stale is None and verdict.freshness is Freshness.STALE:
-            stale = verdict
+                    key.function, source, verdict.freshness, why)
     return None, stale
+
+
+def _filling_trial(store: ResultStore, anchor: Verdict, request: similar.Request
+                   ) -> Verdict | None:
+    """The fastest configuration the search of ``anchor``'s size tried there that is valid
+    for this call and fills the device here, judged (None: none does)."""
+    if request.trial is None:
+        return None
+    for row in similar.trial_rows(anchor.record, store.trials(anchor.record.key)):
+        verdict = request.trial(anchor, row)
+        if verdict is not None:
+            return verdict
+    return None
 
 
 def _keep_similar(store: ResultStore, key: TuningKey, verdict: Verdict, device: Any,

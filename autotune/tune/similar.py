@@ -23,8 +23,17 @@ cannot fill), and it must be fresh against the sources and space it was tuned wi
 that passes is served; one that does not fit is skipped for the next nearest size. With none,
 the lookup goes on as ``nearest`` does (:mod:`.lookup`).
 
+Where the template also declares how a configuration fills the device (``autotune_fill``,
+:mod:`.fill`), a candidate must fill it at this size about as well as at the size it was
+measured at (:func:`~.fill.fills`). Where the nearest size's result does not, that size's
+search still measured other configurations there (its trials): the fastest of them that is
+valid for this call and fills the device here is served instead (:func:`trial_rows`), and
+only where none does is the next nearest size tried. Under-filling candidates are never
+served: with no size left, the lookup goes on as ``nearest`` does, and a miss tunes.
+
 A served size is stored as a row of the asking key with origin ``similar``, score ``inf`` (not
-timed at this size) and its source in the search summary (:data:`SOURCE`), so that ``show``,
+timed at this size) and its source in the search summary (:data:`SOURCE`; ``"trial": true``
+where a trial was served, not the source's result), so that ``show``,
 ``report`` and ``results_frame`` say where it came from. Such a row is never served as the
 key's own: every lookup ranks the tuned sizes afresh (a size tuned since may be nearer), an
 exact lookup or ``warm`` treats the key as not tuned, and tuning it replaces the row.
@@ -32,17 +41,20 @@ exact lookup or ``warm`` treats the key as not tuned, and tuning it replaces the
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import autotune
 
-from .encoding import MalformedJSONError, decode_arguments, describe_arguments, load_json
-from .records import ResultOrigin, TuningKey, TuningRecord
+from . import fill
+from .encoding import (InvalidParametersError, MalformedJSONError, decode_arguments,
+                       decode_parameters, describe_arguments, load_json, validate_parameters)
+from .records import ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
 from .space import Space
 from .verdicts import Freshness, Verdict, judge, make_fingerprint
 
@@ -52,8 +64,16 @@ RULES = ("log",)
 SOURCE = "similar"
 #: The declaration a template class makes.
 ATTRIBUTE = "autotune_similar"
+#: The key, in the search text of a candidate row made of a trial (:func:`trial_rows`), that
+#: marks it as one.
+TRIAL = "similar_trial"
 
 Judge = Callable[[TuningRecord], Verdict]
+#: Why a candidate's parameters under-fill the device for this call (None: they fill it);
+#: ``strict``: its parameters are validated (a measure's wrong answer is then an error).
+FillCheck = Callable[..., "str | None"]
+#: Judges a trial row for this call, given the verdict on its size's result (:func:`trial_judge`).
+TrialJudge = Callable[[Verdict, TuningRecord], "Verdict | None"]
 
 
 class Tuned(Protocol):
@@ -92,11 +112,19 @@ def declared_rules(owner: Any, name: str = "") -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Request:
-    """What a similar lookup needs for one call: the declared rules and the judge of a
-    candidate row for this call."""
+    """What a similar lookup needs for one call: the declared rules, the judge of a
+    candidate row for this call and, where the template declares ``autotune_fill``, the
+    check that a judged candidate fills the device here."""
 
     rules: dict[str, str]
     judge: Judge
+    fill: FillCheck | None = None
+    trial: TrialJudge | None = None
+
+    def under_fills(self, verdict: Verdict) -> str | None:
+        """Why the judged ``verdict``'s parameters under-fill the device for this call, or
+        None (they fill it, or the template declares no measure)."""
+        return None if self.fill is None or verdict.parameters is None else self.fill(verdict)
 
 
 def _log_distance(ours: Any, theirs: Any) -> float | None:
@@ -181,8 +209,7 @@ def candidate_judge(tuned: Tuned, call: CallLike, here: Judge) -> Judge:
         if verdict.freshness is not Freshness.STALE:
             return verdict
         try:
-            enums = tuple({type(v) for v in call.arguments.values() if isinstance(v, enum.Enum)})
-            source = {**call.arguments, **decode_arguments(record.key.arguments, enums)}
+            source = _source_arguments(call, record)
             space = tuned.declared_space(call.owner, call.context, source)
             fingerprint = make_fingerprint(tuned.sources(call.owner), space)
         except Exception:  # noqa: BLE001 - a template that cannot take them: as stale
@@ -195,10 +222,115 @@ def candidate_judge(tuned: Tuned, call: CallLike, here: Judge) -> Judge:
     return judged
 
 
+def _source_arguments(call: CallLike, record: TuningRecord) -> dict[str, Any]:
+    """The arguments ``record`` was tuned for, as a call takes them (this call's enums)."""
+    enums = tuple({type(v) for v in call.arguments.values() if isinstance(v, enum.Enum)})
+    return {**call.arguments, **decode_arguments(record.key.arguments, enums)}
+
+
+def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
+    """The check that a candidate fills the device for ``call`` about as well as at the
+    arguments it was measured at (:func:`.fill.fills`), if the template declares
+    ``autotune_fill``."""
+    name = tuned.name(call.owner)
+    measure = fill.declared(call.owner, name)
+    if measure is None:
+        return None
+    read: dict[str, dict[str, Any]] = {}  # the sizes' arguments, read once for this call
+
+    def check(verdict: Verdict, strict: bool = True) -> str | None:
+        text = verdict.record.key.arguments
+        if text not in read:
+            try:
+                read[text] = _source_arguments(call, verdict.record)
+            except Exception as exc:  # noqa: BLE001 - stored arguments a call cannot take
+                return f"its arguments cannot be read: {exc}"
+        return fill.fills(measure, call.context, dict(verdict.parameters or {}),
+                          call.arguments, read[text], name, strict=strict)
+
+    return check
+
+
+def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck | None) -> TrialJudge:
+    """The judge of a trial row (:func:`trial_rows`) of a size whose result was judged
+    (``anchor``) for ``call``: the row is the anchor's but for its parameters, so only they
+    are judged: filling the device here (``fills``; first, the cheapest test, on the decoded
+    parameters: a measure that cannot take them counts as not filling), of ``test=``'s names
+    and kinds, and in the space this call's arguments declare (limits included). A verdict
+    with the anchor's freshness, or None where the trial does not fill or fit."""
+    spaces: list[Space | None] = []  # this call's space, made once, when first needed
+
+    def judged(anchor: Verdict, row: TuningRecord) -> Verdict | None:
+        try:
+            decoded = decode_parameters(row.parameters)
+        except InvalidParametersError:
+            return None
+        if not isinstance(decoded, dict) or fills is not None and fills(
+                Verdict(row, anchor.freshness, "", decoded), strict=False) is not None:
+            return None
+        try:
+            params = validate_parameters(decoded, tuned.test)
+        except InvalidParametersError:
+            return None
+        verdict = Verdict(row, anchor.freshness, "", params)
+        if not spaces:
+            spaces.append(tuned.declared_space(call.owner, call.context, call.arguments))
+        if spaces[0] is not None and spaces[0].why_not(params, preferences=False) is not None:
+            return None
+        return verdict
+
+    return judged
+
+
 def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
     """The similar lookup of ``call`` if its template declares generalisable arguments."""
     rules = declared_rules(call.owner, tuned.name(call.owner))
-    return Request(rules, candidate_judge(tuned, call, here)) if rules else None
+    if not rules:
+        return None
+    fills = fill_check(tuned, call)
+    return Request(rules, candidate_judge(tuned, call, here), fills,
+                   trial_judge(tuned, call, fills))
+
+
+def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
+    """The other configurations the search that found ``anchor`` measured at its size, as
+    candidate rows of ``anchor``'s key, the fastest first (made as they are asked for): the
+    trials of its key that ran (``ok``, a finite median), tried against its fingerprint,
+    less ``anchor``'s own parameters and repeats (their parameters are judged by
+    :func:`trial_judge`). Each row is ``anchor`` with the trial's parameters, its median as
+    the score, and :data:`TRIAL` in its search text."""
+    try:
+        summary = load_json(anchor.search, "search") if anchor.search else {}
+    except MalformedJSONError:
+        summary = {}
+    search = json.dumps({**(summary if isinstance(summary, dict) else {}), TRIAL: True},
+                        sort_keys=True, separators=(",", ":"))
+    found: dict[str, tuple[float, TrialRecord]] = {}
+    for trial in trials:
+        median = trial.median_seconds
+        if trial.key != anchor.key or trial.status != TrialStatus.OK.value or trial.malformed \
+                or trial.fingerprint != anchor.fingerprint or isinstance(median, bool) \
+                or not isinstance(median, (int, float)) or not math.isfinite(median) \
+                or median <= 0 or not isinstance(trial.parameters, str) \
+                or trial.parameters == anchor.parameters:
+            continue
+        if trial.parameters not in found or median < found[trial.parameters][0]:
+            found[trial.parameters] = (float(median), trial)
+    for text, (median, trial) in sorted(found.items(), key=lambda item: item[1][0]):
+        yield dataclasses.replace(anchor, parameters=text, score=median, search=search,
+                                  gbps=trial.gbps, gflops=trial.gflops, ci_low=None,
+                                  ci_high=None, ties=None, spread=None)
+
+
+def is_trial(record: TuningRecord) -> bool:
+    """Whether ``record`` is a candidate row made of a trial (:func:`trial_rows`)."""
+    if TRIAL not in record.search:
+        return False
+    try:
+        summary = load_json(record.search, "search")
+    except MalformedJSONError:
+        return False
+    return isinstance(summary, dict) and summary.get(TRIAL) is True
 
 
 def served_as(verdict: Verdict | None, key: TuningKey) -> str:
@@ -218,12 +350,16 @@ def similar_row(key: TuningKey, verdict: Verdict, far: float,
                 device: dict[str, Any] | None = None) -> TuningRecord:
     """The row that records a similar serve of ``key``: the source's parameters and
     fingerprint, score ``inf`` (not timed at this size), origin ``similar`` and the source's
-    arguments, device and score in the search summary."""
+    arguments, device and score in the search summary (and ``"trial": true`` where the source
+    is a trial of that size's search, :func:`trial_rows`)."""
     source = verdict.record
-    search: dict[str, Any] = {"strategy": "similar", SOURCE: {
+    origin: dict[str, Any] = {
         "arguments": source.key.arguments, "distance": round(far, 6),
         "device": list(source.key.device),
-        "score": source.score if math.isfinite(source.score) else None}}
+        "score": source.score if math.isfinite(source.score) else None}
+    if is_trial(source):  # a configuration its search tried, not its result
+        origin["trial"] = True
+    search: dict[str, Any] = {"strategy": "similar", SOURCE: origin}
     if device is not None:
         search["device"] = device
     return TuningRecord(
@@ -233,18 +369,29 @@ def similar_row(key: TuningKey, verdict: Verdict, far: float,
         origin=ResultOrigin.SIMILAR.value)
 
 
-def source_arguments(record: TuningRecord) -> str | None:
-    """The arguments (canonical JSON text) a similar row's parameters were tuned for; None for
-    other rows or where the summary does not say."""
+def _source_summary(record: TuningRecord) -> dict[str, Any]:
+    """A similar row's summary of its source ({} for other rows or where it does not say)."""
     if record.origin != ResultOrigin.SIMILAR.value or not record.search:
-        return None
+        return {}
     try:
         summary = load_json(record.search, "search")
     except MalformedJSONError:
-        return None
+        return {}
     source = summary.get(SOURCE) if isinstance(summary, dict) else None
-    arguments = source.get("arguments") if isinstance(source, dict) else None
+    return source if isinstance(source, dict) else {}
+
+
+def source_arguments(record: TuningRecord) -> str | None:
+    """The arguments (canonical JSON text) a similar row's parameters were tuned for; None for
+    other rows or where the summary does not say."""
+    arguments = _source_summary(record).get("arguments")
     return arguments if isinstance(arguments, str) else None
+
+
+def served_a_trial(record: TuningRecord) -> bool:
+    """Whether a similar row's parameters are a trial of its source's search, not the
+    source's result."""
+    return _source_summary(record).get("trial") is True
 
 
 def similar_from(record: TuningRecord) -> str | None:
@@ -265,6 +412,11 @@ def similar_from(record: TuningRecord) -> str | None:
 
 
 def origin_text(record: TuningRecord) -> str:
-    """How a row was found, for tables: ``offline``, ``online``, or ``similar (from ...)``."""
+    """How a row was found, for tables: ``offline``, ``online``, ``similar (from ...)``, or
+    ``similar (from ..., a trial)`` where a configuration that size's search tried was served
+    (its result under-filled the device at this size)."""
     source = similar_from(record)
-    return record.origin if source is None else f"similar (from {source})"
+    if source is None:
+        return record.origin
+    return f"similar (from {source}, a trial)" if served_a_trial(record) else \
+        f"similar (from {source})"

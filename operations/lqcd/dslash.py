@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from autotune import accel, tune
+from autotune.tune.fill import Fill
 
 from ..scalars import finite_real_scalar
 
@@ -244,6 +246,19 @@ class DslashTemplate:
     #: ``AUTOTUNE_MATCH=similar`` serves an untuned lattice the nearest tuned one's parameters
     #: (log distance over the four extents, summed; precision and reconstruct must be equal).
     autotune_similar = {"dims": "log"}
+
+    @classmethod
+    def autotune_fill(cls, context: accel.Context, params: dict[str, Any],
+                      dims: tuple[int, int, int, int], precision: str,
+                      reconstruct: int) -> Fill:
+        """The work-groups one parity's application launches with ``params`` (enough groups of
+        ``wgs / dir_split`` sites a round, ``sites`` rounds, for half the lattice), of which a
+        compute unit holds at least ``min_blocks`` at once (``__launch_bounds__``). ``similar``
+        serves a lattice's launch shape only where it fills the device about as well as where
+        it was measured."""
+        per_group = params["wgs"] // params["dir_split"] * params["sites"]
+        half_volume = math.prod(dims) // 2
+        return Fill(-(-half_volume // per_group), per_unit=max(1, params["min_blocks"]))
     #: ``warm`` plans each key's budget for each of the two searches of :meth:`autotune`
     autotune_warm = {"searches": 2}
 

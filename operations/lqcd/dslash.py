@@ -156,8 +156,10 @@ def device_links(packed: np.ndarray, precision: str, reconstruct: int,
     out = np.empty((4, 2, sites * packed.shape[3]) + packed.shape[4:], dtype)
     first = 0
     for w in widths:  # a group's block: its parameters of every site, a site's together
-        out[:, :, first * sites:(first + w) * sites] = packed[:, :, :, first:first + w].reshape(
-            (4, 2, sites * w) + packed.shape[4:])
+        block = out[:, :, first * sites:(first + w) * sites].reshape(
+            (4, 2, sites, w) + packed.shape[4:])
+        for start in range(0, sites, 8192):  # a few sites at a time: strided reads that cache
+            block[:, :, start:start + 8192] = packed[:, :, start:start + 8192, first:first + w]
         first += w
     return out
 
@@ -234,6 +236,18 @@ class _TuningProblem:
         """The spinor in half precision storage (values, norms), made once for the three
         reconstructs' keys."""
         return half_storage.spinor_to_half(self.spinor)
+
+    @functools.cached_property
+    def _packed8(self) -> np.ndarray:
+        return gauge_fields.pack_links(self.links, 8)
+
+    def packed(self, reconstruct: int) -> np.ndarray:
+        """The links' parameters (4, 2, V/2, n), to be read only: 18, a view of the links; 12,
+        two rows (a copy, quick to make); 8, made once for the three precisions' keys (the
+        costly one, a second at 32^4)."""
+        if reconstruct == 18:
+            return self.links.reshape(self.links.shape[:3] + (9,))
+        return self._packed8 if reconstruct == 8 else gauge_fields.pack_links(self.links, 12)
 
 
 @functools.lru_cache(maxsize=2)
@@ -532,7 +546,6 @@ class DslashTemplate:
         sites = lattice.half_volume
         gauges: dict[int, accel.DeviceArray] = {}  # link_load -> the links in its layout
         gauge_guard = threading.Lock()
-        packed: list[np.ndarray] = []  # the links' parameters, packed once for both layouts
         if precision == "half":
             inp = half_storage.HalfSpinor(*(context.to_device(queue, a)
                                             for a in problem.half_spinor))
@@ -549,10 +562,8 @@ class DslashTemplate:
             with gauge_guard:
                 gauge = gauges.get(params["link_load"])
                 if gauge is None:
-                    if not packed:
-                        packed.append(gauge_fields.pack_links(problem.links, reconstruct))
                     gauge = gauges[params["link_load"]] = context.to_device(queue, device_links(
-                        packed[0], precision, reconstruct, params["link_load"]))
+                        problem.packed(reconstruct), precision, reconstruct, params["link_load"]))
 
             def check() -> bool:
                 # only the sampled sites are converted (a whole 48^3 x 96 field took seconds)

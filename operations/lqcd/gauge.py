@@ -39,11 +39,17 @@ def haar_field(dims: tuple[int, int, int, int], seed: int) -> np.ndarray:
     """
     lat = Lattice(dims)
     rng = np.random.default_rng(seed)
-    z = rng.standard_normal((4,) + lat.shape + (2, 3)) + 1j * rng.standard_normal((4,) + lat.shape + (2, 3))
-    row0 = z[..., 0, :] / np.linalg.norm(z[..., 0, :], axis=-1, keepdims=True)
-    row1 = z[..., 1, :] - np.sum(row0.conj() * z[..., 1, :], axis=-1, keepdims=True) * row0
+    shape = (4,) + lat.shape + (2, 3)
+    z = np.empty(shape, np.complex128)  # real parts drawn first, then imaginary parts
+    z.real = rng.standard_normal(shape)
+    z.imag = rng.standard_normal(shape)
+    links = np.empty((4,) + lat.shape + (3, 3), np.complex128)
+    row0, row1 = links[..., 0, :], links[..., 1, :]
+    np.divide(z[..., 0, :], np.linalg.norm(z[..., 0, :], axis=-1, keepdims=True), out=row0)
+    row1[...] = z[..., 1, :] - np.sum(row0.conj() * z[..., 1, :], axis=-1, keepdims=True) * row0
     row1 /= np.linalg.norm(row1, axis=-1, keepdims=True)
-    return np.stack([row0, row1, _cross_conj(row0, row1)], axis=-2)
+    links[..., 2, :] = _cross_conj(row0, row1)
+    return links
 
 
 def plaquette(u: np.ndarray) -> float:
@@ -82,7 +88,13 @@ def boundary_signs(shape: tuple[int, ...], t_boundary: int) -> np.ndarray:
 
 
 def _cross_conj(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.conj(np.cross(a, b))
+    """conj(a x b) over the last axis (np.cross's products, without its copies)."""
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), np.result_type(a, b))
+    for k in range(3):
+        i, j = (k + 1) % 3, (k + 2) % 3
+        np.multiply(a[..., i], b[..., j], out=out[..., k])
+        out[..., k] -= a[..., j] * b[..., i]
+    return np.conj(out, out=out)
 
 
 def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:

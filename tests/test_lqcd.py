@@ -445,6 +445,9 @@ def test_the_tuning_problem_keeps_the_fields_in_the_device_orders():
     finally:
         dslash._tuning_problem.cache_clear()
     assert np.array_equal(problem.spinor, lattice.spinor_to_device(psi, 1, np.complex128))
+    for parity in (0, 1):  # the links of each parity's sites, in checkerboard order
+        assert np.array_equal(problem.links[:, parity],
+                              u.reshape(4, -1, 3, 3)[:, lattice.sites(parity)])
     assert np.array_equal(problem.sample, sample) and np.array_equal(problem.expected, expected)
     values, norms = problem.half_spinor
     want_values, want_norms = half.spinor_to_half(problem.spinor)

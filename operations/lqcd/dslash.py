@@ -130,11 +130,8 @@ def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: 
     """Links compressed to ``reconstruct`` parameters, in the dslash layout for loads of
     ``link_load`` bytes (:func:`link_groups`), on the device (half precision: 16-bit fixed
     point, :func:`.half.links_to_half`)."""
-    packed = gauge_fields.pack(u, reconstruct)
-    n = packed.shape[-1]
-    flat = packed.reshape(4, lattice.volume, n)
-    by_parity = np.stack([flat[:, lattice.sites(p)] for p in (0, 1)], axis=1)  # (4, 2, V/2, n)
-    return context.to_device(queue, device_links(by_parity, precision, reconstruct, link_load))
+    packed = lattice.links_by_parity(gauge_fields.pack(u, reconstruct))  # (4, 2, V/2, n)
+    return context.to_device(queue, device_links(packed, precision, reconstruct, link_load))
 
 
 def device_links(packed: np.ndarray, precision: str, reconstruct: int,
@@ -256,12 +253,8 @@ def _tuning_problem(dims: tuple[int, int, int, int]) -> _TuningProblem:
     keys of each of its two lattices from one). Only the device orders are kept: the
     lexicographic fields would double the memory (two-thirds of a gigabyte at 32^4)."""
     lattice, u, psi, sample, expected = _tuning_fields(dims)
-    links = np.empty((4, 2, lattice.half_volume, 3, 3), u.dtype)
-    flat = u.reshape(4, lattice.volume, 3, 3)
-    for parity in (0, 1):
-        links[:, parity] = flat[:, lattice.sites(parity)]
     spinor = lattice.spinor_to_device(psi, 1, np.complex128)
-    return _TuningProblem(lattice, links, spinor, sample, expected)
+    return _TuningProblem(lattice, lattice.links_by_parity(u), spinor, sample, expected)
 
 
 def render_tuned(precision: str, reconstruct: int, params: dict[str, Any]) -> dict[str, Any]:

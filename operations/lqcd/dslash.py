@@ -251,7 +251,7 @@ class _TuningProblem:
 def _tuning_problem(dims: tuple[int, int, int, int]) -> _TuningProblem:
     """:func:`_tuning_fields` for the device, cached (costly at 32^4; ``warm`` tunes the nine
     keys of each of its two lattices from one). Only the device orders are kept: the
-    lexicographic fields would double the memory (two-thirds of a gigabyte at 32^4)."""
+    lexicographic fields would take 0.8 GB more at 32^4)."""
     lattice, u, psi, sample, expected = _tuning_fields(dims)
     spinor = lattice.spinor_to_device(psi, 1, np.complex128)
     return _TuningProblem(lattice, lattice.links_by_parity(u), spinor, sample, expected)

@@ -227,26 +227,21 @@ class FusedTemplate:
         op = cls.ops[op_name]
         queue = context.create_tuning_command_queue()
         n = tuning_length(context.device, dtype, len(op.vectors))
-        rng = np.random.default_rng(12345)
-        host = {v: random_vector(rng, n, dtype) for v in op.vectors}
         # Reading back every element of every candidate would cost more than timing it: compare
         # windows at the start, inside (later grid-stride steps) and at the tail.
         width = 1 << 14
         windows = [(start, start + width) for start in (0, n // 3, (2 * n) // 3, n - width)]
-        sample = np.concatenate([np.arange(a, b) for a, b in windows])
         scalars = sample_scalars(op, dtype)
+        host, expected_vectors, expected_outputs = tuning_data(op, dtype, n, windows, scalars)
         kernel_scalars = dict(scalars)
         ratios = [name for name, kind in op.scalars if kind == "ratio"]
         if ratios:  # the same values, computed on the device
             den = context.to_device(queue, np.array([0.5, 4.0]))
             kernel_scalars.update({name: DeviceRatio(scalars[name] * 4.0, den, 1) for name in ratios})
         pristine = {v: context.to_device(queue, a) for v, a in host.items()}
+        del host  # on the device now (GPU-sized: a quarter of a gigabyte a vector)
         # Written vectors get a working copy, put back before each candidate's check.
         work = {v: context.allocate(n, dtype) if v in op.written else pristine[v] for v in op.vectors}
-        expected_vectors, expected_outputs = op.reference(
-            {v: a.astype(np.complex128 if dtype.kind == "c" else np.float64) for v, a in host.items()},
-            scalars)
-        expected_vectors = {v: a[sample] for v, a in expected_vectors.items()}
 
         def generate(**params: Any) -> tune.Measurement:
             inst = cls(context, dtype, op_name, params).instantiate(queue, n)
@@ -534,8 +529,91 @@ def random_vector(rng: np.random.Generator, n: int, dtype: np.dtype) -> np.ndarr
     """Uniform in [-1, 1) (and in the imaginary part for complex): quick to make at tuning sizes."""
     dtype = np.dtype(dtype)
     real = np.float32 if dtype in (np.float32, np.complex64) else np.float64
-    values = rng.random(n * (2 if dtype.kind == "c" else 1), dtype=real) * 2 - 1
+    values = rng.random(n * (2 if dtype.kind == "c" else 1), dtype=real)
+    values *= 2  # in place: no temporaries of the vector's size
+    values -= 1
     return values.view(dtype)
+
+
+#: Tuning vectors repeat a random tile of this many elements (:func:`tuning_data`): a prime,
+#: so that no launch's stride, chunk or tail (products of powers of two and a device's compute
+#: units) is a multiple of it, and more than 2^16.
+TUNING_TILE = 65537
+
+
+def tuning_data(op: FusedOp, dtype: np.dtype, n: int, windows: Sequence[tuple[int, int]],
+                scalars: dict[str, Any], seed: int = 12345) -> tuple[dict, dict, tuple]:
+    """The vectors of length ``n`` ``op`` is tuned on, the updated vectors its numpy reference
+    gives at ``windows`` (concatenated) and its outputs over the whole vectors.
+
+    Making GPU-sized random vectors and running the reference over all of them in double
+    precision took most of a key's time, so each vector (``op.combine == "sum"``) repeats a
+    random tile of :data:`TUNING_TILE` elements, each repeat multiplied by a random sign of its
+    own (drawn for each vector: negation is exact). ``op.reference`` is elementwise in the
+    vectors and sums elementwise terms (what ``fused.mako`` computes), so it runs on the tile
+    once per pattern of signs (at most 2^vectors) and the outputs are those of the repeats
+    added up; the windows read the tile's results. A wrong kernel still fails: an element read
+    from the wrong place holds another value unless the error is a multiple of the prime tile
+    (and the two repeats' signs agree), which no launch's indexing produces; and with the
+    signs the sums and dot products add up like a random walk, growing with the square root
+    of ``n`` as those of independent random values do, so that a chunk dropped or counted
+    twice moves them as much as before (norms grow with ``n`` either way).
+
+    ``min`` and ``max`` are not tiled (a repeated extreme would hide a skipped chunk): they
+    get independent random values, and their reference runs in the data's own precision
+    (exact for a minimum or maximum; no double precision copy of the vector).
+    """
+    dtype = np.dtype(dtype)
+    rng = np.random.default_rng(seed)
+    sample = np.concatenate([np.arange(a, b) for a, b in windows])
+    if op.combine != "sum":
+        host = {v: random_vector(rng, n, dtype) for v in op.vectors}
+        updated, outputs = op.reference(dict(host), scalars)
+        return host, {v: a[sample] for v, a in updated.items()}, outputs
+    wide = np.dtype(np.complex128 if dtype.kind == "c" else np.float64)
+    tile = min(TUNING_TILE, n)
+    repeats = -(-n // tile)  # the last one is cut short unless the tile divides n
+    last = n - (repeats - 1) * tile
+    tiles = {v: random_vector(rng, tile, dtype) for v in op.vectors}
+    signs = {v: rng.integers(0, 2, repeats).astype(bool) for v in op.vectors}  # True: negated
+    host = {v: _repeat(tiles[v], signs[v], n) for v in op.vectors}
+    # each repeat's pattern of signs (bit i: vector i negated), and the reference per pattern
+    patterns = sum(signs[v].astype(np.int64) << i for i, v in enumerate(op.vectors))
+    results: dict[tuple[int, int], tuple[dict, tuple]] = {}
+
+    def reference(pattern: int, length: int) -> tuple[dict, tuple]:
+        if (pattern, length) not in results:
+            results[pattern, length] = op.reference(
+                {v: (-tiles[v][:length] if pattern >> i & 1 else tiles[v][:length]).astype(wide)
+                 for i, v in enumerate(op.vectors)}, scalars)
+        return results[pattern, length]
+
+    counts = np.bincount(patterns[:repeats - 1], minlength=1 << len(op.vectors))
+    weighted = [(int(c), reference(p, tile)[1]) for p, c in enumerate(counts) if c]
+    weighted.append((1, reference(int(patterns[-1]), last)[1]))
+    outputs = tuple(sum(c * out[k] for c, out in weighted) for k in range(len(weighted[0][1])))
+    at, within = sample // tile, sample % tile
+    expected = {}
+    for v in op.written:
+        got = np.empty(len(sample), wide)
+        for pattern in np.unique(patterns[at]):
+            chosen = patterns[at] == pattern
+            got[chosen] = reference(int(pattern), tile)[0][v][within[chosen]]
+        expected[v] = got
+    return host, expected, outputs
+
+
+def _repeat(tile: np.ndarray, negated: np.ndarray, n: int) -> np.ndarray:
+    """``tile`` repeated over ``n`` elements, the repeats marked in ``negated`` negated."""
+    out = np.empty(n, tile.dtype)
+    full = n // len(tile)
+    body = out[:full * len(tile)].reshape(full, len(tile))
+    body[~negated[:full]] = tile
+    body[negated[:full]] = -tile
+    if full < len(negated):
+        rest = n - full * len(tile)
+        out[full * len(tile):] = -tile[:rest] if negated[-1] else tile[:rest]
+    return out
 
 
 def sample_scalars(op: FusedOp, dtype: np.dtype) -> dict[str, Any]:

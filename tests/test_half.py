@@ -307,3 +307,42 @@ def test_every_half_blas_candidate_is_checked(context):
     trials = ResultStore.open().trials(function="operations.lqcd.half_blas.HalfBlasTemplate.autotune")
     assert len(trials) == len(HalfBlasTemplate.autotune_space(context).configurations())
     assert all(t.status == "ok" for t in trials), [(t.parameters, t.message) for t in trials]
+
+
+@pytest.mark.force_autotune
+def test_every_half_conversion_candidate_is_checked(context):
+    """Every work-group size of the conversions is tuned and checked (both directions, the
+    whole field) on the tuning's field, whose site norms span e^-20 to e^20."""
+    from autotune.tune.store import ResultStore
+
+    half.HalfConvertTemplate.autotune(context, np.complex64)
+    trials = ResultStore.open().trials(function="operations.lqcd.half.HalfConvertTemplate.autotune")
+    assert len(trials) == len(half.HalfConvertTemplate.autotune_space(
+        context, np.complex64).configurations())
+    assert all(t.status == "ok" for t in trials), [(t.parameters, t.message) for t in trials]
+
+
+@pytest.mark.parametrize("dtype", [np.complex64, np.complex128])
+def test_the_conversion_check_takes_what_half_storage_holds_and_nothing_else(dtype):
+    """The tuning's check of from_half (half._holds, a component at a time) passes the decoded
+    field in the field's precision and fails a part off by 2e-6, a site's values taken from its
+    neighbour's, a NaN and a field of another length."""
+    from autotune import accel
+
+    n = 1001
+    field = half._tuning_field(np.dtype(dtype), n)
+    assert field.shape == (12, n) and field.dtype == dtype
+    values, norms = half.spinor_to_half(field)
+    scale = (norms.astype(np.float64) / half.HALF_MAX).astype(accel.real_dtype(dtype))[:, None]
+    back = half.spinor_from_half(values, norms).astype(dtype)
+    assert half._holds(back, values, scale)
+    for wrong in ((5, 123, 1 + 2e-6), (11, n - 1, 1 - 2e-6), (0, 0, 1 + 2e-6j)):
+        bad = back.copy()
+        bad[wrong[:2]] *= wrong[2]
+        assert not half._holds(bad, values, scale), wrong
+    bad = back.copy()
+    bad[:, 10] = back[:, 11]
+    assert not half._holds(bad, values, scale)
+    bad[2, 500] = np.nan
+    assert not half._holds(bad, values, scale)
+    assert not half._holds(back[:, :-1], values, scale)

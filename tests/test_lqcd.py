@@ -419,18 +419,56 @@ def test_big_lattices_are_tuned_on_tiled_fields(monkeypatch):
 
     monkeypatch.setattr(dslash, "TILED_ABOVE", 100)
     monkeypatch.setattr(dslash, "TILE", 4)
+    dims = (8, 4, 6, 12)
+    lattice, u, psi, sample, expected = dslash._tuning_fields(dims)
+    assert dslash._tile_of(dims) == (4, 4, 2, 4)
+    assert np.array_equal(u[:, :, :, :, :4], u[:, :, :, :, 4:])  # x repeats every 4
+    assert np.array_equal(psi[:4], psi[4:8]) and not np.array_equal(psi[:4], psi[1:5])
+    assert max(unitarity_violation(u)) < 1e-12
+    want = lattice.spinor_to_device(reference.hop(u, psi, -1), 0, np.complex128)[:, sample].T
+    assert _rel(expected, want) < 1e-14
+
+
+def test_the_tuning_problem_keeps_the_fields_in_the_device_orders():
+    """What the dslash's tuning uploads: the links by parity and the odd sites of the spinor
+    (the lexicographic fields are not kept), and its links in every precision and layout as
+    gauge_to_device's documented steps make them (pack, links_to_device, links_to_half,
+    group_links)."""
+    from operations.lqcd import dslash, gauge, half
+    from operations.lqcd.dslash import device_links, group_links, link_groups, link_loads
+
+    dims = (4, 4, 2, 6)
     dslash._tuning_problem.cache_clear()
     try:
-        dims = (8, 4, 6, 12)
-        lattice, u, psi, sample, expected = dslash._tuning_problem(dims)
-        assert dslash._tile_of(dims) == (4, 4, 2, 4)
-        assert np.array_equal(u[:, :, :, :, :4], u[:, :, :, :, 4:])  # x repeats every 4
-        assert np.array_equal(psi[:4], psi[4:8]) and not np.array_equal(psi[:4], psi[1:5])
-        assert max(unitarity_violation(u)) < 1e-12
-        want = lattice.spinor_to_device(reference.hop(u, psi, -1), 0, np.complex128)[:, sample].T
-        assert _rel(expected, want) < 1e-14
+        problem = dslash._tuning_problem(dims)
+        lattice, u, psi, sample, expected = dslash._tuning_fields(dims)
     finally:
         dslash._tuning_problem.cache_clear()
+    assert np.array_equal(problem.spinor, lattice.spinor_to_device(psi, 1, np.complex128))
+    for parity in (0, 1):  # the links of each parity's sites, in checkerboard order
+        assert np.array_equal(problem.links[:, parity],
+                              u.reshape(4, -1, 3, 3)[:, lattice.sites(parity)])
+    assert np.array_equal(problem.sample, sample) and np.array_equal(problem.expected, expected)
+    values, norms = problem.half_spinor
+    want_values, want_norms = half.spinor_to_half(problem.spinor)
+    assert np.array_equal(values, want_values) and np.array_equal(norms, want_norms)
+    for reconstruct in (18, 12, 8):
+        packed = gauge.pack(u, reconstruct)
+        assert np.array_equal(  # the links by parity, packed, are pack's in checkerboard order
+            np.swapaxes(gauge.pack_links(problem.links, reconstruct), 2, 3),
+            lattice.links_to_device(packed, packed.dtype))
+        for precision in ("half", "single", "double"):
+            if precision == "half":
+                links = half.links_to_half(lattice.links_to_device(
+                    packed, np.float64 if reconstruct == 8 else np.complex128), reconstruct)
+            else:
+                real, cplx = dslash.PRECISIONS[precision]
+                links = lattice.links_to_device(packed, real if reconstruct == 8 else cplx)
+            for load in link_loads(precision, reconstruct):
+                want = group_links(links, link_groups(precision, reconstruct, load))
+                got = device_links(gauge.pack_links(problem.links, reconstruct), precision,
+                                   reconstruct, load)
+                assert got.dtype == want.dtype and np.array_equal(got, want), (precision, load)
 
 
 def test_link_groups_lay_out_every_parameter_once():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,16 +132,35 @@ def gauge_to_device(context: accel.Context, queue: accel.CommandQueue, lattice: 
     """Links compressed to ``reconstruct`` parameters, in the dslash layout for loads of
     ``link_load`` bytes (:func:`link_groups`), on the device (half precision: 16-bit fixed
     point, :func:`.half.links_to_half`)."""
-    packed = gauge_fields.pack(u, reconstruct)
+    packed = lattice.links_by_parity(gauge_fields.pack(u, reconstruct))  # (4, 2, V/2, n)
+    return context.to_device(queue, device_links(packed, precision, reconstruct, link_load))
+
+
+def device_links(packed: np.ndarray, precision: str, reconstruct: int,
+                 link_load: int = 16) -> np.ndarray:
+    """Packed links in checkerboard order, site-major (4, 2, V/2, n) (:func:`.gauge.pack`'s
+    parameters: float64 for 8, complex128 otherwise), as the dslash reads them: in its dtype
+    and :func:`link_groups`'s layout, what :func:`group_links` makes of
+    :meth:`.Lattice.links_to_device`'s component-major order (half precision: of
+    :func:`.half.links_to_half`'s), made from the site-major order without transposing it."""
     if precision == "half":
-        links = half_storage.links_to_half(
-            lattice.links_to_device(packed, np.float64 if reconstruct == 8 else np.complex128),
-            reconstruct)
+        packed = half_storage.links_to_half(packed, reconstruct, axis=-1)  # (4, 2, V/2, n[, 2])
+        dtype = np.dtype(np.int16)
     else:
-        real_dtype, dtype = PRECISIONS[precision]
-        links = lattice.links_to_device(packed, real_dtype if reconstruct == 8 else dtype)
-    return context.to_device(queue, group_links(links, link_groups(precision, reconstruct,
-                                                                   link_load)))
+        dtype = np.dtype(PRECISIONS[precision][0 if reconstruct == 8 else 1])
+    sites = packed.shape[2]
+    widths = link_groups(precision, reconstruct, link_load)
+    if sum(widths) != packed.shape[3]:
+        raise ValueError(f"groups {widths} do not cover {packed.shape[3]} link parameters")
+    out = np.empty((4, 2, sites * packed.shape[3]) + packed.shape[4:], dtype)
+    first = 0
+    for w in widths:  # a group's block: its parameters of every site, a site's together
+        block = out[:, :, first * sites:(first + w) * sites].reshape(
+            (4, 2, sites, w) + packed.shape[4:])
+        for start in range(0, sites, 8192):  # a few sites at a time: strided reads that cache
+            block[:, :, start:start + 8192] = packed[:, :, start:start + 8192, first:first + w]
+        first += w
+    return out
 
 
 def kernel_arguments(dims: tuple[int, int, int, int], precision: str, reconstruct: int,
@@ -161,7 +181,7 @@ def kernel_arguments(dims: tuple[int, int, int, int], precision: str, reconstruc
     return arguments
 
 
-#: lattices above this volume are tuned on fields that repeat a tile (:func:`_tuning_problem`)
+#: lattices above this volume are tuned on fields that repeat a tile (:func:`_tuning_fields`)
 TILED_ABOVE = 32 ** 4
 #: the largest tile extent (each extent the largest even divisor of the lattice's not above it)
 TILE = 16
@@ -171,9 +191,8 @@ def _tile_of(dims: tuple[int, int, int, int]) -> tuple[int, ...]:
     return tuple(max(d for d in range(2, min(n, TILE) + 1, 2) if n % d == 0) for n in dims)
 
 
-@functools.lru_cache(maxsize=4)
-def _tuning_problem(dims: tuple[int, int, int, int]):
-    """A gauge field, a spinor and D psi at sampled even sites (cached: costly at 32^4).
+def _tuning_fields(dims: tuple[int, int, int, int]):
+    """A gauge field, a spinor, sampled even sites (in checkerboard order) and D psi there.
 
     Above :data:`TILED_ABOVE` sites the fields repeat a tile of at most :data:`TILE` sites each
     way (Haar links and a Gaussian spinor drawn on the tile): a kernel's speed does not depend
@@ -197,6 +216,47 @@ def _tuning_problem(dims: tuple[int, int, int, int]):
     coords = np.stack(np.unravel_index(even[cb], lattice.shape), axis=-1)
     expected = reference.hop_at(u, psi, coords, -1).reshape(len(cb), 12)
     return lattice, u, psi, cb, expected
+
+
+@dataclass(frozen=True, eq=False)
+class _TuningProblem:
+    """What every key of one lattice tunes on (:func:`_tuning_problem`), in the orders the
+    device takes: the links of :func:`_tuning_fields` by parity (4, 2, V/2, 3, 3), the spinor's
+    odd sites (12, V/2), the sampled even sites and D psi there."""
+
+    lattice: Lattice
+    links: np.ndarray
+    spinor: np.ndarray
+    sample: np.ndarray
+    expected: np.ndarray
+
+    @functools.cached_property
+    def half_spinor(self) -> tuple[np.ndarray, np.ndarray]:
+        """The spinor in half precision storage (values, norms), made once for the three
+        reconstructs' keys."""
+        return half_storage.spinor_to_half(self.spinor)
+
+    @functools.cached_property
+    def _packed8(self) -> np.ndarray:
+        return gauge_fields.pack_links(self.links, 8)
+
+    def packed(self, reconstruct: int) -> np.ndarray:
+        """The links' parameters (4, 2, V/2, n), to be read only: 18, a view of the links; 12,
+        two rows (a copy, quick to make); 8, made once for the three precisions' keys (the
+        costly one, a second at 32^4)."""
+        if reconstruct == 18:
+            return self.links.reshape(self.links.shape[:3] + (9,))
+        return self._packed8 if reconstruct == 8 else gauge_fields.pack_links(self.links, 12)
+
+
+@functools.lru_cache(maxsize=2)
+def _tuning_problem(dims: tuple[int, int, int, int]) -> _TuningProblem:
+    """:func:`_tuning_fields` for the device, cached (costly at 32^4; ``warm`` tunes the nine
+    keys of each of its two lattices from one). Only the device orders are kept: the
+    lexicographic fields would take 0.8 GB more at 32^4)."""
+    lattice, u, psi, sample, expected = _tuning_fields(dims)
+    spinor = lattice.spinor_to_device(psi, 1, np.complex128)
+    return _TuningProblem(lattice, lattice.links_by_parity(u), spinor, sample, expected)
 
 
 def render_tuned(precision: str, reconstruct: int, params: dict[str, Any]) -> dict[str, Any]:
@@ -488,18 +548,19 @@ class DslashTemplate:
         (``local``, seed 0) over the whole space within :attr:`STRUCTURE_EVALS` more
         configurations. Every candidate's output is checked against the numpy reference."""
         check_options(dims, precision, reconstruct, -1, half=True)
-        lattice, u, psi, sample, expected = _tuning_problem(tuple(dims))
+        problem = _tuning_problem(tuple(int(d) for d in dims))
+        lattice, sample, expected = problem.lattice, problem.sample, problem.expected
         queue = context.create_tuning_command_queue()
         sites = lattice.half_volume
         gauges: dict[int, accel.DeviceArray] = {}  # link_load -> the links in its layout
         gauge_guard = threading.Lock()
         if precision == "half":
-            inp = half_storage.to_device(context, queue,
-                                         lattice.spinor_to_device(psi, 1, np.complex128))
+            inp = half_storage.HalfSpinor(*(context.to_device(queue, a)
+                                            for a in problem.half_spinor))
             out = half_storage.HalfSpinor.allocate(context, sites)
         else:
             dtype = PRECISIONS[precision][1]
-            inp = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
+            inp = context.to_device(queue, problem.spinor.astype(dtype))
             out = context.allocate((12, sites), dtype)
         tol = {"half": 5e-3, "single": 1e-4, "double": 1e-10}[precision]
 
@@ -509,7 +570,8 @@ class DslashTemplate:
             with gauge_guard:
                 gauge = gauges.get(params["link_load"])
                 if gauge is None:
-                    gauge = gauges[params["link_load"]] = template.gauge_to_device(queue, u)
+                    gauge = gauges[params["link_load"]] = context.to_device(queue, device_links(
+                        problem.packed(reconstruct), precision, reconstruct, params["link_load"]))
 
             def check() -> bool:
                 # only the sampled sites are converted (a whole 48^3 x 96 field took seconds)

@@ -39,11 +39,17 @@ def haar_field(dims: tuple[int, int, int, int], seed: int) -> np.ndarray:
     """
     lat = Lattice(dims)
     rng = np.random.default_rng(seed)
-    z = rng.standard_normal((4,) + lat.shape + (2, 3)) + 1j * rng.standard_normal((4,) + lat.shape + (2, 3))
-    row0 = z[..., 0, :] / np.linalg.norm(z[..., 0, :], axis=-1, keepdims=True)
-    row1 = z[..., 1, :] - np.sum(row0.conj() * z[..., 1, :], axis=-1, keepdims=True) * row0
+    shape = (4,) + lat.shape + (2, 3)
+    z = np.empty(shape, np.complex128)  # real parts drawn first, then imaginary parts
+    z.real = rng.standard_normal(shape)
+    z.imag = rng.standard_normal(shape)
+    links = np.empty((4,) + lat.shape + (3, 3), np.complex128)
+    row0, row1 = links[..., 0, :], links[..., 1, :]
+    np.divide(z[..., 0, :], np.linalg.norm(z[..., 0, :], axis=-1, keepdims=True), out=row0)
+    row1[...] = z[..., 1, :] - np.sum(row0.conj() * z[..., 1, :], axis=-1, keepdims=True) * row0
     row1 /= np.linalg.norm(row1, axis=-1, keepdims=True)
-    return np.stack([row0, row1, _cross_conj(row0, row1)], axis=-2)
+    links[..., 2, :] = _cross_conj(row0, row1)
+    return links
 
 
 def plaquette(u: np.ndarray) -> float:
@@ -82,7 +88,13 @@ def boundary_signs(shape: tuple[int, ...], t_boundary: int) -> np.ndarray:
 
 
 def _cross_conj(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.conj(np.cross(a, b))
+    """conj(a x b) over the last axis (np.cross's products, without its copies)."""
+    out = np.empty(np.broadcast_shapes(a.shape, b.shape), np.result_type(a, b))
+    for k in range(3):
+        i, j = (k + 1) % 3, (k + 2) % 3
+        np.multiply(a[..., i], b[..., j], out=out[..., k])
+        out[..., k] -= a[..., j] * b[..., i]
+    return np.conj(out, out=out)
 
 
 def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
@@ -103,14 +115,24 @@ def pack(u: np.ndarray, reconstruct: int, t_boundary: int = 1) -> np.ndarray:
     (:func:`phase_from_tangent`); the three choices travel as offsets on the two phase
     parameters (:data:`CHOICE_STEP`, :data:`CHOICES`).
     """
+    if reconstruct == 8 and t_boundary != 1:  # with +1 every sign is 1: nothing to multiply
+        signs = boundary_signs(u.shape, t_boundary).astype(u.real.dtype)
+        u = u * signs[..., None, None]
+    return pack_links(u, reconstruct)
+
+
+def pack_links(links: np.ndarray, reconstruct: int) -> np.ndarray:
+    """Compress SU(3) matrices ``links`` of any shape ``(..., 3, 3)`` to 12 or 8 parameters
+    (18: all nine, a copy), as :func:`pack` does with a periodic time boundary: the parameters
+    of each link depend on that link alone, so links in any order (the dslash's checkerboard
+    order) give their parameters in that order."""
     if reconstruct == 18:
-        return u.reshape(u.shape[:-2] + (9,)).copy()
+        return links.reshape(links.shape[:-2] + (9,)).copy()
     if reconstruct == 12:
-        return u[..., :2, :].reshape(u.shape[:-2] + (6,)).copy()
+        return links[..., :2, :].reshape(links.shape[:-2] + (6,)).copy()
     if reconstruct != 8:
         raise ValueError(f"reconstruct must be 18, 12 or 8, got {reconstruct!r}")
-    signs = boundary_signs(u.shape, t_boundary).astype(u.real.dtype)
-    return _pack8(u * signs[..., None, None])
+    return _pack8(links)
 
 
 #: the spacing of the choices carried by the 8-parameter form's phase parameters (a stored
@@ -145,8 +167,12 @@ def _exchange(v: np.ndarray, swap: np.ndarray) -> np.ndarray:
 
 def _pack8(w: np.ndarray) -> np.ndarray:
     swap = np.abs(w[..., 0, 0]) > np.abs(w[..., 0, 1])
-    v = _exchange(w, swap)
-    a1, a2, a3, b1, c1 = v[..., 0, 0], v[..., 0, 1], v[..., 0, 2], v[..., 1, 0], v[..., 2, 0]
+    # the five entries kept of V = _exchange(w, swap), made alone (not the whole matrix)
+    a1 = np.where(swap, w[..., 0, 1], w[..., 0, 0])
+    a2 = np.where(swap, w[..., 0, 0], w[..., 0, 1])
+    a3 = np.where(swap, np.negative(w[..., 0, 2]), w[..., 0, 2])
+    b1 = np.where(swap, w[..., 1, 1], w[..., 1, 0])
+    c1 = np.where(swap, w[..., 2, 1], w[..., 2, 0])
     row = np.abs(a2) >= np.abs(a3)      # row 0's entry rebuilt from its phase: a2, else a3
     col = np.abs(b1) >= np.abs(c1)      # column 0's: b1, else c1
     out = np.empty(w.shape[:-2] + (8,), dtype=w.real.dtype)

@@ -103,7 +103,16 @@ class Lattice:
 
     def links_to_device(self, packed: np.ndarray, dtype: np.dtype) -> np.ndarray:
         """(4, T, Z, Y, X, n) packed links -> (4, 2, n, V/2): direction, parity, component, site."""
-        n = packed.shape[-1]
-        flat = packed.reshape(4, self.volume, n)
-        out = np.stack([flat[:, self.sites(p)] for p in (0, 1)], axis=1)  # (4, 2, V/2, n)
+        out = self.links_by_parity(packed)  # (4, 2, V/2, n)
         return np.ascontiguousarray(np.swapaxes(out, -1, -2), dtype=dtype)
+
+    def links_by_parity(self, links: np.ndarray) -> np.ndarray:
+        """(4, T, Z, Y, X, ...) links (packed or 3 x 3) -> (4, 2, V/2, ...): direction, parity,
+        site in checkerboard order, each site's entries together."""
+        inner = links.shape[5:]
+        flat = links.reshape((4, self.volume) + inner)
+        out = np.empty((4, 2, self.half_volume) + inner, links.dtype)
+        for mu in range(4):
+            for parity in (0, 1):  # "clip": the indices are in range, and take copies unbuffered
+                np.take(flat[mu], self.sites(parity), axis=0, out=out[mu, parity], mode="clip")
+        return out

@@ -236,3 +236,31 @@ def test_lookahead_is_on_for_gpus_only_and_the_option_overrides(capsys, db, cont
     with pytest.raises(SystemExit):
         main(["warm", "--help"])
     assert "--lookahead" in capsys.readouterr().out
+
+
+def test_a_tuned_call_inside_a_key_ahead_waits_for_the_turn_before_its_lock():
+    """A key tuned ahead must not hold a tuned call's key lock while its turn is closed (the key
+    being tuned may need that lock): ``wait_for_turn`` holds it back until the turn, and a
+    cancelled turn ends it."""
+    from autotune.tune.turns import wait_for_turn
+
+    wait_for_turn()  # outside a key's turn: returns at once
+    for end in ("open", "cancel"):
+        turn, passed, errors = KeyTurn(), [], []
+
+        def key() -> None:
+            with turn.scope():
+                try:
+                    wait_for_turn()
+                    passed.append(time.perf_counter())
+                except TurnCancelled as exc:
+                    errors.append(exc)
+
+        thread = threading.Thread(target=key, daemon=True)
+        thread.start()
+        time.sleep(0.1)
+        assert not passed and not errors and thread.is_alive()
+        getattr(turn, end)()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert (len(passed), len(errors)) == ((1, 0) if end == "open" else (0, 1))

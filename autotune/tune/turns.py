@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from ..accel import tuning_turn
 
 _clock: ContextVar[Callable[[], float]] = ContextVar("autotune_clock", default=time.perf_counter)
+_key_turn: ContextVar[KeyTurn | None] = ContextVar("autotune_key_turn", default=None)
 
 
 def clock() -> float:
@@ -28,6 +29,17 @@ def clock() -> float:
     :meth:`KeyTurn.scope`, where it stands still until the turn comes): budgets and the time a
     tuning took are read from it."""
     return _clock.get()()
+
+
+def wait_for_turn() -> None:
+    """Inside :meth:`KeyTurn.scope`, wait for the key's turn; elsewhere return at once.
+
+    A tuned call made inside a tuning function tuned ahead calls it before it takes its key's
+    lock: a key tuned ahead must not hold a lock that the key being tuned may need while it
+    waits for that key to finish."""
+    turn = _key_turn.get()
+    if turn is not None:
+        turn.wait()
 
 
 class TurnCancelled(BaseException):
@@ -87,9 +99,10 @@ class KeyTurn:
     def scope(self) -> Iterator[KeyTurn]:
         """Within the block, this thread's device work waits for the turn (its copies to the
         device are kept until then) and the tuner's :func:`clock` is this key's."""
-        token = _clock.set(self.now)
+        token, mine = _clock.set(self.now), _key_turn.set(self)
         try:
             with tuning_turn(self.wait, ready=self.ready):
                 yield self
         finally:
+            _key_turn.reset(mine)
             _clock.reset(token)

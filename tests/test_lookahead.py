@@ -264,3 +264,20 @@ def test_a_tuned_call_inside_a_key_ahead_waits_for_the_turn_before_its_lock():
         thread.join(10)
         assert not thread.is_alive()
         assert (len(passed), len(errors)) == ((1, 0) if end == "open" else (0, 1))
+
+
+def test_ctrl_c_stops_the_key_tuned_and_the_key_ahead(capsys, db, monkeypatch):
+    monkeypatch.setattr(toy_templates.OrderedTemplate, "interrupt", 0)
+    threads = threading.active_count()
+    code, _, _, log = _warm(capsys, db, "--lookahead")
+    assert code == 130
+    events = _events(log)
+    assert (1, "start") in events, "the next key should have started ahead"
+    assert (1, "launch") not in events and (2, "start") not in events, log
+    assert threading.active_count() == threads, "a key's thread outlived warm"
+
+
+def test_lookahead_keeps_the_time_limits(capsys, db):
+    code, out, err, _ = _warm(capsys, db, "--lookahead", "--max-minutes", "1", "--max-seconds", "5")
+    assert code == 0, out + err
+    assert "3 tuned, 0 stored, 0 failed" in out

@@ -261,12 +261,14 @@ class OrderedTemplate(Protocol):
     into :attr:`log` when its tuning function starts, when its first launch has been enqueued
     (past its turn) and when it returns; key :attr:`fail` fails in its tuning function. Its
     input is uploaded once, then the host array is overwritten (a copy kept until the key's
-    turn must carry the data as it was)."""
+    turn must carry the data as it was). Key :attr:`interrupt` raises ``KeyboardInterrupt``
+    (Ctrl-C) at its first launch."""
 
     autotune_sources = (KERNEL,)
     warm_configurations = [{"index": i} for i in range(3)]
     log: list = []
     fail: int | None = None
+    interrupt: int | None = None
 
     @classmethod
     def autotune_space(cls, context, index):
@@ -297,6 +299,8 @@ class OrderedTemplate(Protocol):
                 if not launched:
                     launched.append(True)
                     cls.log.append((index, "launch", time.perf_counter()))
+                    if index == cls.interrupt:
+                        raise KeyboardInterrupt
 
             return tune.make_measure(queue, run, lambda: np.array_equal(y.get(queue), expected))
 

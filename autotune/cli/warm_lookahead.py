@@ -1,6 +1,7 @@
 """``warm``'s lookahead: the next key's tuning function starts while the key before it is tuned.
 
-Each key tuned runs in a thread of its own, inside its :class:`~autotune.tune.turns.KeyTurn`:
+Each key tuned runs in a thread of its own (its builds in helper processes), inside its
+:class:`~autotune.tune.turns.KeyTurn`:
 while the key before it is tuned, it prepares its data, allocates and compiles its first
 candidates; its device work (uploads kept until then, launches, downloads, timers) waits until
 that key is completely done, so that no measurement of it is disturbed. Results come back in
@@ -19,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from ..accel import builds_in_helpers
 from ..tune.turns import KeyTurn, TurnCancelled
 
 T = TypeVar("T")
@@ -88,7 +90,10 @@ class KeyPipeline(Generic[T]):
 
         def body() -> None:
             try:
-                with self.context.thread_scope(), running.turn.scope():
+                # builds render (and compile) in helper processes, as the search's
+                # compile-ahead threads do: a key's thread must not hold the interpreter lock
+                # for long while the other key enqueues its timed work
+                with self.context.thread_scope(), running.turn.scope(), builds_in_helpers():
                     running.result = work()
             except BaseException as exc:  # noqa: BLE001 - handed to the main thread
                 running.error = exc

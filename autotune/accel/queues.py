@@ -23,6 +23,7 @@ from .errors import AccelError
 from .kernels import Kernel
 from .shapes import as_sizes
 
+
 class _Turn:
     """One :func:`tuning_turn` block: its ``wait``, the turn around it (``outer``), and where
     ``ready`` is given, the copies to the device kept until the turn comes."""

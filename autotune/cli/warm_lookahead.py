@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ..accel import builds_in_helpers
-from ..tune.turns import KeyTurn, TurnCancelled
+from ..tune.turns import KeyTurn
 
 T = TypeVar("T")
 
@@ -116,5 +116,3 @@ class KeyPipeline(Generic[T]):
                 running.thread.join()
         self._current = self._ahead = None
 
-
-__all__ = ["KeyPipeline", "KeyStart", "TurnCancelled", "lookahead_default"]

@@ -94,10 +94,11 @@ def test_a_keys_clock_stands_still_until_its_turn():
 
 def test_a_search_compiles_ahead_within_a_closed_turn_and_measures_after(context):
     """The evaluator's compile-ahead turns inside a key's turn: candidates are built while the
-    key waits, and not one of them reaches the device before the turn opens."""
+    key waits, and not one of them reaches the device before the turn opens; the key's upload,
+    kept until then, runs before the first of them (a compile-ahead thread's)."""
     queue = context.create_tuning_command_queue()
-    x = context.to_device(queue, np.arange(N, dtype=np.float32))
     y = context.allocate(N, np.float32)
+    given: dict = {}
     built: list[int] = []
     launched: list[float] = []
 
@@ -107,7 +108,7 @@ def test_a_search_compiles_ahead_within_a_closed_turn_and_measures_after(context
         y.zero(queue)  # device work inside generate waits for both turns
 
         def run():
-            queue.enqueue_kernel(kernel, [y, x, np.uint32(N)], N, wgs)
+            queue.enqueue_kernel(kernel, [y, given["x"], np.uint32(N)], N, wgs)
             launched.append(time.perf_counter())
 
         return tune.make_measure(queue, run, lambda: np.array_equal(
@@ -118,6 +119,7 @@ def test_a_search_compiles_ahead_within_a_closed_turn_and_measures_after(context
 
     def key() -> None:
         with context.thread_scope(), turn.scope():
+            given["x"] = context.to_device(queue, np.arange(N, dtype=np.float32))  # kept
             found["result"] = tune.search(generate, {"wgs": [16, 32, 64]}, workers=3)
 
     thread = threading.Thread(target=key, daemon=True)

@@ -254,3 +254,57 @@ class SizedTemplate(Protocol):
 def run_sized(queue, kernel, y, x, n, wgs):
     """Launch the toy kernel over ``n`` elements in work-groups of ``wgs``."""
     queue.enqueue_kernel(kernel, [y, x, np.uint32(n)], -(-n // wgs) * wgs, wgs)
+
+
+class OrderedTemplate(Protocol):
+    """y = (x + index) * 2 with the real toy kernel, for ``warm --lookahead``: each key logs
+    into :attr:`log` when its tuning function starts, when its first launch has been enqueued
+    (past its turn) and when it returns; key :attr:`fail` fails in its tuning function. Its
+    input is uploaded once, then the host array is overwritten (a copy kept until the key's
+    turn must carry the data as it was). Key :attr:`interrupt` raises ``KeyboardInterrupt``
+    (Ctrl-C) at its first launch."""
+
+    autotune_sources = (KERNEL,)
+    warm_configurations = [{"index": i} for i in range(3)]
+    log: list = []
+    fail: int | None = None
+    interrupt: int | None = None
+
+    @classmethod
+    def autotune_space(cls, context, index):
+        return tune.Space({"wgs": [8, 16, 32, 64]})
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 8})
+    def autotune(cls, context, index):
+        import time
+
+        cls.log.append((index, "start", time.perf_counter()))
+        if index == cls.fail:
+            raise ValueError(f"key {index} fails on purpose")
+        queue = context.create_tuning_command_queue()
+        n = 4096
+        host = np.arange(n, dtype=np.float32) + index
+        expected = 2 * host
+        x = context.to_device(queue, host)
+        host[:] = -1.0
+        y = context.allocate(n, np.float32)
+        launched: list = []
+
+        def generate(wgs):
+            kernel = context.build(KERNEL, {"wrong": False, "factor": "2.0f"}).get_kernel("toy")
+
+            def run():
+                queue.enqueue_kernel(kernel, [y, x, np.uint32(n)], n, wgs)
+                if not launched:
+                    launched.append(True)
+                    cls.log.append((index, "launch", time.perf_counter()))
+                    if index == cls.interrupt:
+                        raise KeyboardInterrupt
+
+            return tune.make_measure(queue, run, lambda: np.array_equal(y.get(queue), expected))
+
+        try:
+            return tune.autotune(generate)
+        finally:
+            cls.log.append((index, "end", time.perf_counter()))

@@ -6,6 +6,7 @@ queue's rules for each copy (a tuning queue's turn, a running interval timer), l
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -81,12 +82,19 @@ class DeviceArray(ABC):
         if not wait and not host.flags.c_contiguous:
             raise ValueError("an asynchronous copy needs a C-contiguous host array")
         host = np.ascontiguousarray(host)
+        if self.nbytes and queue._keep(functools.partial(
+                self._kept_upload, queue, np.array(host, copy=True) if wait else host, wait)):
+            return  # enqueued when this thread's turn comes (see accel.tuning_turn)
         queue._wait_turn()
+        self._kept_upload(queue, host, wait)
+
+    def _kept_upload(self, queue: QueueRole, host: np.ndarray, wait: bool) -> None:
         queue._before_waiting()
         if self.nbytes:
             queue._record(self._upload(queue, host))
             if wait:
-                queue.finish()
+                queue._before_waiting()
+                queue._finish()
 
     def get(self, queue: QueueRole, out: np.ndarray | None = None, *,
             wait: bool = True) -> np.ndarray:
@@ -141,6 +149,8 @@ class DeviceArray(ABC):
 
     def zero(self, queue: QueueRole) -> None:
         """Set every byte to zero (asynchronously, on ``queue``)."""
+        if self.nbytes and queue._keep(lambda: queue._record(self._fill_zero(queue))):
+            return
         queue._wait_turn()
         if self.nbytes:
             queue._record(self._fill_zero(queue))
@@ -148,6 +158,8 @@ class DeviceArray(ABC):
     def copy_from(self, queue: QueueRole, other: DeviceArray) -> None:
         """Device-to-device copy of ``other`` into this array (asynchronously, on ``queue``)."""
         self._check_peer(other)
+        if self.nbytes and queue._keep(lambda: queue._record(self._copy_from(queue, other))):
+            return
         queue._wait_turn()
         if self.nbytes:
             queue._record(self._copy_from(queue, other))

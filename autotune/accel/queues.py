@@ -9,6 +9,7 @@ rules live here.
 from __future__ import annotations
 
 import contextlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -22,19 +23,85 @@ from .errors import AccelError
 from .kernels import Kernel
 from .shapes import as_sizes
 
-_turn: ContextVar[Callable[[], None] | None] = ContextVar("autotune_tuning_turn", default=None)
+
+class _Turn:
+    """One :func:`tuning_turn` block: its ``wait``, the turn around it (``outer``), and where
+    ``ready`` is given, the copies to the device kept until the turn comes."""
+
+    def __init__(self, wait: Callable[[], None], ready: Callable[[], bool] | None,
+                 outer: _Turn | None):
+        self.wait = wait
+        self.ready = ready
+        self.outer = outer
+        self.kept: list[Callable[[], None]] = []
+        self.failed: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def chain(self) -> list[_Turn]:
+        """This turn and those around it, the outermost first."""
+        turns, turn = [], self
+        while turn is not None:
+            turns.append(turn)
+            turn = turn.outer
+        return turns[::-1]
+
+    def take(self) -> None:
+        """Wait for every turn of the chain, the outermost first, running each one's kept
+        copies once it has come (before anything this thread enqueues next)."""
+        for turn in self.chain():
+            turn.wait()
+            turn.run_kept()
+
+    def run_kept(self) -> None:
+        with self.lock:
+            if self.failed is not None:
+                raise AccelError(f"a copy to the device kept until this turn failed: "
+                                 f"{self.failed}") from self.failed
+            while self.kept:
+                command = self.kept.pop(0)
+                try:
+                    command()
+                except Exception as exc:
+                    self.failed = exc
+                    self.kept.clear()
+                    raise
+
+    def keep(self, command: Callable[[], None]) -> bool:
+        """Keep ``command`` (a copy to the device) until the turn comes, if it has not come
+        and this block allows that; False if it must run now (after :meth:`take`)."""
+        if self.ready is None:
+            return False
+        with self.lock:
+            if self.ready():
+                return False  # the command waits, which runs what is kept first
+            self.kept.append(command)
+            return True
+
+
+_turn: ContextVar[_Turn | None] = ContextVar("autotune_tuning_turn", default=None)
 
 
 @contextlib.contextmanager
-def tuning_turn(wait: Callable[[], None]) -> Iterator[None]:
+def tuning_turn(wait: Callable[[], None], *,
+                ready: Callable[[], bool] | None = None) -> Iterator[None]:
     """Within the block, work this thread puts on a *tuning* queue first calls ``wait()``.
 
     A caller that prepares work ahead of time in other threads (the tuner compiles candidates
     in a pool) uses it to keep that work's device commands in order: ``wait`` returns when it is
-    this thread's turn. Compiling and allocating do not wait; uploads, copies, fills, launches,
-    downloads and ``finish`` on a tuning queue do.
+    this thread's turn (or raises, to stop the thread's work). Compiling and allocating do not
+    wait; uploads, copies, fills, launches, downloads, ``finish``, markers and timers on a
+    tuning queue do.
+
+    Turns nest: inside another block, work waits for the enclosing turn first, then for this
+    one (a candidate compiled ahead within a key tuned ahead waits for both).
+
+    ``ready``, where given, says without waiting whether the turn has come. Until it has,
+    copies *to* the device this thread puts on a tuning queue (``set`` and ``to_device``, with a
+    copy of the host data taken now; ``zero``; ``copy_from``) do not wait: they are kept, and
+    enqueued in order once the turn has come, before the next command that waits (in this
+    thread or in a turn nested in it). So the thread goes on to its compiles.
     """
-    token = _turn.set(wait)
+    token = _turn.set(_Turn(wait, ready, _turn.get()))
     try:
         yield
     finally:
@@ -67,6 +134,7 @@ class IntervalTimer(ABC):
             raise AccelError("IntervalTimer.start called twice without stop")
         if self.queue._interval is not None:
             raise AccelError("another interval timer of this queue is running")
+        self.queue._wait_turn()
         self.running = True
         self.queue._interval = self
         self._start()
@@ -147,6 +215,7 @@ class CommandQueue(ABC):
     def mark(self) -> Marker:
         """A :class:`Marker` of the work enqueued so far: waiting on it does not wait for work
         enqueued after it (the host can act on a copy while a later kernel runs)."""
+        self._wait_turn()
         return self._mark()
 
     @abstractmethod
@@ -160,6 +229,7 @@ class CommandQueue(ABC):
             raise TypeError(f"expected a Marker from queue.mark(), not {type(marker).__name__}")
         if marker.queue.context is not self.context:
             raise AccelError("the marker belongs to a queue of another context")
+        self._wait_turn()
         self._wait_for(marker)
 
     @abstractmethod
@@ -236,9 +306,17 @@ class CommandQueue(ABC):
 
     def _wait_turn(self) -> None:
         if self.tuning:
-            wait = _turn.get()
-            if wait is not None:
-                wait()
+            turn = _turn.get()
+            if turn is not None:
+                turn.take()
+
+    def _keep(self, command: Callable[[], None]) -> bool:
+        """Keep ``command`` (a copy to the device on this queue) until this thread's turn comes,
+        where its :func:`tuning_turn` allows that (True); else False: run it now."""
+        if not self.tuning:
+            return False
+        turn = _turn.get()
+        return turn is not None and turn.keep(command)
 
     def start_tuning(self) -> None:
         """Start timing everything enqueued from now on, until :meth:`stop_tuning`."""
@@ -246,6 +324,7 @@ class CommandQueue(ABC):
             raise AccelError("start_tuning needs a queue from context.create_tuning_command_queue()")
         if self._timing:
             raise AccelError("start_tuning called twice without stop_tuning")
+        self._wait_turn()
         self._timing = True
         self._start_timing()
 

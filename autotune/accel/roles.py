@@ -20,11 +20,15 @@ class ContextRole(Protocol):
 
 class QueueRole(Protocol):
     """A command queue, as a copy of a device array uses it: wait for a tuning queue's turn,
-    mind a running interval timer, record the copy's event, and wait for the work."""
+    keep a copy until the turn comes, mind a running interval timer, record the copy's event, and wait for the work."""
 
     context: ContextRole
 
     def _wait_turn(self) -> None: ...
+
+    def _keep(self, command: Any) -> bool: ...
+
+    def _finish(self) -> None: ...
 
     def _before_waiting(self) -> None: ...
 

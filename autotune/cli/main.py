@@ -106,6 +106,10 @@ def _add_warm(sub: Any) -> None:
     warm.add_argument("--batches", type=int, metavar="N",
                       help="timed batches per configuration (default 5; their median is its "
                            "time): fewer for a quick survey of a large space")
+    warm.add_argument("--lookahead", action=argparse.BooleanOptionalAction, default=None,
+                      help="start each next key (its data, allocations and compiles) while the "
+                           "key before it is tuned, its device work waiting until that key is "
+                           "done (default: on for GPUs, off for CPU devices)")
     warm.add_argument("--resume", action="store_true",
                       help="go on from the trials a search interrupted earlier stored (this "
                            "device, same sources, after the key's stored result), measuring "

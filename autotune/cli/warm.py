@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import socket
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -28,6 +29,7 @@ from ..tune.store import StoreUnavailableError
 from ..tune.validation import recorded_speedup
 from .formatting import parameters_text, printable, seconds_text, speedup_text
 from .recorded import RecordedPlan, recorded_plan
+from .warm_lookahead import KeyPipeline, KeyStart, lookahead_default
 from .warm_plan import Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args
 
 
@@ -110,6 +112,9 @@ class _Progress:
                 self.rich = None
         self.task = None
         self.label = ""
+        self.current: int | None = None  #: the key being tuned (the estimator's numbering)
+        self._early: dict[int, list[tuple[str, dict[str, Any]]]] = {}  #: events of keys ahead
+        self._lock = threading.Lock()
 
     def close(self) -> None:
         if self.rich is not None:
@@ -136,6 +141,9 @@ class _Progress:
     def key(self, label: str, index: int | None = None) -> Iterator[None]:
         self.label = label
         started = time.perf_counter()
+        with self._lock:
+            self.current = index
+            early = self._early.pop(index, []) if index is not None else []
         if self.estimator is not None and index is not None:
             self.estimator.start(index)
         if self.rich is not None:
@@ -144,9 +152,10 @@ class _Progress:
             elapsed = _duration(time.perf_counter() - self.started)
             print(f"[{self.done + 1}/{self.total}] tuning {label} ({elapsed} elapsed{self.left()})",
                   file=self.stream, flush=True)
+        for event, data in early:
+            self.observe(event, data)  # what its search said while it ran ahead
         try:
-            with observing(self.observe):
-                yield
+            yield
         finally:
             self.tuning_seconds += time.perf_counter() - started
             if self.estimator is not None and index is not None:
@@ -161,6 +170,19 @@ class _Progress:
                 self.rich.update(self.overall, completed=self.done,
                                  description=f"keys{self.left()}")
                 self.task = None
+
+    def observer(self, index: int) -> Any:
+        """The observer of key ``index``'s search: its events are shown while it is the key
+        being tuned, and kept until then while it runs ahead (``--lookahead``)."""
+
+        def observe(event: str, data: dict[str, Any]) -> None:
+            with self._lock:
+                if self.current != index:
+                    self._early.setdefault(index, []).append((event, data))
+                    return
+            self.observe(event, data)
+
+        return observe
 
     def observe(self, event: str, data: dict[str, Any]) -> None:
         if self.rich is None or self.task is None:
@@ -200,7 +222,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 settings: dict[str, Any] | None = None,
                 share: tuple[int, int] = (0, 1), comm: Any = None,
                 recorded: RecordedPlan | None = None,
-                policy: WarmPolicy | None = None) -> list[WarmOutcome]:
+                policy: WarmPolicy | None = None,
+                lookahead: bool | None = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
@@ -213,7 +236,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     (``--recorded``): the keys of a record file on this device take the place of the
     templates' warm configurations. ``policy``: each key's search (:mod:`autotune.cli.warm_plan`:
     its plan wins over ``settings``' strategy and max_evals), the warm-start databases and the
-    time limit of the run.
+    time limit of the run. ``lookahead``: start each next key while the key before it is tuned
+    (:mod:`.warm_lookahead`; None: on GPUs only).
     """
     policy = policy if policy is not None else WarmPolicy()
     if policy.started is None:
@@ -237,6 +261,10 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
         estimator = Estimator(plans)
         progress = _Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
+        starts = _starts(plan, order, plans, context, settings, policy, estimator, progress)
+        following = dict(zip(sorted(order), sorted(order)[1:]))  # the next key to tune
+        pipeline: KeyPipeline = KeyPipeline(context, lookahead_default(context)
+                                            if lookahead is None else lookahead)
         try:
             for position, (template, config, verdict) in enumerate(plan):
                 args = describe_arguments(encode_arguments(config))
@@ -246,26 +274,56 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                     continue
                 why = _why_tuned(verdict)
                 n = order[position]
-                key_plan = plans[n]
-                seconds = policy.share(estimator, list(range(n, len(todo))))
-                noted = {"plan": key_plan.text(), "estimate": key_plan.seconds}
                 if dry_run:
                     outcomes.append(WarmOutcome(template.name, device, args, "would tune",
-                                                message=why.strip(" ()"), **noted))
+                                                message=why.strip(" ()"), plan=plans[n].text(),
+                                                estimate=plans[n].seconds))
                     continue
-                with progress.key(f"{template.name} {args} on {device}{why}", n), \
-                        search_settings(**_key_settings(settings, key_plan, seconds, policy)):
-                    found, key = _tune_key(template, context, config, args, noted)
-                outcomes.append(found)
+                began = time.perf_counter()  # a key run ahead counts from its turn
+                with progress.key(f"{template.name} {args} on {device}{why}", n):
+                    found, key = pipeline.tune(starts[position],
+                                               starts.get(following.get(position, -1)))
+                outcomes.append(dataclasses.replace(found, seconds=time.perf_counter() - began))
                 if key is not None:
                     unwritten[len(outcomes) - 1] = key
         finally:
+            pipeline.close()  # a key still running (Ctrl-C) is cancelled and waited for
             progress.close()
         _say_estimates(progress, estimator, quiet or dry_run)
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
     back = sorted(range(len(outcomes)), key=lambda k: turn[k])  # as the templates list them
     return [dataclasses.replace(outcomes[k], where=where) for k in back]
+
+
+def _starts(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan], context: Any,
+            settings: dict[str, Any] | None, policy: WarmPolicy, estimator: Estimator,
+            progress: _Progress) -> dict[int, KeyStart]:
+    """The start of each key to tune (by its position in ``plan``; ``order``: its number among
+    the keys to tune). Called when the key starts (``ahead``: while the key before it is tuned,
+    :mod:`.warm_lookahead`), it fixes the key's search settings (its share of
+    ``--max-minutes``, of what is left then) and returns the key's tuning."""
+
+    def start_of(position: int) -> KeyStart:
+        template, config, _ = plan[position]
+        n = order[position]
+
+        def start(ahead: bool) -> Any:
+            pending = list(range(n - 1 if ahead else n, len(plans)))
+            seconds = policy.share(estimator, pending, 1 if ahead else 0)
+            chosen = _key_settings(settings, plans[n], seconds, policy)
+            args = describe_arguments(encode_arguments(config))
+            noted = {"plan": plans[n].text(), "estimate": plans[n].seconds}
+
+            def work() -> tuple[WarmOutcome, Any]:
+                with search_settings(**chosen), observing(progress.observer(n)):
+                    return _tune_key(template, context, config, args, noted)
+
+            return work
+
+        return start
+
+    return {position: start_of(position) for position in order}
 
 
 def _tune_key(template: RegisteredTemplate, context: Any, config: dict[str, Any], args: str,
@@ -407,10 +465,11 @@ def _written_late(store: Any, outcomes: list[WarmOutcome],
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, url, force, dry_run, settings, share, policy, recorded = job
+    spec, extra, names, url, force, dry_run, settings, share, policy, recorded, ahead = job
     templates = _select_templates(names, extra) if recorded is None else []
     return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True,
-                       settings=settings, share=share, policy=policy, recorded=recorded)
+                       settings=settings, share=share, policy=policy, recorded=recorded,
+                       lookahead=ahead)
 
 
 def _mpi_world() -> Any:
@@ -448,7 +507,8 @@ def _warm_ranks(comm: Any, args: Any, templates: list[RegisteredTemplate], url: 
         outcomes = warm_device(spec, templates, url=url, force=args.force,
                                dry_run=args.dry_run, quiet=args.quiet or comm.rank != 0,
                                settings=settings, comm=comm, policy=policy,
-                               recorded=getattr(args, "recorded_plan", None))
+                               recorded=getattr(args, "recorded_plan", None),
+                               lookahead=getattr(args, "lookahead", None))
         # not bounded: a rank done with its share waits for the others' (minutes apart on
         # GPUs); a rank that fails aborts every rank (abort_on_error)
         gathered = comm.gather(outcomes, root=0)
@@ -547,7 +607,8 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
     jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:
         work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part,
-                 dataclasses.replace(policy, started=None), args.recorded_plan)
+                 dataclasses.replace(policy, started=None), args.recorded_plan,
+                 getattr(args, "lookahead", None))
                 for s, part in zip(specs, parts)]
         with multiprocessing.get_context("spawn").Pool(jobs) as pool:
             return [o for part in pool.map(_warm_worker, work) for o in part]
@@ -555,7 +616,8 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
     for spec, part in zip(specs, parts):
         outcomes += warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
                                 quiet=args.quiet, settings=settings, share=part, policy=policy,
-                                recorded=args.recorded_plan)
+                                recorded=args.recorded_plan,
+                                lookahead=getattr(args, "lookahead", None))
     return outcomes
 
 

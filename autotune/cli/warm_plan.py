@@ -414,14 +414,15 @@ class WarmPolicy:
         costs: dict[str, float] = {}
         return [self.plan(template, context, config, stores, costs) for template, config in keys]
 
-    def share(self, estimator: Estimator, pending: Sequence[int]) -> float | None:
-        """The seconds the next key (the first of ``pending``) may take under ``max_minutes``:
+    def share(self, estimator: Estimator, pending: Sequence[int], which: int = 0) -> float | None:
+        """The seconds the next key (the first of ``pending``; ``which``: the one at that place
+        in it, a key started ahead while the first is tuned) may take under ``max_minutes``:
         its share of what is left, in proportion to the expected costs of the keys left."""
         if self.max_minutes is None:
             return None
         started = self.started if self.started is not None else time.perf_counter()
         left = self.max_minutes * 60 * (1 - RESERVE) - (time.perf_counter() - started)
-        return time_shares(left, [estimator.expected(i) for i in pending])[0]
+        return time_shares(left, [estimator.expected(i) for i in pending])[which]
 
 
 def policy_from_args(args: Any, templates: Sequence[Any], started: float) -> WarmPolicy:

@@ -33,6 +33,7 @@ from .rendered import template_dirs
 from .serving import MatchMode, serving
 from .similar import request_for
 from .space import Space, SpaceError
+from .turns import wait_for_turn
 from .store import database_url
 from .verdicts import Fingerprint, TuningOutcome, Verdict, judge, make_fingerprint
 
@@ -228,6 +229,7 @@ class TunedFunction:
             if hit is not None:
                 return hit
         store = state.store(url)
+        wait_for_turn()  # a key tuned ahead (warm --lookahead) holds no key lock before its turn
         with state.key_lock(url, call.key):  # two threads asking for one key tune it once
             params = None
             if not force:

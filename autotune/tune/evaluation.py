@@ -17,7 +17,6 @@ import math
 import os
 import re
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from ..accel import CompileError, LaunchError, builds_in_helpers, tuning_turn
 from .measurement import MIN_BATCHES, WrongResult, rates, time_candidate
 from .records import TrialStatus
 from .space import Space
+from .turns import clock
 
 logger = logging.getLogger("autotune.tune")
 
@@ -166,7 +166,7 @@ class Evaluator:
         self.space = space
         self.names = space.names
         self.budget = budget
-        self.started = time.perf_counter()
+        self.started = clock()  #: on the tuner's clock (see :mod:`.turns`)
         self.scores: dict[Key, float | None] = {}  #: every configuration seen, in order
         self.evals = 0  #: distinct configurations measured successfully
         self.history: list[tuple[Key, float | None]] = []
@@ -184,7 +184,7 @@ class Evaluator:
         # time never stops a search before its first success: a budget too short for one
         # candidate still gives a result (``warm --max-minutes`` stores one for every key)
         return (self.budget.max_seconds is not None and self._best is not None
-                and time.perf_counter() - self.started >= self.budget.max_seconds)
+                and clock() - self.started >= self.budget.max_seconds)
 
     def best(self) -> tuple[Key, float] | None:
         """The fastest configuration measured so far and its score (the first of equals)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -42,6 +41,7 @@ from .measurement import MIN_BATCHES, Measure, batch_iterations, check_batches
 from .records import TrialStatus
 from .space import Restriction, Space, SpaceError
 from .strategies import Strategy, strategy_named
+from .turns import clock
 
 __all__ = ["AutotuneError", "InvalidConfiguration", "SearchResult", "SearchSettings", "Trial",
            "TuningRun", "autotune", "classify", "current_run", "observing", "search",
@@ -154,7 +154,7 @@ class TuningRun:
     choice: _choice.Choice | None = None
     #: when the run began: ``search_settings(max_seconds=)`` bounds the whole run (every search
     #: a tuning function makes), not each search
-    started: float = field(default_factory=time.perf_counter)
+    started: float = field(default_factory=clock)
 
     def timed(self, parameters: dict[str, Any]) -> Trial | None:
         """The last successful trial of ``parameters`` in this run, if they were timed."""
@@ -280,7 +280,7 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     run = _run.get() or TuningRun()
     max_evals = chosen.max_evals if chosen.max_evals is not None else max_evals
     if chosen.max_seconds is not None:  # the run's: what earlier searches of the key left
-        max_seconds = max(chosen.max_seconds - (time.perf_counter() - run.started), 1e-3)
+        max_seconds = max(chosen.max_seconds - (clock() - run.started), 1e-3)
     seed = chosen.seed if chosen.seed is not None else seed
     try:
         name, strategy_fn = strategy_named(chosen.strategy or strategy)
@@ -347,7 +347,7 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
     (:func:`~.choice.settle`)."""
     if not rounds:
         return None
-    searched = time.perf_counter() - evaluator.started
+    searched = clock() - evaluator.started
     try:
         timed = {evaluator.key(t.parameters): t for t in evaluator.trials
                  if t.status is TrialStatus.OK and t.median_seconds}

@@ -179,11 +179,22 @@ def test_max_minutes_keeps_the_run_within_the_limit_and_every_key_gets_a_result(
 
 
 def test_a_time_limit_spent_before_the_last_keys_still_gives_each_a_result(capsys, db):
+    # without lookahead (the default on GPUs): a key started ahead compiles while the one before
+    # it is measured, and then measures more than one candidate in its floor of time
     code, out, _ = run(capsys, "warm", "--template", SLEEPY, "--warm-from", "none", "--quiet",
-                       "--max-minutes", "0.001")
+                       "--max-minutes", "0.001", "--no-lookahead")
     assert code == 0 and "3 tuned" in out
     records = ResultStore(f"sqlite:///{db}").records()
     assert len(records) == 3 and all(json.loads(r.search)["measured"] == 1 for r in records)
+
+
+def test_a_time_limit_spent_with_lookahead_still_gives_each_key_a_result_and_no_more(capsys, db):
+    code, out, _ = run(capsys, "warm", "--template", SLEEPY, "--warm-from", "none", "--quiet",
+                       "--max-minutes", "0.001", "--lookahead")
+    assert code == 0 and "3 tuned" in out
+    records = ResultStore(f"sqlite:///{db}").records()
+    # each at most what its compile-ahead workers built while it waited, never the space (100)
+    assert len(records) == 3 and all(1 <= json.loads(r.search)["measured"] <= 9 for r in records)
 
 
 def test_max_minutes_on_real_kernels_stores_every_key(capsys, db, context):

@@ -22,7 +22,6 @@ Modes:
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 import warnings

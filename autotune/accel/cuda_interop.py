@@ -161,8 +161,6 @@ class Producer:
     of one producer in a call is on the same current stream: it is asked for once (``seen``
     holds :attr:`token`)."""
 
-    name = "none"
-
     def __init__(self, token: Hashable):
         self.token = token
 
@@ -195,8 +193,6 @@ class CupyProducer(Producer):
     stream), used only where they agree with the dictionary read when the array was viewed
     (not where CuPy's interface synchronisation is switched off, for instance)."""
 
-    name = "cupy"
-
     def __init__(self, cupy: Any, device: int):
         super().__init__(("cupy", device))
         self.current = cupy.cuda.get_current_stream
@@ -225,8 +221,6 @@ class TorchProducer(Producer):
     stream wait for its current stream on the tensor's GPU, which is what :meth:`wait` does
     with that stream (read through ``torch._C`` where it has the fast reader, else
     ``torch.cuda.current_stream``)."""
-
-    name = "torch"
 
     def __init__(self, torch: Any, index: int):
         super().__init__(("torch", index))

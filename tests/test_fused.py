@@ -1,4 +1,4 @@
-"""The data fused passes are tuned on (operations.fused.tuning_data): vectors that repeat a
+"""The data fused passes are tuned on (operations.fused_data.tuning_data): vectors that repeat a
 tile with random signs, whose reference is computed on the tile, against the reference over
 the whole vectors; and what a wrong kernel would change."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from operations import fused
+from operations import fused_data
 from operations.blas import BlasTemplate
 from operations.reduce import ReduceTemplate
 
 #: three whole tiles and a part: every pattern of signs of two vectors, and a cut-short repeat
-N = 3 * fused.TUNING_TILE + 1001
+N = 3 * fused_data.TUNING_TILE + 1001
 WINDOWS = [(0, 4096), (N // 3, N // 3 + 4096), (N - 4096, N)]
 OPS = [(template, name) for template in (ReduceTemplate, BlasTemplate) for name in template.ops]
 
@@ -32,8 +32,8 @@ def test_tuning_data_matches_the_reference_over_the_whole_vectors(template, name
     op = template.ops[name]
     sample = np.concatenate([np.arange(a, b) for a, b in WINDOWS])
     for dtype in _dtypes(op):
-        scalars = fused.sample_scalars(op, dtype)
-        host, vectors, outputs = fused.tuning_data(op, dtype, N, WINDOWS, scalars)
+        scalars = fused_data.sample_scalars(op, dtype)
+        host, vectors, outputs = fused_data.tuning_data(op, dtype, N, WINDOWS, scalars)
         assert all(a.shape == (N,) and a.dtype == dtype for a in host.values())
         want_vectors, want_outputs = _whole(op, host, scalars)
         assert set(vectors) == set(op.written)
@@ -48,9 +48,9 @@ def test_tuning_vectors_do_not_repeat_at_a_launch_stride():
     """No shift a launch could get wrong (powers of two, times compute units) maps a vector
     onto itself; each vector has its own tile and signs."""
     op = BlasTemplate.ops["axpy_zpbx"]
-    host, _, _ = fused.tuning_data(op, np.dtype(np.float32), N, WINDOWS, {"a": 0.25, "b": 0.5})
+    host, _, _ = fused_data.tuning_data(op, np.dtype(np.float32), N, WINDOWS, {"a": 0.25, "b": 0.5})
     x, p, z = host["x"], host["p"], host["z"]
-    for shift in (1, 4, 1 << 12, 1 << 16, 132 << 9, fused.TUNING_TILE):
+    for shift in (1, 4, 1 << 12, 1 << 16, 132 << 9, fused_data.TUNING_TILE):
         assert np.mean(x[shift:] == x[:-shift]) < 0.6, shift
     assert not np.any(x == p) or np.mean(x == p) < 1e-3
     assert np.mean(p == z) < 1e-3
@@ -61,20 +61,20 @@ def test_a_chunk_dropped_or_counted_twice_fails_the_check(name):
     """A reduction that skipped one chunk of 4096 elements, or counted one twice, would not pass."""
     op = ReduceTemplate.ops[name]
     for dtype in _dtypes(op):
-        host, _, outputs = fused.tuning_data(op, dtype, N, WINDOWS, {})
+        host, _, outputs = fused_data.tuning_data(op, dtype, N, WINDOWS, {})
         start = N // 2 - 1000
         dropped = {v: np.concatenate([a[:start], a[start + 4096:]]) for v, a in host.items()}
         twice = {v: np.concatenate([a, a[start:start + 4096]]) for v, a in host.items()}
-        assert fused.outputs_close(_whole(op, host, {})[1], outputs, dtype, op.combine)
+        assert fused_data.outputs_close(_whole(op, host, {})[1], outputs, dtype, op.combine)
         for wrong in (dropped, twice):
-            assert not fused.outputs_close(_whole(op, wrong, {})[1], outputs, dtype, op.combine)
+            assert not fused_data.outputs_close(_whole(op, wrong, {})[1], outputs, dtype, op.combine)
 
 
 def test_min_and_max_are_tuned_on_values_that_do_not_repeat():
     """A repeated extreme would hide a skipped chunk: min and max get independent values."""
     for name in ("min", "max"):
         op = ReduceTemplate.ops[name]
-        host, _, (want,) = fused.tuning_data(op, np.dtype(np.float32), N, WINDOWS, {})
+        host, _, (want,) = fused_data.tuning_data(op, np.dtype(np.float32), N, WINDOWS, {})
         x = host["x"]
         assert want == (x.min() if name == "min" else x.max())
         assert np.count_nonzero(x == want) == 1

@@ -103,10 +103,11 @@ def test_only_leaders_whose_batches_reach_the_fastest_are_timed_again():
     close = Trial(min_seconds=1.03, median_seconds=1.05, max_seconds=1.08)  # within 5% of 1.02
     apart = Trial(min_seconds=1.08, median_seconds=1.09, max_seconds=1.10)  # beyond 1.071
     wide = Trial(min_seconds=0.90, median_seconds=1.50, max_seconds=2.00)  # a noisy one reaches
-    assert choice.could_tie([fastest, close, apart, wide], "abcd") == ["a", "b", "d"]
+    trials = {"a": fastest, "b": close, "c": apart, "d": wide}
+    assert choice.could_tie("abcd", trials) == ["a", "b", "d"]
     noisy_first = Trial(min_seconds=0.5, median_seconds=1.0, max_seconds=1.5)
-    assert choice.could_tie([noisy_first, close, apart], "abc") == ["a", "b", "c"]
-    assert choice.could_tie([], []) == []
+    assert choice.could_tie("abc", {**trials, "a": noisy_first}) == ["a", "b", "c"]
+    assert choice.could_tie([], {}) == []
 
 
 def test_two_candidates_within_noise_give_the_same_winner_every_run():

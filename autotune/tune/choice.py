@@ -33,7 +33,7 @@ import logging
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,17 +156,18 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
     return Ranking(fastest, tuple(sorted(tied)), tuple(slower), settled, resolution, noise)
 
 
-def could_tie(trials: Sequence[Any], keys: Sequence[Any]) -> list[Any]:
-    """The ``keys`` of the leading ``trials`` (fastest first, each with ``min_seconds``,
+def could_tie(leaders: Sequence[Any], trials: Mapping[Any, Any]) -> list[Any]:
+    """Those of ``leaders`` (keys, fastest first; ``trials[key]`` has the ``min_seconds``,
     ``median_seconds`` and ``max_seconds`` of the search's batches) that could be tied with the
     first: whose fastest batch is within :data:`OVERLAP` of the first's slowest. A leader the
     search already saw clearly slower (on a quiet machine, most) is not timed again; on a noisy
     machine the batches' ranges are wide and every leader stays."""
-    if not trials:
+    if not leaders:
         return []
-    first = trials[0]
+    first = trials[leaders[0]]
     reach = (first.max_seconds or first.median_seconds) * (1 + OVERLAP)
-    return [k for k, t in zip(keys, trials) if (t.min_seconds or t.median_seconds) <= reach]
+    return [k for k in leaders
+            if (trials[k].min_seconds or trials[k].median_seconds) <= reach]
 
 
 def tie_break(tied: Sequence[int], test: int | None, position: Callable[[int], float]) -> int:

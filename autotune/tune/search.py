@@ -351,20 +351,19 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
     try:
         timed = {evaluator.key(t.parameters): t for t in evaluator.trials
                  if t.status is TrialStatus.OK and t.median_seconds}
-        medians = {k: t.median_seconds for k, t in timed.items()}
         position = {evaluator.key(c): i for i, c in enumerate(configs)}
-        ranked = sorted((k for k in medians if k != evaluator.reference),
-                        key=lambda k: (medians[k], position.get(k, len(position))))
-        keys = _choice.could_tie([timed[k] for k in ranked[:_choice.LEADERS]], keys=ranked)
+        ranked = sorted((k for k in timed if k != evaluator.reference),
+                        key=lambda k: (timed[k].median_seconds, position.get(k, len(position))))
+        keys = _choice.could_tie(ranked[:_choice.LEADERS], timed)
         test_key = None if test is None else evaluator.key(test)
-        if test_key in medians and test_key not in keys:
+        if test_key in timed and test_key not in keys:
             keys.append(test_key)
         contenders = []
         for k in keys:
             built = evaluator.candidate(k)
             if built is not None:
                 contenders.append(_choice.Contender(
-                    evaluator.config(k), built, batch_iterations(built, medians[k]),
+                    evaluator.config(k), built, batch_iterations(built, timed[k].median_seconds),
                     position.get(k), k == test_key, k != evaluator.reference))
         return _choice.settle(contenders, seconds=_choice.SHARE * searched, rounds=rounds)
     finally:

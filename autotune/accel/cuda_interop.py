@@ -176,9 +176,7 @@ class Producer:
             if self.token in seen:
                 return
             seen.add(self.token)
-        stream = self.stream()
-        if stream != LEGACY_STREAM or not queue.blocking:  # (the legacy one needs no event)
-            wait_for_stream(queue, stream, seen)
+        wait_for_stream(queue, self.stream(), seen)  # (the legacy one needs no event)
 
     def reuse(self, obj: Any, layout: tuple, queue: Any, seen: set | None) -> bool:
         """:meth:`Foreign.reuse` for an array of this producer viewed with ``layout``."""
@@ -245,9 +243,7 @@ class TorchProducer(Producer):
             if self.token in seen:
                 return True
             seen.add(self.token)
-        stream = self.stream()
-        if stream != LEGACY_STREAM or not queue.blocking:
-            wait_for_stream(queue, stream, seen)
+        wait_for_stream(queue, self.stream(), seen)
         return True
 
     @classmethod

@@ -36,23 +36,20 @@ class _Turn:
         self.kept: list[Callable[[], None]] = []
         self.failed: BaseException | None = None
         self.lock = threading.Lock()
-
-    def chain(self) -> list[_Turn]:
-        """This turn and those around it, the outermost first."""
-        turns, turn = [], self
-        while turn is not None:
-            turns.append(turn)
-            turn = turn.outer
-        return turns[::-1]
+        #: this turn and those around it, the outermost first (made once: :meth:`take` runs
+        #: before every command on a tuning queue, timed launches included)
+        self.chain: tuple[_Turn, ...] = (*(outer.chain if outer is not None else ()), self)
 
     def take(self) -> None:
         """Wait for every turn of the chain, the outermost first, running each one's kept
         copies once it has come (before anything this thread enqueues next)."""
-        for turn in self.chain():
+        for turn in self.chain:
             turn.wait()
             turn.run_kept()
 
     def run_kept(self) -> None:
+        if not self.kept and self.failed is None:  # nothing kept: no lock (the usual case)
+            return
         with self.lock:
             if self.failed is not None:
                 raise AccelError(f"a copy to the device kept until this turn failed: "

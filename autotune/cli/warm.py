@@ -85,8 +85,7 @@ class _Progress:
     """Progress through the keys and through each key's candidates: rich bars on a terminal,
     else one line per key, with the time elapsed and an estimate of the time left."""
 
-    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int,
-                 estimator: Estimator | None = None):
+    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int, estimator: Estimator):
         self.stream = stream
         self.estimator = estimator
         self.at_tenth: tuple[float, float] | None = None  #: (elapsed, estimated left) at 10%
@@ -96,7 +95,6 @@ class _Progress:
         self.done = 0
         self.tuned = 0
         self.started = time.perf_counter()
-        self.tuning_seconds = 0.0
         self.rich = None
         if not quiet and stream.isatty():
             try:
@@ -131,21 +129,16 @@ class _Progress:
         remaining = self.to_tune - self.tuned
         if remaining <= 0:
             return ""
-        if self.estimator is None:
-            if not self.tuned:
-                return ""
-            return f", about {_duration(self.tuning_seconds / self.tuned * remaining)} left"
         return f", about {_duration(self.estimator.remaining())} left"
 
     @contextmanager
-    def key(self, label: str, index: int | None = None) -> Iterator[None]:
+    def key(self, label: str, index: int) -> Iterator[None]:
         self.label = label
         started = time.perf_counter()
         with self._lock:
             self.current = index
-            early = self._early.pop(index, []) if index is not None else []
-        if self.estimator is not None and index is not None:
-            self.estimator.start(index)
+            early = self._early.pop(index, [])
+        self.estimator.start(index)
         if self.rich is not None:
             self.task = self.rich.add_task(label, total=None)
         elif not self.quiet:
@@ -157,11 +150,10 @@ class _Progress:
         try:
             yield
         finally:
-            self.tuning_seconds += time.perf_counter() - started
-            if self.estimator is not None and index is not None:
-                self.estimator.finish(index, time.perf_counter() - started)
+            self.estimator.finish(index, time.perf_counter() - started)
+            if self.at_tenth is None:
                 elapsed, left = time.perf_counter() - self.started, self.estimator.remaining()
-                if self.at_tenth is None and elapsed >= 0.1 * (elapsed + left):
+                if elapsed >= 0.1 * (elapsed + left):
                     self.at_tenth = (elapsed, left)
             self.tuned += 1
             self.done += 1
@@ -330,20 +322,17 @@ def _tune_key(template: RegisteredTemplate, context: Any, config: dict[str, Any]
               noted: dict[str, Any]) -> tuple[WarmOutcome, Any]:
     """Tune one key now (under the caller's search settings): its outcome, and its key if the
     database refused the result (None otherwise). A failure is reported, and warm goes on."""
-    device = context.device.name
-    began = time.perf_counter()
+    device = context.device.name  # (the key's seconds are noted by warm_device, from its turn)
     try:
         outcome = template.retune(context, config)
     except Exception as exc:  # AutotuneError and others
         return WarmOutcome(template.name, device, args, "failed",
-                           message=f"{type(exc).__name__}: {exc}",
-                           seconds=time.perf_counter() - began, **noted), None
+                           message=f"{type(exc).__name__}: {exc}", **noted), None
     return WarmOutcome(
         template.name, device, args, _tuned_status(outcome),
         parameters_text(encode_parameters(outcome.parameters)), outcome.score,
         outcome.test_score, message=str(outcome.store_error or ""),
-        speedup_interval=outcome.speedup_interval, seconds=time.perf_counter() - began,
-        **noted), (outcome.key if outcome.store_error is not None else None)
+        speedup_interval=outcome.speedup_interval, **noted), (outcome.key if outcome.store_error is not None else None)
 
 
 def _why_tuned(verdict: Any) -> str:

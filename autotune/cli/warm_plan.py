@@ -26,16 +26,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..tune.recording.seeds import WARM_START_SEEDS, device_trials
+from ..tune.offline import SECONDS_PER_CONFIGURATION
+from ..tune.recording.seeds import WARM_START_SEEDS, best_of, device_trials, nearest_devices
 from ..tune.store import ResultStore, StoreError
 from ..tune.strategies import STRATEGIES
 
 #: The example database shipped in a source checkout: its trials (an H200, an H100, a PoCL
 #: CPU device) warm-start the searches of ``warm`` by default.
 EXAMPLE_DB = Path(__file__).resolve().parents[2] / "tune.db.example"
-
-#: Seconds a trial takes where nothing is stored about a template (GPU, CPU device).
-DEFAULT_TRIAL_SECONDS = {True: 0.1, False: 0.5}
 
 #: ``--max-minutes``: the share of the time kept back for what is not searching (loading
 #: templates, writing results), and the least a key is given (seconds).
@@ -216,16 +214,8 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
                 found[device], labels[device] = configs, (store, name)
     if not found:
         return WarmStart()
-
-    def nearness(device: tuple[str, str, str]) -> tuple[bool, ...]:
-        name, platform, driver = device
-        return (name != key.device_name, platform != key.device_platform,
-                driver != key.driver_version)
-
-    devices = sorted(found, key=nearness)
-    seeds: set[tuple] = set()  # as warm_start takes them: each device's best 3, no repeats
-    for device in devices:
-        seeds.update(sorted(found[device], key=lambda c: found[device][c][1])[:3])
+    devices = nearest_devices(found, key)
+    seeds = best_of(found, devices)  # as warm_start takes them
     store, label = labels[devices[0]]
     # near: a finished search of the key on this device (its result stored), not the trials
     # of an interrupted one, which --resume goes on with
@@ -236,10 +226,10 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
 def _finished(store: ResultStore, key: Any, device: tuple[str, str, str]) -> bool:
     """Whether ``store`` holds a result of ``key``'s function, version and arguments on
     ``device``."""
+    name, platform, driver = device
     try:
-        return any(r.key.device == device and r.key.version == key.version
-                   and r.key.arguments == key.arguments
-                   for r in store.records(function=key.function))
+        return bool(store.find(key.function, key.version, key.arguments, device_name=name,
+                               device_platform=platform, driver_version=driver))
     except StoreError:
         return False
 
@@ -248,7 +238,7 @@ def trial_seconds(stores: Sequence[ResultStore], function: str, device: str,
                   gpu: bool) -> float:
     """Seconds a trial of ``function`` takes: from the stored results of ``device`` (their
     ``search`` JSON: seconds and trials), else of any device of the same kind found first, else
-    :data:`DEFAULT_TRIAL_SECONDS`. What is stored is data: anything malformed is ignored."""
+    :data:`~autotune.tune.offline.SECONDS_PER_CONFIGURATION` (the tuner's own first-use guess). What is stored is data: anything malformed is ignored."""
     for store in stores:
         try:
             records = store.records(function=function)
@@ -268,7 +258,7 @@ def trial_seconds(stores: Sequence[ResultStore], function: str, device: str,
                 seconds, trials = seconds + s, trials + n
         if trials:
             return seconds / trials
-    return DEFAULT_TRIAL_SECONDS[gpu]
+    return SECONDS_PER_CONFIGURATION[gpu]
 
 
 def time_shares(total: float, costs: Sequence[float], floor: float = FLOOR_SECONDS) -> list[float]:
@@ -389,8 +379,8 @@ class WarmPolicy:
             logger.warning("%s; warm plans its keys by its rules instead", exc)
             own = {}
         try:
-            space = template.cls.autotune_space(context, **config)
-            configurations = len(space.configurations())
+            space = template.tuner.declared_space(template.cls, context, config)
+            configurations = None if space is None else len(space.configurations())
         except Exception:  # noqa: BLE001 - a space that cannot be made: the template's own search
             space, configurations = None, None
         key = template.key(context, config)

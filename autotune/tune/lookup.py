@@ -177,13 +177,13 @@ def _keep_similar(store: ResultStore, key: TuningKey, verdict: Verdict, device: 
         summary = nearest.summary(device) if device is not None else None
     except AttributeError:
         summary = None
-    far = similar.distance(json.loads(key.arguments), json.loads(verdict.record.key.arguments),
-                           rules) or 0.0
 
     def write() -> None:
         # Let the serving call return first: this thread would otherwise hold the interpreter
         # for a switch interval (reading autotune's version, loading the SQL layer).
         time.sleep(NOTE_DELAY_SECONDS)
+        far = similar.distance(json.loads(key.arguments),
+                               json.loads(verdict.record.key.arguments), rules) or 0.0
         row = similar.similar_row(key, verdict, far, summary)
         try:
             current = store.get(key)

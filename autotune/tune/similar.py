@@ -251,7 +251,7 @@ def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
     return check
 
 
-def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck | None) -> TrialJudge:
+def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck) -> TrialJudge:
     """The judge of a trial row (:func:`trial_rows`) of a size whose result was judged
     (``anchor``) for ``call``: the row is the anchor's but for its parameters, so only they
     are judged: filling the device here (``fills``; first, the cheapest test, on the decoded
@@ -265,7 +265,7 @@ def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck | None) -> TrialJ
             decoded = decode_parameters(row.parameters)
         except InvalidParametersError:
             return None
-        if not isinstance(decoded, dict) or fills is not None and fills(
+        if not isinstance(decoded, dict) or fills(
                 Verdict(row, anchor.freshness, "", decoded), strict=False) is not None:
             return None
         try:
@@ -287,9 +287,9 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
     rules = declared_rules(call.owner, tuned.name(call.owner))
     if not rules:
         return None
-    fills = fill_check(tuned, call)
+    fills = fill_check(tuned, call)  # (trials are tried only where a result under-fills)
     return Request(rules, candidate_judge(tuned, call, here), fills,
-                   trial_judge(tuned, call, fills))
+                   None if fills is None else trial_judge(tuned, call, fills))
 
 
 def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
@@ -299,12 +299,7 @@ def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> Iterator[
     less ``anchor``'s own parameters and repeats (their parameters are judged by
     :func:`trial_judge`). Each row is ``anchor`` with the trial's parameters, its median as
     the score, and :data:`TRIAL` in its search text."""
-    try:
-        summary = load_json(anchor.search, "search") if anchor.search else {}
-    except MalformedJSONError:
-        summary = {}
-    search = json.dumps({**(summary if isinstance(summary, dict) else {}), TRIAL: True},
-                        sort_keys=True, separators=(",", ":"))
+    search = json.dumps({TRIAL: True})  # all a trial row's search text is read for
     found: dict[str, tuple[float, TrialRecord]] = {}
     for trial in trials:
         median = trial.median_seconds

@@ -72,17 +72,14 @@ class KeyTurn:
             self._cancelled = True
             self._cond.notify_all()
 
-    @property
-    def opened(self) -> float | None:
-        """When :meth:`open` was called (``time.perf_counter``), None before."""
-        return self._opened
-
     def ready(self) -> bool:
         """Whether the turn has come (never waits)."""
         return self._opened is not None or self._cancelled
 
     def wait(self) -> None:
         """Return once the turn has come; raise :class:`TurnCancelled` once cancelled."""
+        if self._opened is not None and not self._cancelled:  # open: no lock on each command
+            return
         with self._cond:
             while self._opened is None and not self._cancelled:
                 self._cond.wait()

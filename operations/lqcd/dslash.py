@@ -142,23 +142,38 @@ def device_links(packed: np.ndarray, precision: str, reconstruct: int,
     parameters: float64 for 8, complex128 otherwise), as the dslash reads them: in its dtype
     and :func:`link_groups`'s layout, what :func:`group_links` makes of
     :meth:`.Lattice.links_to_device`'s component-major order (half precision: of
-    :func:`.half.links_to_half`'s), made from the site-major order without transposing it."""
+    :func:`.half.links_to_half`'s), made from the site-major order without transposing it
+    (:func:`link_values`, then :func:`layout_links`)."""
+    return layout_links(link_values(packed, precision, reconstruct), precision, reconstruct,
+                        link_load)
+
+
+def link_values(packed: np.ndarray, precision: str, reconstruct: int) -> np.ndarray:
+    """The numbers :func:`layout_links` lays out: in half precision the links' 16-bit fixed
+    point (:func:`.half.links_to_half`, (4, 2, V/2, n[, 2])), else the packed links themselves
+    (cast as they are laid out). The same for every ``link_load``: made once for all of them."""
     if precision == "half":
-        packed = half_storage.links_to_half(packed, reconstruct, axis=-1)  # (4, 2, V/2, n[, 2])
-        dtype = np.dtype(np.int16)
-    else:
-        dtype = np.dtype(PRECISIONS[precision][0 if reconstruct == 8 else 1])
-    sites = packed.shape[2]
+        return half_storage.links_to_half(packed, reconstruct, axis=-1)
+    return packed
+
+
+def layout_links(values: np.ndarray, precision: str, reconstruct: int,
+                 link_load: int = 16) -> np.ndarray:
+    """:func:`link_values`' numbers in the dslash's dtype and :func:`link_groups`' layout for
+    loads of ``link_load`` bytes."""
+    dtype = np.dtype(np.int16 if precision == "half"
+                     else PRECISIONS[precision][0 if reconstruct == 8 else 1])
+    sites = values.shape[2]
     widths = link_groups(precision, reconstruct, link_load)
-    if sum(widths) != packed.shape[3]:
-        raise ValueError(f"groups {widths} do not cover {packed.shape[3]} link parameters")
-    out = np.empty((4, 2, sites * packed.shape[3]) + packed.shape[4:], dtype)
+    if sum(widths) != values.shape[3]:
+        raise ValueError(f"groups {widths} do not cover {values.shape[3]} link parameters")
+    out = np.empty((4, 2, sites * values.shape[3]) + values.shape[4:], dtype)
     first = 0
     for w in widths:  # a group's block: its parameters of every site, a site's together
         block = out[:, :, first * sites:(first + w) * sites].reshape(
-            (4, 2, sites, w) + packed.shape[4:])
+            (4, 2, sites, w) + values.shape[4:])
         for start in range(0, sites, 8192):  # a few sites at a time: strided reads that cache
-            block[:, :, start:start + 8192] = packed[:, :, start:start + 8192, first:first + w]
+            block[:, :, start:start + 8192] = values[:, :, start:start + 8192, first:first + w]
         first += w
     return out
 
@@ -259,6 +274,13 @@ def _tuning_problem(dims: tuple[int, int, int, int]) -> _TuningProblem:
     return _TuningProblem(lattice, lattice.links_by_parity(u), spinor, sample, expected)
 
 
+def work_groups(sites: int, params: dict[str, Any]) -> int:
+    """The work-groups that cover ``sites`` (one parity's) with ``params``: each takes ``wgs /
+    dir_split`` sites a round for ``sites`` rounds."""
+    per_group = params["wgs"] // params["dir_split"] * params["sites"]
+    return -(-sites // per_group)
+
+
 def render_tuned(precision: str, reconstruct: int, params: dict[str, Any]) -> dict[str, Any]:
     """The tuned parameters as ``dslash.mako`` takes them: ``link_load`` as its link layout."""
     return {**params, "link_groups": link_groups(precision, reconstruct, params["link_load"])}
@@ -316,9 +338,8 @@ class DslashTemplate:
         compute unit holds at least ``min_blocks`` at once (``__launch_bounds__``). ``similar``
         serves a lattice's launch shape only where it fills the device about as well as where
         it was measured."""
-        per_group = params["wgs"] // params["dir_split"] * params["sites"]
-        half_volume = math.prod(dims) // 2
-        return Fill(-(-half_volume // per_group), per_unit=max(1, params["min_blocks"]))
+        return Fill(work_groups(math.prod(dims) // 2, params),
+                    per_unit=max(1, params["min_blocks"]))
     #: ``warm`` plans each key's budget for each of the two searches of :meth:`autotune`
     autotune_warm = {"searches": 2}
 
@@ -390,8 +411,7 @@ class DslashTemplate:
     def launch_size(self, params: dict[str, Any]) -> int:
         """Work-items launched with ``params``: work-groups of ``wgs`` taking ``wgs /
         dir_split`` sites a round for ``sites`` rounds, enough groups for every even (odd) site."""
-        per_group = params["wgs"] // params["dir_split"] * params["sites"]
-        return -(-self.lattice.half_volume // per_group) * params["wgs"]
+        return work_groups(self.lattice.half_volume, params) * params["wgs"]
 
     def kernel(self, parity: int, dagger: bool, xpay: bool,
                params: dict[str, Any] | None = None, storage: str = "hhh") -> accel.Kernel:
@@ -553,6 +573,7 @@ class DslashTemplate:
         queue = context.create_tuning_command_queue()
         sites = lattice.half_volume
         gauges: dict[int, accel.DeviceArray] = {}  # link_load -> the links in its layout
+        values: list[np.ndarray] = []  # the links' numbers, made once for every link_load
         gauge_guard = threading.Lock()
         if precision == "half":
             inp = half_storage.HalfSpinor(*(context.to_device(queue, a)
@@ -560,7 +581,7 @@ class DslashTemplate:
             out = half_storage.HalfSpinor.allocate(context, sites)
         else:
             dtype = PRECISIONS[precision][1]
-            inp = context.to_device(queue, problem.spinor.astype(dtype))
+            inp = context.to_device(queue, problem.spinor.astype(dtype, copy=False))
             out = context.allocate((12, sites), dtype)
         tol = {"half": 5e-3, "single": 1e-4, "double": 1e-10}[precision]
 
@@ -570,8 +591,11 @@ class DslashTemplate:
             with gauge_guard:
                 gauge = gauges.get(params["link_load"])
                 if gauge is None:
-                    gauge = gauges[params["link_load"]] = context.to_device(queue, device_links(
-                        problem.packed(reconstruct), precision, reconstruct, params["link_load"]))
+                    if not values:
+                        values.append(link_values(problem.packed(reconstruct), precision,
+                                                  reconstruct))
+                    gauge = gauges[params["link_load"]] = context.to_device(queue, layout_links(
+                        values[0], precision, reconstruct, params["link_load"]))
 
             def check() -> bool:
                 # only the sampled sites are converted (a whole 48^3 x 96 field took seconds)

@@ -85,7 +85,8 @@ def spinor_to_half(field: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _pairs(field: np.ndarray) -> np.ndarray:
-    """A (12, n) field's real and imaginary parts as (12, n, 2): a view of complex data."""
+    """A field's real and imaginary parts as a last axis of 2 ((12, n) -> (12, n, 2)): a view
+    of complex data."""
     if np.iscomplexobj(field):
         return np.ascontiguousarray(field).view(field.real.dtype).reshape(field.shape + (2,))
     return np.stack([field, np.zeros_like(field)], axis=-1)
@@ -145,11 +146,8 @@ def links_to_half(links: np.ndarray, reconstruct: int, axis: int = 2) -> np.ndar
     scales = link_scales(reconstruct).reshape(shape)
     if reconstruct == 8:
         parts = links.real / scales
-    elif np.iscomplexobj(links):  # real and imaginary parts as pairs, viewed rather than copied
-        pairs = np.ascontiguousarray(links).view(links.real.dtype).reshape(links.shape + (2,))
-        parts = pairs / scales[..., None]
-    else:
-        parts = np.stack([links, np.zeros_like(links)], axis=-1) / scales[..., None]
+    else:  # real and imaginary parts as pairs (viewed rather than copied where complex)
+        parts = _pairs(links) / scales[..., None]
     if parts.size and max(parts.max(), -parts.min()) > HALF_MAX + 0.5:
         raise ValueError("links out of the half precision range: entries must be bounded by 1 "
                          "(SU(3) links) and the 8-parameter phase parameters by "

@@ -40,19 +40,8 @@ def warm_start(store: ResultStore, key: TuningKey, space: Space | None,
     if space is None:
         return [], []
     by_device = device_trials([store, *also], key, space)
-
-    def nearness(device: tuple[str, str, str]) -> tuple[int, ...]:
-        name, platform, driver = device
-        return (name != key.device_name, platform != key.device_platform,
-                driver != key.driver_version)
-
-    devices = sorted(by_device, key=nearness)
-    seeds: list[dict[str, Any]] = []
-    for device in devices:
-        ranked = sorted(by_device[device].values(), key=lambda item: item[1])
-        for params, _ in ranked[:3]:
-            if params not in seeds:
-                seeds.append(params)
+    devices = nearest_devices(by_device, key)
+    seeds = best_of(by_device, devices)
     prior: list[tuple[dict[str, Any], float]] = []
     for device in devices:
         found = list(by_device[device].values())
@@ -61,6 +50,31 @@ def warm_start(store: ResultStore, key: TuningKey, space: Space | None,
             prior = [(params, t / best) for params, t in found]
             break
     return seeds[:WARM_START_SEEDS], prior
+
+
+def nearest_devices(by_device: dict[tuple[str, str, str], Any], key: TuningKey
+                    ) -> list[tuple[str, str, str]]:
+    """The devices of ``by_device`` (name, platform, driver), nearest to ``key``'s first: the
+    same device, then the same name on another platform or driver, then any other."""
+    def nearness(device: tuple[str, str, str]) -> tuple[bool, ...]:
+        name, platform, driver = device
+        return (name != key.device_name, platform != key.device_platform,
+                driver != key.driver_version)
+
+    return sorted(by_device, key=nearness)
+
+
+def best_of(by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]],
+            devices: Sequence[tuple[str, str, str]]) -> list[dict[str, Any]]:
+    """Each of ``devices``' 3 fastest configurations in ``by_device``, in that order, without
+    repeats: the seeds of a warm start (before the :data:`WARM_START_SEEDS` limit)."""
+    seeds: list[dict[str, Any]] = []
+    for device in devices:
+        ranked = sorted(by_device[device].values(), key=lambda item: item[1])
+        for params, _ in ranked[:3]:
+            if params not in seeds:
+                seeds.append(params)
+    return seeds
 
 
 def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
@@ -75,8 +89,7 @@ def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
         try:
             trials = store.trials(function=key.function, version=key.version,
                                   arguments=key.arguments)
-            records = [r for r in store.records(function=key.function)
-                       if r.key.version == key.version and r.key.arguments == key.arguments]
+            records = store.find(key.function, key.version, key.arguments)
         except StoreError as exc:
             logger.info("no warm start for %s from %s: %s", key.function, store.url, exc)
             continue

@@ -1,18 +1,16 @@
 """The data fused passes are tuned on, and the checks of their candidates: vectors that repeat
 a random tile with a random sign each repeat (quick to make at a GPU's tuning sizes), the numpy
 reference computed on the tile, and the comparisons within each precision's tolerance
-(:func:`tuning_data`, :func:`close`, :func:`outputs_close`). :mod:`.fused` tunes with them."""
+(:func:`tuning_data`, :func:`close`, :func:`outputs_close`). :mod:`.fused` tunes with them;
+``op`` is always its :class:`.fused.FusedOp` (not imported here: :mod:`.fused` imports this)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from .fused import FusedOp
 
 
 def random_vector(rng: np.random.Generator, n: int, dtype: np.dtype) -> np.ndarray:
@@ -31,7 +29,7 @@ def random_vector(rng: np.random.Generator, n: int, dtype: np.dtype) -> np.ndarr
 TUNING_TILE = 65537
 
 
-def tuning_data(op: FusedOp, dtype: np.dtype, n: int, windows: Sequence[tuple[int, int]],
+def tuning_data(op: Any, dtype: np.dtype, n: int, windows: Sequence[tuple[int, int]],
                 scalars: dict[str, Any], seed: int = 12345) -> tuple[dict, dict, tuple]:
     """The vectors of length ``n`` ``op`` is tuned on, the updated vectors its numpy reference
     gives at ``windows`` (concatenated) and its outputs over the whole vectors.
@@ -106,7 +104,7 @@ def _repeat(tile: np.ndarray, negated: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def sample_scalars(op: FusedOp, dtype: np.dtype) -> dict[str, Any]:
+def sample_scalars(op: Any, dtype: np.dtype) -> dict[str, Any]:
     """Small scalars (so repeated application while timing stays bounded)."""
     values = {}
     for i, (name, kind) in enumerate(op.scalars):

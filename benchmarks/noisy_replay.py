@@ -37,8 +37,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from autotune import tune
 from autotune.tune.replay import Landscape, landscape
 
@@ -46,16 +44,8 @@ from strategies import _median_p90, load, recorded_space
 
 
 def noisy(land: Landscape, process: int, bias: float, noise: float, seed: int = 0) -> Landscape:
-    """``land`` as process ``process`` measures it: each time multiplied by a per-process
-    bias and a measurement noise (both log-normal, standard deviations ``bias`` and
-    ``noise``). The draws depend only on (``seed``, ``process``), in the landscape's sorted
-    configuration order."""
-    keys = sorted(land.times, key=repr)
-    rng = np.random.default_rng([seed, process])
-    factors = np.exp(rng.normal(0.0, bias, len(keys)) + rng.normal(0.0, noise, len(keys)))
-    times = {k: (None if land.times[k] is None else land.times[k] * float(f))
-             for k, f in zip(keys, factors)}
-    return Landscape(land.space, times)
+    """``land`` as process ``process`` measures it (:meth:`Landscape.noisy`)."""
+    return land.noisy(bias, noise, [seed, process])
 
 
 def reordered(space: tune.Space, names: Sequence[str]) -> tune.Space:

@@ -458,3 +458,75 @@ def test_warm_resume_goes_on_from_an_interrupted_search(capsys, tmp_path):
     # resumed blocks 5 and 4 are clearly slower than block 6: not timed again)
     assert calls["interrupted"] == 3 + 1
     assert json.loads(ResultStore.open(db).records()[0].search)["resumed"] == 5
+
+
+# -- consistency under measurement noise (issue 41) ---------------------------------------------
+
+
+def _trap(p):
+    """A grid whose one-move local optimum (2, 2) is beaten only two moves away, at (3, 3);
+    everywhere else slopes down to the trap."""
+    if (p["a"], p["b"]) == (3, 3):
+        return 1e-6
+    return 1e-6 * (2 + (abs(p["a"] - 2) + abs(p["b"] - 2)) ** 0.5 * 3)
+
+
+def test_local_search_looks_two_moves_away_from_a_configuration_no_neighbour_beats():
+    space = tune.Space({"a": list(range(8)), "b": list(range(8))})
+    land = Landscape(space, {(c["a"], c["b"]): _trap(c) for c in space.configurations()})
+    near, far = 4, 8  # the trap's neighbours, and the configurations two moves from it
+    for seed in range(10):
+        run = tune.replay(land, "local", max_evals=1 + near + far, seed=seed,
+                          seeds=[{"a": 2, "b": 2}], options={"initial": 1})
+        assert run.best == {"a": 3, "b": 3}, seed
+
+
+GEMM_LANDSCAPE = "benchmarks/data/gemm_h200_4096_float32_landscape.db"
+
+
+def _gemm_landscape() -> Landscape:
+    """The H200's complete GEMM landscape (4096^3 float32), over the GEMM's declared parameter
+    order with only the recorded configurations valid."""
+    from pathlib import Path
+
+    from operations.gemm import GPU_SPACE
+
+    path = Path(__file__).resolve().parents[1] / GEMM_LANDSCAPE
+    trials = [t for t in ResultStore.open(path, read_only=True).trials(function="%GemmTemplate%")
+              if t.key.device_name == "NVIDIA H200"]
+    names = list(GPU_SPACE)
+    keys = {tuple(json.loads(t.parameters)[n] for n in names) for t in trials}
+    space = tune.Space(GPU_SPACE, [tune.restriction("recorded", lambda p: tuple(p[n] for n in names) in keys)])
+    return landscape(trials, space)
+
+
+def test_noise_no_longer_decides_where_local_search_ends_on_the_gemm():
+    """The H200 GEMM tuned as ``gemm_vs_cublas.py`` does (local, 300 evaluations, seed 1) in 20
+    simulated processes, each measuring with its own noise (``Landscape.noisy``: per-process
+    bias 0.7%, measurement noise 0.3%): the search reaches a configuration within 1% of the true
+    best in at least 19 (one-move hill climbing reached one in 10 of these 20)."""
+    land = _gemm_landscape()
+    assert len(land.times) == 15658 and land.complete()
+    best = land.best_score
+    reached = 0
+    for process in range(20):
+        measured = land.noisy(0.007, 0.003, [0, process])
+        seen: list = []
+
+        def watched(ctx, seen=seen):
+            seen.append(ctx.evaluator.scores)
+            tune.strategies.local_search(ctx)
+
+        tune.replay(measured, watched, max_evals=300, seed=1)
+        fastest = min(land.times[k] for k, v in seen[0].items() if v is not None)
+        reached += fastest <= 1.01 * best
+    assert reached >= 19, reached
+
+
+def test_a_noisy_landscape_is_the_same_for_a_seed_and_keeps_failures():
+    land = _landscape()
+    a, b = land.noisy(0.01, 0.005, [0, 3]), land.noisy(0.01, 0.005, [0, 3])
+    assert a.times == b.times and a.times != land.noisy(0.01, 0.005, [0, 4]).times
+    assert {k for k, t in a.times.items() if t is None} == {k for k, t in land.times.items() if t is None}
+    ratios = np.log([a.times[k] / t for k, t in land.times.items() if t is not None])
+    assert 0.005 < ratios.std() < 0.02

@@ -471,14 +471,69 @@ def _trap(p):
     return 1e-6 * (2 + (abs(p["a"] - 2) + abs(p["b"] - 2)) ** 0.5 * 3)
 
 
-def test_local_search_looks_two_moves_away_from_a_configuration_no_neighbour_beats():
+def _trap_landscape() -> Landscape:
     space = tune.Space({"a": list(range(8)), "b": list(range(8))})
-    land = Landscape(space, {(c["a"], c["b"]): _trap(c) for c in space.configurations()})
+    return Landscape(space, {(c["a"], c["b"]): _trap(c) for c in space.configurations()})
+
+
+def _moves_from_trap(key) -> int:
+    return abs(key[0] - 2) + abs(key[1] - 2)
+
+
+def _measured(land: Landscape, max_evals: int, seed: int, **kwargs) -> tuple[dict, list]:
+    """(best, every configuration measured in order) of ``local`` replayed on ``land``."""
+    evaluators: list = []
+
+    def watched(ctx):
+        evaluators.append(ctx.evaluator)
+        tune.strategies.local_search(ctx)
+
+    run = tune.replay(land, watched, max_evals=max_evals, seed=seed, **kwargs)
+    return run.best, [k for k, _ in evaluators[0].history]
+
+
+def test_local_search_looks_two_moves_away_from_a_configuration_no_neighbour_beats():
+    land = _trap_landscape()
     near, far = 4, 8  # the trap's neighbours, and the configurations two moves from it
     for seed in range(10):
-        run = tune.replay(land, "local", max_evals=1 + near + far, seed=seed,
-                          seeds=[{"a": 2, "b": 2}], options={"initial": 1})
-        assert run.best == {"a": 3, "b": 3}, seed
+        # a budget of 3 times the 8 configurations two moves away: the look is taken at once
+        best, measured = _measured(land, 3 * far, seed, seeds=[{"a": 2, "b": 2}],
+                                   options={"initial": 1})
+        assert best == {"a": 3, "b": 3}, seed
+        found = measured.index((3, 3))  # after the trap's neighbours, within those 8
+        assert 1 + near <= found < 1 + near + far, seed
+        assert {_moves_from_trap(k) for k in measured[:found]} <= {0, 1, 2}, seed
+
+
+def test_local_search_does_not_look_two_moves_away_where_that_would_take_over_a_third_of_its_budget():
+    """With 3 * 8 - 1 evaluations (or ``farther`` 4 with 3 * 8), a look over the 8
+    configurations two moves from (2, 2), the best of a bowl, could cost over a third (a
+    quarter) of the search: after (2, 2)'s neighbours ``local`` perturbs instead, as the
+    one-move climb did; with 3 * 8, or ``farther=0`` at any budget, it looks over all 8."""
+    space = tune.Space({"a": list(range(8)), "b": list(range(8))})
+    land = Landscape(space, {(c["a"], c["b"]): 1e-6 * (1 + _moves_from_trap((c["a"], c["b"])))
+                             for c in space.configurations()})
+    near, far = 4, 8
+    ring = {k for k in land.times if _moves_from_trap(k) == 2}
+    assert len(ring) == far
+    cases = [(3 * far - 1, {}, False), (3 * far, {"farther": 4}, False), (3 * far, {}, True),
+             (1 + near + far, {"farther": 0}, True)]
+    for seed in range(10):
+        for budget, options, looks in cases:
+            _, measured = _measured(land, budget, seed, seeds=[{"a": 2, "b": 2}],
+                                    options={"initial": 1, **options})
+            assert (set(measured[1 + near:1 + near + far]) == ring) == looks, (seed, budget, options)
+
+
+def test_local_search_with_a_small_budget_is_the_one_move_climb():
+    """Where no look two moves away fits the budget, ``local`` searches as the one-move climb
+    with perturbation of the one best (``elites`` 1, ``farther`` infinite) does, step for step."""
+    land = _landscape()
+    for seed in range(10):
+        for budget in (6, 12, 20):
+            plain = _measured(land, budget, seed)
+            climb = _measured(land, budget, seed, options={"elites": 1, "farther": math.inf})
+            assert plain == climb, (seed, budget)
 
 
 GEMM_LANDSCAPE = "benchmarks/data/gemm_h200_4096_float32_landscape.db"

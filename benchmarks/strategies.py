@@ -3,16 +3,18 @@ simulation mode, over the same data at the same budgets.
 
 A landscape is one key's complete set of trials (every valid configuration measured, as a
 brute-force search stores them). Each strategy is replayed ``--seeds`` times at budgets of 2%,
-5% and 10% of the configurations; the table gives the median and 90th percentile, over the
-seeds, of (best time found) / (true best time). Kernel Tuner gets the same landscape as a cache
-file and runs with ``simulation_mode=True`` and ``max_fevals`` equal to our ``max_evals``
-(distinct valid configurations measured); numpy's and Python's random generators are seeded
-before each run, but some of Kernel Tuner's strategies (diff_evo, bayes_opt) draw from
+5% and 10% of the configurations (``--budgets``), and at budgets given in evaluations
+(``--evals``, none by default: the small budgets of a template's own search or of ``warm``'s
+plans); the table gives the median and 90th percentile, over the seeds, of (best time found) /
+(true best time). Kernel Tuner gets the same landscape as a cache file and runs with
+``simulation_mode=True`` and ``max_fevals`` equal to our ``max_evals`` (distinct valid
+configurations measured); numpy's and Python's random generators are seeded before each run,
+but some of Kernel Tuner's strategies (diff_evo, bayes_opt) draw from
 generators of their own and differ between runs. A warm start (``--warm-from DEVICE``) seeds our
 strategies with another device's recorded trials of the same key, as the tuner does.
 
 Usage: python benchmarks/strategies.py --db DB --function PATTERN [--device NAME]
-       [--arguments JSON] [--seeds 50] [--budgets 0.02 0.05 0.10] [--kernel-tuner]
+       [--arguments JSON] [--seeds 50] [--budgets 0.02 0.05 0.10] [--evals N ...] [--kernel-tuner]
        [--warm-from DEVICE] [--band 0.03] [--json FILE]
 """
 
@@ -163,7 +165,9 @@ def main() -> None:
     parser.add_argument("--device", help="part of the device name")
     parser.add_argument("--arguments", help="the key's canonical arguments JSON")
     parser.add_argument("--seeds", type=int, default=50)
-    parser.add_argument("--budgets", type=float, nargs="+", default=[0.02, 0.05, 0.10])
+    parser.add_argument("--budgets", type=float, nargs="*", default=[0.02, 0.05, 0.10])
+    parser.add_argument("--evals", type=int, nargs="*", default=[],
+                        help="budgets in evaluations, after the fractions' (none by default)")
     parser.add_argument("--strategies", nargs="+", default=OURS)
     parser.add_argument("--kernel-tuner", action="store_true", help="also Kernel Tuner's strategies")
     parser.add_argument("--kt-strategies", nargs="+", default=KERNEL_TUNER)
@@ -194,8 +198,8 @@ def main() -> None:
     print(f"{key.function} on {key.device_name} {key.arguments}: {n} configurations, best "
           f"{best * 1e3:.4f} ms {land.best}" + (f"; warm start from {args.warm_from}" if seeds else ""))
     print("| budget | evals | strategy | median best/true | p90 |\n|---|---|---|---|---|")
-    for fraction in args.budgets:
-        budget = max(1, round(fraction * n))
+    budgets = [(f, max(1, round(f * n))) for f in args.budgets] + [(e / n, e) for e in args.evals]
+    for fraction, budget in budgets:
         rows = []
         for name in args.strategies:
             runs = [tune.replay(land, name, max_evals=budget, seed=s, seeds=seeds, prior=prior)

@@ -48,6 +48,19 @@ class Landscape:
         return all(tuple(c[n] for n in self.space.names) in self.times
                    for c in self.space.configurations())
 
+    def noisy(self, bias: float, noise: float, seed: Any = None) -> Landscape:
+        """This landscape as one process on a GPU would measure it: each time multiplied by a
+        bias of that process for that configuration and by the noise of its measurement, both
+        log-normal with standard deviations ``bias`` and ``noise`` (about 0.7% and 0.3% on an
+        H200: two processes' times of the same GEMM configurations differ by about 1%). A
+        search measures a configuration once, so one draw of each per configuration models a
+        whole process. The draws depend only on ``seed`` (e.g. ``[run, process]``)."""
+        keys = sorted(self.times, key=repr)
+        rng = np.random.default_rng(seed)
+        factors = np.exp(rng.normal(0.0, bias, len(keys)) + rng.normal(0.0, noise, len(keys)))
+        return Landscape(self.space, {k: None if self.times[k] is None else self.times[k] * float(f)
+                                      for k, f in zip(keys, factors)})
+
 
 def landscape(trials: Iterable[TrialRecord], space: Space) -> Landscape:
     """The landscape of ``trials`` (of one key) over ``space``: the median time of each valid

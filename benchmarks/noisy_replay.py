@@ -40,7 +40,7 @@ from typing import Any
 from autotune import tune
 from autotune.tune.replay import Landscape, landscape
 
-from strategies import _median_p90, load, recorded_space
+from strategies import _median_p90, key_arguments, load, recorded_space
 
 
 def noisy(land: Landscape, process: int, bias: float, noise: float, seed: int = 0) -> Landscape:
@@ -117,10 +117,7 @@ def summary(chosen: list[float], within: float, reached: list[float] | None = No
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", required=True)
-    parser.add_argument("--function", required=True, help="function name or pattern with %%")
-    parser.add_argument("--device", help="part of the device name")
-    parser.add_argument("--arguments", help="the key's canonical arguments JSON")
+    key_arguments(parser)
     parser.add_argument("--processes", type=int, default=50)
     parser.add_argument("--seed", type=int, default=1, help="the strategy's seed (every process)")
     parser.add_argument("--noise-seed", type=int, default=0, help="seeds the processes' noise")

@@ -158,12 +158,17 @@ def _isolated(fn, *args, timeout: float = 300.0):
             raise TimeoutError(f"did not finish in {timeout:.0f} s") from None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def key_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that name a recorded key: its database, function, device and arguments."""
     parser.add_argument("--db", required=True)
     parser.add_argument("--function", required=True, help="function name or pattern with %%")
     parser.add_argument("--device", help="part of the device name")
     parser.add_argument("--arguments", help="the key's canonical arguments JSON")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    key_arguments(parser)
     parser.add_argument("--seeds", type=int, default=50)
     parser.add_argument("--budgets", type=float, nargs="*", default=[0.02, 0.05, 0.10])
     parser.add_argument("--evals", type=int, nargs="*", default=[],

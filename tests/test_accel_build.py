@@ -351,13 +351,28 @@ def test_opencl_build_without_a_diagnostic_is_tried_again(context, command_queue
                                                           monkeypatch):
     if context.backend != "opencl":
         pytest.skip("the retry is the OpenCL backend's")
-    calls = _counting_builds(monkeypatch, fail_first=1)
+    from autotune.accel import opencl
+
+    calls = _counting_builds(monkeypatch, fail_first=opencl.BUILD_RETRIES)
     path = _write(tmp_path, "retried.mako", "KERNEL void k(GLOBAL float *y) { y[0] = 3.5f; }\n")
     program = context.build(path, {})
-    assert len(calls) == 2
+    assert len(calls) == 1 + opencl.BUILD_RETRIES
     y = context.zeros(command_queue, 1, np.float32)
     command_queue.enqueue_kernel(program.get_kernel("k"), [y], 1, 1)
     assert y.get(command_queue)[0] == 3.5
+
+
+def test_opencl_builds_failing_past_the_retries_are_a_compile_error(context, tmp_path,
+                                                                     monkeypatch):
+    if context.backend != "opencl":
+        pytest.skip("the retry is the OpenCL backend's")
+    from autotune.accel import opencl
+
+    calls = _counting_builds(monkeypatch, fail_first=1 + opencl.BUILD_RETRIES)
+    path = _write(tmp_path, "never.mako", "KERNEL void k(GLOBAL float *y) { y[0] = 2.5f; }\n")
+    with pytest.raises(accel.CompileError, match="never.mako"):
+        context.build(path, {})
+    assert len(calls) == 1 + opencl.BUILD_RETRIES
 
 
 def test_opencl_compile_error_is_not_tried_again(context, tmp_path, monkeypatch):

@@ -141,7 +141,7 @@ def test_a_search_compiles_ahead_within_a_closed_turn_and_measures_after(context
     assert min(launched) > opened
     result = found["result"]
     assert result.best["wgs"] in (16, 32, 64) and len(result.trials) == 3
-    assert all(t.status.value == "ok" for t in result.trials)
+    assert all(t.status.value == "ok" for t in result.trials), [(t.status.value, t.message) for t in result.trials]
 
 
 def _warm(capsys, db, *options):

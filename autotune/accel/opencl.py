@@ -31,8 +31,12 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 #: Builds that fail with no compiler diagnostic are tried again this many times: PoCL
 #: sometimes fails a build for no reason in the source ("Device ... failed to build the
-#: program", an empty log) while other processes build the same kernels into its shared cache.
-BUILD_RETRIES = 1
+#: program", an empty log) while other processes build the same kernels into its shared cache
+#: (a test suite's workers, MPI ranks): more than one retry was needed on a busy 2-core machine
+#: (2026-11-28), each after a short pause that lets the other build finish.
+BUILD_RETRIES = 3
+#: Seconds before retry ``n`` (1, 2, ...): ``n`` times this.
+BUILD_RETRY_PAUSE = 0.05
 
 
 def _diagnosed(log: str) -> bool:
@@ -343,6 +347,7 @@ class OpenCLContext(Context):
             if attempt < BUILD_RETRIES and not _diagnosed(self._build_log(program)):
                 logger.warning("OpenCL build of %s failed without a diagnostic (%s); "
                                "building it again", source.template, str(failure).splitlines()[0])
+                time.sleep(BUILD_RETRY_PAUSE * (attempt + 1))
                 continue
             log = source.map_log(str(failure))
             if printed.text.strip() and printed.text.strip() not in log:

@@ -369,7 +369,8 @@ def test_opencl_builds_failing_past_the_retries_are_a_compile_error(context, tmp
     from autotune.accel import opencl
 
     calls = _counting_builds(monkeypatch, fail_first=1 + opencl.BUILD_RETRIES)
-    path = _write(tmp_path, "never.mako", "KERNEL void k(GLOBAL float *y) { y[0] = 2.5f; }\n")
+    # (a text no other test builds: the context compiles an identical source once)
+    path = _write(tmp_path, "never.mako", "KERNEL void k(GLOBAL float *y) { y[0] = -6.125f; }\n")
     with pytest.raises(accel.CompileError, match="never.mako"):
         context.build(path, {})
     assert len(calls) == 1 + opencl.BUILD_RETRIES

@@ -40,7 +40,7 @@ from typing import Any
 from autotune import tune
 from autotune.tune.replay import Landscape, landscape
 
-from strategies import _median_p90, key_arguments, load, recorded_space
+from strategies import _median_p90, key_arguments, recorded_key, recorded_space
 
 
 def noisy(land: Landscape, process: int, bias: float, noise: float, seed: int = 0) -> Landscape:
@@ -137,9 +137,7 @@ def main() -> None:
                         help="a configuration measured before each strategy (the test= parameters)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    store = tune.store.ResultStore.open(args.db, read_only=True)
-    function = args.function if "%" in args.function else f"%{args.function}%"
-    key, trials = load(store, function, args.device, args.arguments)
+    _, _, key, trials = recorded_key(args)
     space = reordered(recorded_space(trials), args.order)
     land = landscape(trials, space)
     n = len(land.times)

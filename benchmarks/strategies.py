@@ -166,6 +166,15 @@ def key_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--arguments", help="the key's canonical arguments JSON")
 
 
+def recorded_key(args: argparse.Namespace) -> tuple[tune.store.ResultStore, str, tune.TuningKey,
+                                                     list[tune.records.TrialRecord]]:
+    """The store, the function pattern, the key and its trials that :func:`key_arguments`'
+    options name (the most complete landscape among the matching keys)."""
+    store = tune.store.ResultStore.open(args.db, read_only=True)
+    function = args.function if "%" in args.function else f"%{args.function}%"
+    return (store, function, *load(store, function, args.device, args.arguments))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     key_arguments(parser)
@@ -182,9 +191,7 @@ def main() -> None:
                              "fraction of the true best (default 0.03)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    store = tune.store.ResultStore.open(args.db, read_only=True)
-    function = args.function if "%" in args.function else f"%{args.function}%"
-    key, trials = load(store, function, args.device, args.arguments)
+    store, function, key, trials = recorded_key(args)
     space = recorded_space(trials)
     land = landscape(trials, space)
     n = len(land.times)

@@ -45,7 +45,10 @@ class ScaleTemplate:
     @tune.autotuner(test={"wgs": 64})
     def autotune(cls, context: accel.Context, dtype: Any) -> dict[str, Any]:
         queue = context.create_tuning_command_queue()
-        n = 1 << 20 if context.device.is_gpu else 1 << 16
+        # a GPU's 1 << 20 elements took about 10 us, launch and timer jitter as large as the
+        # differences between work-group sizes (two warm runs on an H200 ranked them 1.34x and
+        # 1.02x apart): 1 << 24 (64 or 128 MiB a vector) is bandwidth-bound, as real uses are
+        n = 1 << 24 if context.device.is_gpu else 1 << 16
         dtype = np.dtype(dtype)
         x = np.arange(n, dtype=dtype) % 97
 

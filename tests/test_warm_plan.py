@@ -10,7 +10,8 @@ import pytest
 
 import toy_templates
 from autotune.cli import main
-from autotune.cli.warm_plan import (Estimator, KeyPlan, Overrides, PlanRules, WarmPolicy,
+from autotune.cli.warm_plan import (FIRST_KEY_WEIGHT, RUN_PRIOR_KEYS, TEMPLATE_PRIOR_KEYS,
+                                    Estimator, KeyPlan, Overrides, PlanRules, WarmPolicy,
                                     WarmStart, choose, own_plan, parse_overrides, time_shares)
 from autotune.tune.store import ResultStore
 
@@ -53,14 +54,31 @@ def test_the_estimate_is_corrected_by_the_measured_times():
     assert eta.remaining() == pytest.approx(6 + 11 + 5)  # the first key's 6 s to go
     now[0] = 30.0
     assert eta.remaining() == pytest.approx(0 + 11 + 5)  # overdue: nothing to go, not less
-    eta.finish(0, 22.0)  # twice the plan: "a" keys take 2x, and so (no "b" seen) does "b"
-    assert eta.remaining() == pytest.approx(22 + 10)
+    eta.finish(0, 22.0)  # twice the plan, but a first key: it counts a quarter
+    w, mean = FIRST_KEY_WEIGHT, 27 / 3
+    run = (w * 22 + RUN_PRIOR_KEYS * mean) / (w * 11 + RUN_PRIOR_KEYS * mean)
+    a = (w * 22 + TEMPLATE_PRIOR_KEYS * run * 11) / (w * 11 + TEMPLATE_PRIOR_KEYS * 11)
+    assert eta.ratio(None) == pytest.approx(run) and eta.ratio("a") == pytest.approx(a)
+    assert eta.ratio("b") == pytest.approx(run)  # no "b" seen: the run's ratio
+    assert eta.remaining() == pytest.approx(11 * a + 5 * run)
+    assert 16 < eta.remaining() < 32  # between the plan and the first key's 2x for all
     eta.start(1)
-    eta.finish(1, 11.0)  # "a": 33 s against 22 expected
-    assert eta.remaining() == pytest.approx(5 * 1.5)
+    eta.finish(1, 22.0)
     eta.start(2)
     eta.finish(2, 2.5)
-    assert eta.remaining() == 0 and eta.ratio("b") == pytest.approx(0.5)
+    assert eta.remaining() == 0 and 0.5 < eta.ratio("b") < eta.ratio(None)  # its 0.5x, a quarter
+
+
+def test_later_keys_outweigh_a_slow_first_key_and_the_plan():
+    plans = [_plan("a", 9)] * 30 + [_plan("b", 9)] * 30  # 10 s each
+    eta = Estimator(plans, clock=lambda: 0.0)
+    eta.finish(0, 100.0)  # the first "a" key: 10x its plan (one-off costs)
+    for i in range(1, 20):
+        eta.finish(i, 20.0)  # its later keys: 2x
+    assert eta.ratio("a") == pytest.approx(2.0, rel=0.15)
+    assert eta.ratio(None) == pytest.approx(2.0, rel=0.2)
+    assert eta.ratio("b") == pytest.approx(eta.ratio(None))  # unseen: as the run
+    assert eta.remaining() == pytest.approx(10 * 10 * eta.ratio("a") + 30 * 10 * eta.ratio(None))
 
 
 def test_the_plan_fits_the_search_to_the_space():
@@ -234,3 +252,22 @@ def test_keys_are_tuned_one_of_each_template_in_turn():
     # the templates expected to take longest first: reduce's 2 x 5 s, then blas's 3 x 2 s
     order = interleaved(names, [2, 2, 2, 1, 5, 5])
     assert [names[i] for i in order] == ["reduce", "blas", "gemm", "reduce", "blas", "blas"]
+
+
+def test_a_keys_cost_is_its_own_stored_figure_else_its_templates_average(tmp_path):
+    from autotune.cli.warm_plan import trial_costs
+    from autotune.tune.records import TuningKey, TuningRecord
+
+    store = ResultStore(f"sqlite:///{tmp_path / 'costs.db'}")
+    rows = [("X", '{"op":"axpy"}', {"seconds": 2.0, "trials": 10}),     # 0.2 s a trial
+            ("X", '{"op":"norm"}', {"seconds": 6.0, "trials": 10}),     # 0.6 s a trial
+            ("X", '{"op":"bad"}', {"seconds": "6", "trials": True}),    # data, not a cost
+            ("Y", '{"op":"axpy"}', {"seconds": 50.0, "trials": 10})]    # another device
+    for device, arguments, search in rows:
+        key = TuningKey("m.T.autotune", 1, device, "P", "1", arguments)
+        store.put(TuningRecord(key, '{"wgs": 64}', 1e-3, "0", search=json.dumps(search)))
+    costs = trial_costs([store], "m.T.autotune", "X", gpu=True)
+    assert costs.of('{"op":"axpy"}') == pytest.approx(0.2)
+    assert costs.of('{"op":"norm"}') == pytest.approx(0.6)
+    assert costs.of('{"op":"bad"}') == costs.of('{"op":"new"}') == pytest.approx(8.0 / 20)
+    assert trial_costs([store], "m.T.autotune", "Z", gpu=True).of("{}") > 0  # the default

@@ -11,7 +11,7 @@ one (``--strategy gemm=bayes``), and a template may state its own (``autotune_wa
 The cost model gives each key an expected time: its planned evaluations times the seconds a
 trial of its template took on the nearest device (stored results' ``search`` JSON), or a
 default per backend. :class:`Estimator` corrects those figures with what the run measures, per
-template (the ratio of actual to expected), for the time left; :func:`time_shares` shares the
+template (the ratio of actual to expected, with the plan as a prior), for the time left; :func:`time_shares` shares the
 time of ``--max-minutes`` in proportion to the expected costs, never below a floor.
 """
 
@@ -234,31 +234,57 @@ def _finished(store: ResultStore, key: Any, device: tuple[str, str, str]) -> boo
         return False
 
 
-def trial_seconds(stores: Sequence[ResultStore], function: str, device: str,
-                  gpu: bool) -> float:
+@dataclass(frozen=True)
+class TrialCosts:
+    """Seconds a trial of one function takes: on average, and per key (its arguments, as
+    stored), from the stored results of one device."""
+
+    average: float
+    by_arguments: dict[str, float] = field(default_factory=dict)
+
+    def of(self, arguments: str) -> float:
+        """A trial of the key with these ``arguments``: its own stored figure where there is
+        one (the costs of one template's keys differ: on a CPU a fused norm pass takes twice
+        an axpy's time), else the function's average."""
+        return self.by_arguments.get(arguments, self.average)
+
+
+def _search_cost(search: str) -> tuple[float, int] | None:
+    """(seconds, trials) of a stored ``search`` JSON, or None where it has no sound pair."""
+    try:
+        info = json.loads(search) if search else {}
+        s, n = info.get("seconds"), info.get("trials")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(s, (int, float)) and not isinstance(s, bool) and isinstance(n, int) \
+            and not isinstance(n, bool) and math.isfinite(s) and s > 0 and n > 0:
+        return float(s), n
+    return None
+
+
+def trial_costs(stores: Sequence[ResultStore], function: str, device: str,
+                gpu: bool) -> TrialCosts:
     """Seconds a trial of ``function`` takes: from the stored results of ``device`` (their
-    ``search`` JSON: seconds and trials), else of any device of the same kind found first, else
-    :data:`~autotune.tune.offline.SECONDS_PER_CONFIGURATION` (the tuner's own first-use guess). What is stored is data: anything malformed is ignored."""
+    ``search`` JSON: seconds and trials), in the first store that has any, else
+    :data:`~autotune.tune.offline.SECONDS_PER_CONFIGURATION` (the tuner's own first-use
+    guess). What is stored is data: anything malformed is ignored."""
     for store in stores:
         try:
             records = store.records(function=function)
         except StoreError:
             continue
         seconds = trials = 0.0
+        by_arguments: dict[str, float] = {}
         for record in records:
             if record.key.device_name != device:
                 continue
-            try:
-                info = json.loads(record.search) if record.search else {}
-                s, n = info.get("seconds"), info.get("trials")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(s, (int, float)) and isinstance(n, int) and not isinstance(n, bool) \
-                    and math.isfinite(s) and s > 0 and n > 0:
-                seconds, trials = seconds + s, trials + n
+            cost = _search_cost(record.search)
+            if cost is not None:
+                seconds, trials = seconds + cost[0], trials + cost[1]
+                by_arguments[record.key.arguments] = cost[0] / cost[1]
         if trials:
-            return seconds / trials
-    return SECONDS_PER_CONFIGURATION[gpu]
+            return TrialCosts(seconds / trials, by_arguments)
+    return TrialCosts(SECONDS_PER_CONFIGURATION[gpu])
 
 
 def time_shares(total: float, costs: Sequence[float], floor: float = FLOOR_SECONDS) -> list[float]:
@@ -306,10 +332,25 @@ def interleaved(templates: Sequence[str], costs: Sequence[float] | None = None) 
     return order
 
 
+#: how much a template's first key counts in the correction, against 1 for each later key: it
+#: carries one-off costs (its module's first compiles, data made once, on GPUs no key prepared
+#: ahead of it) that its later keys do not pay
+FIRST_KEY_WEIGHT = 0.25
+#: the plan's figures as evidence, in keys of mean expected cost: a template's ratio is pulled
+#: toward the run's ratio as by this many of its keys, the run's ratio toward 1 (the plan) by
+#: ``RUN_PRIOR_KEYS`` keys
+TEMPLATE_PRIOR_KEYS = 1.0
+RUN_PRIOR_KEYS = 2.0
+
+
 class Estimator:
     """The time left of a run from each key's expected seconds, corrected with what the run
     has measured: a template's pending keys by the ratio of its finished keys' actual to
-    expected time, those of templates not yet seen by the ratio over every finished key."""
+    expected time, taken with the run's ratio as a prior (as if :data:`TEMPLATE_PRIOR_KEYS`
+    keys had shown it), the run's ratio with the plan's 1 as its prior
+    (:data:`RUN_PRIOR_KEYS`). A template's first key counts :data:`FIRST_KEY_WEIGHT` as much
+    as a later one. So one slow first key (on an H200, the first Wilson dslash key took 7 s
+    where its later keys took 3) does not scale every key of its template by itself."""
 
     def __init__(self, plans: Sequence[KeyPlan], clock: Any = time.perf_counter):
         self.plans = list(plans)
@@ -317,15 +358,43 @@ class Estimator:
         self.actual: dict[int, float] = {}
         self.current: int | None = None
         self.current_since = 0.0
+        self.firsts: dict[str, int] = {}
+        for index, plan in enumerate(self.plans):
+            self.firsts.setdefault(plan.template, index)
+        self._ratios: dict[str | None, float] = {}  #: as of the keys finished so far
         self.first_estimate = self.remaining()
 
-    def ratio(self, template: str | None) -> float:
-        done = [(self.plans[i].seconds, s) for i, s in self.actual.items()
+    def _evidence(self, template: str | None) -> tuple[float, float, float]:
+        """(weighted actual, weighted expected, mean expected of a key) of ``template``'s
+        finished keys (None: every template's)."""
+        mine = [i for i in range(len(self.plans))
                 if template is None or self.plans[i].template == template]
-        expected = sum(e for e, _ in done)
-        if not done or expected <= 0:
-            return self.ratio(None) if template is not None else 1.0
-        return sum(s for _, s in done) / expected
+        mean = sum(self.plans[i].seconds for i in mine) / len(mine) if mine else 0.0
+        actual = expected = 0.0
+        for i in mine:
+            if i in self.actual:
+                weight = FIRST_KEY_WEIGHT if self.firsts.get(self.plans[i].template) == i else 1.0
+                actual += weight * self.actual[i]
+                expected += weight * self.plans[i].seconds
+        return actual, expected, mean
+
+    def ratio(self, template: str | None) -> float:
+        """Actual over expected time of ``template``'s keys (None: of the run's), as corrected
+        so far."""
+        if template not in self._ratios:
+            self._ratios[template] = self._ratio(template)
+        return self._ratios[template]
+
+    def _ratio(self, template: str | None) -> float:
+        actual, expected, mean = self._evidence(None)
+        run = (actual + RUN_PRIOR_KEYS * mean) / (expected + RUN_PRIOR_KEYS * mean) \
+            if expected + mean > 0 else 1.0
+        if template is None:
+            return run
+        actual, expected, mean = self._evidence(template)
+        if expected + mean <= 0:
+            return run
+        return (actual + TEMPLATE_PRIOR_KEYS * run * mean) / (expected + TEMPLATE_PRIOR_KEYS * mean)
 
     def expected(self, index: int) -> float:
         """Key ``index``'s expected seconds, as corrected so far."""
@@ -337,6 +406,7 @@ class Estimator:
 
     def finish(self, index: int, seconds: float) -> None:
         self.actual[index] = seconds
+        self._ratios.clear()
         if self.current == index:
             self.current = None
 
@@ -370,8 +440,9 @@ class WarmPolicy:
                                              for url, label in self.warm_from if url != store.url]
 
     def plan(self, template: Any, context: Any, config: dict[str, Any],
-             stores: Sequence[tuple[ResultStore, str]], costs: dict[str, float]) -> KeyPlan:
-        """The plan of one key (``costs``: seconds a trial by template name, filled here)."""
+             stores: Sequence[tuple[ResultStore, str]],
+             costs: dict[str, TrialCosts]) -> KeyPlan:
+        """The plan of one key (``costs``: a trial's seconds by template name, filled here)."""
         gpu = context.device.is_gpu is not False
         try:
             own = own_plan(template.cls)
@@ -391,17 +462,17 @@ class WarmPolicy:
         if evals is not None and reason in ("this device's trials", "large space"):
             evals = max(1, math.ceil(evals / searches))  # the rules' budget is the key's
         if template.name not in costs:
-            costs[template.name] = trial_seconds([s for s, _ in stores], key.function,
-                                                 warm.device or key.device_name, gpu)
+            costs[template.name] = trial_costs([s for s, _ in stores], key.function,
+                                               warm.device or key.device_name, gpu)
         return KeyPlan(template.name, configurations, strategy, evals, reason, warm,
-                       costs[template.name], searches)
+                       costs[template.name].of(key.arguments), searches)
 
     def plan_keys(self, context: Any, keys: Sequence[tuple[Any, dict[str, Any]]],
                   store: ResultStore, open_store: Any) -> list[KeyPlan]:
         """The plans of ``keys`` ((template, configuration) pairs) on ``context``, reading the
         stored trials of ``store`` and of the ``warm_from`` databases (``open_store(url)``)."""
         stores = self.stores(store, open_store)
-        costs: dict[str, float] = {}
+        costs: dict[str, TrialCosts] = {}
         return [self.plan(template, context, config, stores, costs) for template, config in keys]
 
     def share(self, estimator: Estimator, pending: Sequence[int], which: int = 0) -> float | None:

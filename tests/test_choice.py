@@ -212,18 +212,29 @@ def test_real_kernels_within_noise_are_tied_and_the_rule_chooses(context, tmp_pa
     with tuning_run(TuningRun(baseline=test)):
         result = tune.search(generate, space, workers=0)
     found = result.choice
-    # the two labels of work 1 and test=, and work 2 labelled b only where the machine's noise
-    # made its batches in the search reach the fastest one's (choice.could_tie)
-    assert found.contenders in (3, 4) and found.rounds >= choice.MIN_ROUNDS
+    # test= and the leaders whose batches in the search reached the fastest one's
+    # (choice.could_tie): the two labels of work 1, and work 2 labelled b where the machine's
+    # noise made its batches reach. On PoCL two windows of time can differ by more than the
+    # rule's 5% (even alone; more so while the other test worker starts its MPI ranks), setting
+    # one label's 5 batches apart from the other's: then it is not timed again, and not tied.
+    timed = {(t.parameters["work"], t.parameters["label"]): t for t in result.trials}
+    ranked = sorted(timed, key=lambda k: timed[k].median_seconds)
+    reached = choice.could_tie(ranked, timed)
+    assert found.contenders == len(reached) + ((2, "a") not in reached)
+    assert found.rounds >= choice.MIN_ROUNDS
     tied = [dict(c) for c in found.tied]
-    assert {"work": 1, "label": "a"} in tied and {"work": 1, "label": "b"} in tied
+    both = {(1, "a"), (1, "b")} <= set(reached)
+    if both:  # the same kernel timed again, interleaved: tied
+        assert {"work": 1, "label": "a"} in tied and {"work": 1, "label": "b"} in tied
     declared = space.configurations()
     assert result.best == (test if test in tied else min(tied, key=declared.index))
     assert found.ci_low <= found.seconds <= found.ci_high and result.score == found.seconds
     estimate, low, high = found.speedup
     assert low <= estimate <= high
     if not found.noisy:  # a machine quiet enough to rank: twice the work is told apart
-        assert result.best == {"work": 1, "label": "a"} and found.ties >= 1
+        assert result.best["work"] == 1
+        if both:  # and of the tied labels, the first declared
+            assert result.best == {"work": 1, "label": "a"} and found.ties >= 1
         assert 1.2 < estimate < 2.3  # twice the work, less the launch's share
 
 

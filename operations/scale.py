@@ -41,14 +41,19 @@ class ScaleTemplate:
                           [tune.limit(f"wgs from 1 to {limit} (the device's limit)",
                                       lambda p: 1 <= p["wgs"] <= limit)])
 
+    @staticmethod
+    def tuning_length(context: accel.Context) -> int:
+        """Elements of the vectors tuned on: on a GPU 1 << 24 (64 or 128 MiB a vector,
+        bandwidth-bound as real uses are; 1 << 20 took about 10 us on an H200, launch and timer
+        jitter as large as the differences between work-group sizes: two warm runs ranked them
+        1.34x and 1.02x apart), on a CPU 1 << 16."""
+        return 1 << 24 if context.device.is_gpu else 1 << 16
+
     @classmethod
     @tune.autotuner(test={"wgs": 64})
     def autotune(cls, context: accel.Context, dtype: Any) -> dict[str, Any]:
         queue = context.create_tuning_command_queue()
-        # a GPU's 1 << 20 elements took about 10 us, launch and timer jitter as large as the
-        # differences between work-group sizes (two warm runs on an H200 ranked them 1.34x and
-        # 1.02x apart): 1 << 24 (64 or 128 MiB a vector) is bandwidth-bound, as real uses are
-        n = 1 << 24 if context.device.is_gpu else 1 << 16
+        n = cls.tuning_length(context)
         dtype = np.dtype(dtype)
         x = np.arange(n, dtype=dtype) % 97
 

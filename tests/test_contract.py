@@ -264,7 +264,7 @@ def test_trials_store_rates_and_show_prints_them(context, capsys):
 
     ScaleTemplate.autotune(context, np.float32)
     trials = [t for t in ResultStore.open().trials() if t.status == "ok"]
-    n = 1 << 20 if context.device.is_gpu else 1 << 16
+    n = ScaleTemplate.tuning_length(context)
     for t in trials:
         assert t.gbps == pytest.approx(2 * n * 4 / t.median_seconds / 1e9)
         assert t.gflops == pytest.approx(n / t.median_seconds / 1e9)

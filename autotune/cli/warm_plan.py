@@ -9,10 +9,11 @@ are known. ``--strategy`` and ``--max-evals`` override the choice for every temp
 one (``--strategy gemm=bayes``), and a template may state its own (``autotune_warm``).
 
 The cost model gives each key an expected time: its planned evaluations times the seconds a
-trial of its template took on the nearest device (stored results' ``search`` JSON), or a
-default per backend. :class:`Estimator` corrects those figures with what the run measures, per
-template (the ratio of actual to expected, with the plan as a prior), for the time left; :func:`time_shares` shares the
-time of ``--max-minutes`` in proportion to the expected costs, never below a floor.
+trial of the key (else of its template) took on the nearest device (stored results' ``search``
+JSON), or a default per backend. :class:`Estimator` corrects those figures with what the run
+measures, per template (the ratio of actual to expected, with the plan as a prior), for the
+time left; :func:`time_shares` shares the time of ``--max-minutes`` in proportion to the
+expected costs, never below a floor.
 """
 
 from __future__ import annotations

@@ -387,11 +387,11 @@ class Estimator:
         return self._ratios[template]
 
     def _ratio(self, template: str | None) -> float:
-        actual, expected, mean = self._evidence(None)
-        run = (actual + RUN_PRIOR_KEYS * mean) / (expected + RUN_PRIOR_KEYS * mean) \
-            if expected + mean > 0 else 1.0
         if template is None:
-            return run
+            actual, expected, mean = self._evidence(None)
+            return (actual + RUN_PRIOR_KEYS * mean) / (expected + RUN_PRIOR_KEYS * mean) \
+                if expected + mean > 0 else 1.0
+        run = self.ratio(None)
         actual, expected, mean = self._evidence(template)
         if expected + mean <= 0:
             return run

@@ -109,12 +109,16 @@ def test_vector_add_is_tuned_checked_and_stored(context, trials_seen):
     assert found.best in ({"block_size_x": 32}, {"block_size_x": 64})
     assert sorted(r["block_size_x"] for r in results) == [32, 64]
     assert all(r["status"] == "ok" and r["time"] > 0 for r in results)
-    # the fastest by the search's medians, unless timed again side by side the two could not
-    # be told apart: then the first declared (statistics of a choice)
+    # statistics of a choice: where the search saw one clearly faster, it wins; where both
+    # were timed again side by side, that re-timing decides (it may reverse the search's
+    # ranking, taken one candidate after another on a shared GPU), and where it could not tell
+    # them apart, the first declared wins
     fastest = min(results, key=lambda r: r["time"])["block_size_x"]
     chosen = env["search"]["choice"]
-    assert found.best["block_size_x"] == fastest or (chosen["ties"] >= 1 and
-                                                     found.best == {"block_size_x": 32})
+    if chosen["contenders"] < 2:
+        assert found.best["block_size_x"] == fastest
+    elif chosen["ties"] >= 1:
+        assert found.best == {"block_size_x": 32}
     assert len(trials_seen) == 2
     assert env["device_name"] == context.device.name and env["function"] == "tune_kernel.vector_add"
     record = tune.serving().store(tune.store.database_url()).get(found.key)

@@ -82,9 +82,12 @@ def check_domain(domain: Any, dims: tuple[int, int, int, int]) -> tuple[int, ...
 
 
 def link_loads(precision: str, reconstruct: int) -> list[int]:
-    """The bytes a dslash may read a link with in one load (the tuned ``link_load``): 8 or
-    16, but only 16 for double precision 18 and 12 (one complex number each)."""
-    return [16] if precision == "double" and reconstruct != 8 else [8, 16]
+    """The bytes a dslash may read a link with in one load (the tuned ``link_load``): 16 or
+    8, but only 16 for double precision 18 and 12 (one complex number each). 16 is declared
+    first: it is ``test=``'s and the usual best (all but one of the H200, H100 and CPU rows of
+    ``tune.db.example``), and among candidates timed as ties the earliest declared wins (on an
+    H200, 8-byte loads tied within a process came out 0.8-1.7% slower in three others)."""
+    return [16] if precision == "double" and reconstruct != 8 else [16, 8]
 
 
 def link_groups(precision: str, reconstruct: int, load: int = 16) -> tuple[int, ...]:

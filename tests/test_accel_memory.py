@@ -67,6 +67,7 @@ def _copy_seconds(context, queue, nbytes, repeats=5):
     return statistics.median(times)
 
 
+@pytest.mark.gpu_alone  # times copies: other workers' work on the GPU would be in them
 def test_tuning_queue_times_copies_and_grows_with_size(context):
     queue = context.create_tuning_command_queue()
     small = _copy_seconds(context, queue, 1 << 20)

@@ -28,24 +28,32 @@ def test_compiling_leaves_shared_bytes_objects_alone():
 
 @pytest.mark.parametrize("module", [reduce, blas], ids=["reduce", "blas"])
 def test_every_fused_op_compiles_for_sm90(module):
-    for op, dtype in itertools.product(module.OPS.values(), fused.DTYPES):
+    """Every op in every dtype it supports, each in one of three launch shapes (scalar loads
+    with warp shuffles, wide vectors without, both): shape ``(op + dtype) % 3``, a Latin
+    square, so that every shape meets every dtype and an op of three or more dtypes meets every
+    shape, in a third of the compiles of all three for each (the GPU suite builds the kernels
+    it runs)."""
+    shapes = ((64, 1, False, True), (1024, 8, True, False), (128, 2, True, True))
+    for (o, op), (d, dtype) in itertools.product(enumerate(module.OPS.values()),
+                                                 enumerate(fused.DTYPES)):
         if not op.supports(dtype):
             continue
         real, elem = accel.c_type(accel.real_dtype(dtype)), accel.c_type(dtype)
         is_complex = dtype.kind == "c"
-        vec = 16 // np.dtype(dtype).itemsize
-        for wgs, ipt, vec, shuffle in ((64, 1, 1, True), (1024, 8, vec, False), (128, 2, vec, True)):
-            source = accel.render(fused.TEMPLATE, "cuda", {
-                "real": real, "elem": elem, "is_complex": is_complex,
-                "acc": "double" if op.combine == "sum" else real, "combine": op.combine,
-                "vectors": list(op.vectors), "written": list(op.written),
-                "scalars": list(op.scalars), "body": op.body,
-                "reductions": op.reductions(is_complex), "wgs": wgs, "ipt": ipt,
-                "vec": vec, "shuffle": shuffle, "single_pass": bool(op.outputs)})
-            try:
-                nvrtc.compile_source(source.text, "fused.cu", (9, 0))
-            except nvrtc.NvrtcError as exc:
-                pytest.fail(f"{op.name} {np.dtype(dtype)}: {source.map_log(exc.log)}")
+        wgs, ipt, wide, shuffle = shapes[(o + d) % len(shapes)]
+        vec = 16 // np.dtype(dtype).itemsize if wide else 1
+        source = accel.render(fused.TEMPLATE, "cuda", {
+            "real": real, "elem": elem, "is_complex": is_complex,
+            "acc": "double" if op.combine == "sum" else real, "combine": op.combine,
+            "vectors": list(op.vectors), "written": list(op.written),
+            "scalars": list(op.scalars), "body": op.body,
+            "reductions": op.reductions(is_complex), "wgs": wgs, "ipt": ipt,
+            "vec": vec, "shuffle": shuffle, "single_pass": bool(op.outputs)})
+        try:
+            nvrtc.compile_source(source.text, "fused.cu", (9, 0))
+        except nvrtc.NvrtcError as exc:
+            pytest.fail(f"{op.name} {np.dtype(dtype)} wgs {wgs} ipt {ipt} vec {vec} shuffle {shuffle}: "
+                        f"{source.map_log(exc.log)}")
 
 
 @pytest.mark.parametrize("half", [False, True], ids=["single", "half"])

@@ -58,6 +58,11 @@ LEADERS = 4
 #: A leader is timed again if its fastest batch in the search was within this of the fastest
 #: candidate's slowest batch (:func:`could_tie`).
 OVERLAP = 0.05
+#: The fastest this many of the search are always timed again, whatever their batches: the
+#: search times one candidate after another, and on a shared CPU two windows of time differ by
+#: more than :data:`OVERLAP` (two candidates 0.3% apart had their batches set apart, and the
+#: winner changed from process to process).
+ALWAYS = 2
 #: Rounds always timed: six batches are the fewest that give a 95% interval of a median (their
 #: extremes, 96.9%); eight hold it with 99.2%, so that two candidates within noise are not
 #: told apart by a chance run of six.
@@ -159,15 +164,17 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
 def could_tie(leaders: Sequence[Any], trials: Mapping[Any, Any]) -> list[Any]:
     """Those of ``leaders`` (keys, fastest first; ``trials[key]`` has the ``min_seconds``,
     ``median_seconds`` and ``max_seconds`` of the search's batches) that could be tied with the
-    first: whose fastest batch is within :data:`OVERLAP` of the first's slowest. A leader the
-    search already saw clearly slower (on a quiet machine, most) is not timed again; on a noisy
-    machine the batches' ranges are wide and every leader stays."""
+    first: the first :data:`ALWAYS` (the search's ranking of its two fastest is the one that
+    drifting time windows overturn), and those whose fastest batch is within :data:`OVERLAP` of
+    the first's slowest. A later leader the search already saw clearly slower (on a quiet
+    machine, most) is not timed again; on a noisy machine the batches' ranges are wide and every
+    leader stays."""
     if not leaders:
         return []
     first = trials[leaders[0]]
     reach = (first.max_seconds or first.median_seconds) * (1 + OVERLAP)
-    return [k for k in leaders
-            if (trials[k].min_seconds or trials[k].median_seconds) <= reach]
+    return [k for i, k in enumerate(leaders)
+            if i < ALWAYS or (trials[k].min_seconds or trials[k].median_seconds) <= reach]
 
 
 def tie_break(tied: Sequence[int], test: int | None, position: Callable[[int], float]) -> int:

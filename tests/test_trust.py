@@ -134,6 +134,7 @@ def test_stored_parameters_outside_the_space_are_retuned_never_compiled(context,
     ("version", "one"),
     ("fingerprint", "zz" * 32),
     ("sources", "{not json"),
+    ("sources", "[" * 40 + "]" * 40),  # nested deeper than stored JSON may be
     ("gbps", "lots"),
 ])
 def test_a_malformed_cell_makes_the_row_invalid(context, column, value, caplog, capsys):
@@ -155,6 +156,19 @@ def test_a_malformed_cell_makes_the_row_invalid(context, column, value, caplog, 
     assert calls["fake"] == 5, "the key must be tuned again"
     code, out, _ = run(capsys, "show", "--function", "%FakeTimed%")
     assert code == 0 and "FakeTimedTemplate" in out
+
+
+def test_stored_json_is_refused_past_its_depth_limit_and_brackets_in_strings_do_not_count():
+    from autotune.tune.encoding import MAX_JSON_DEPTH, MalformedJSONError, load_json
+
+    def nested(levels: int) -> str:  # a number inside lists: its depth is levels + 1
+        return "[" * levels + "1" + "]" * levels
+
+    assert load_json(nested(MAX_JSON_DEPTH - 1)) == json.loads(nested(MAX_JSON_DEPTH - 1))
+    with pytest.raises(MalformedJSONError, match=f"deeper than {MAX_JSON_DEPTH}"):
+        load_json(nested(MAX_JSON_DEPTH))
+    flat = json.dumps({"wgs": 64, "note": "[" * 100 + "{" * 100})
+    assert load_json(flat)["wgs"] == 64
 
 
 # -- import takes in only what is valid, all or nothing, and leaves its source alone ------------

@@ -144,6 +144,14 @@ class TunedFunction:
             run.spaces[cache_key] = space
         return space
 
+    def space_of(self, call: _Call) -> Space | None:
+        """:meth:`declared_space` for ``call``'s own arguments, made once for the call (its
+        fingerprint and the similar lookup's judge of trials both need it)."""
+        made = getattr(call, "space", _NOT_MADE)
+        if made is _NOT_MADE:
+            made = call.space = self.declared_space(call.owner, call.context, call.arguments)
+        return made
+
     def _as_space(self, owner: Any, value: Any) -> Space:
         try:
             return value if isinstance(value, Space) else Space(value)
@@ -156,8 +164,7 @@ class TunedFunction:
 
     def fingerprint_of(self, call: _Call) -> Fingerprint:
         """:meth:`fingerprint` of a call already read."""
-        return make_fingerprint(self.sources(call.owner),
-                                self.declared_space(call.owner, call.context, call.arguments))
+        return make_fingerprint(self.sources(call.owner), self.space_of(call))
 
     def online_setup(self, owner: Any, context: Any, arguments: dict[str, Any]
                      ) -> tuple[TuningKey, dict[str, Any], Fingerprint]:
@@ -247,6 +254,10 @@ class TunedFunction:
         if not force:
             state.remember(memo_key, params)
         return dict(params)
+
+
+#: :meth:`TunedFunction.space_of`'s mark of a call whose space is not made yet
+_NOT_MADE = object()
 
 
 def _space_cache_key(tuned: TunedFunction, owner: Any, context: Any,

@@ -155,7 +155,9 @@ def load_json(text: Any, what: str = "stored JSON") -> Any:
         raise MalformedJSONError(f"{what} is nested too deeply to parse") from None
     except ValueError as exc:
         raise MalformedJSONError(f"{what} is not valid JSON: {exc}") from None
-    if _depth(value) > MAX_JSON_DEPTH:
+    # (nested no deeper than the brackets it opens, plus one: most stored JSON, a flat
+    # object, is not walked)
+    if text.count("{") + text.count("[") >= MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
         raise MalformedJSONError(f"{what} is nested deeper than {MAX_JSON_DEPTH} levels")
     return value
 

@@ -89,6 +89,8 @@ class Tuned(Protocol):
     def declared_space(self, owner: Any, context: Any,
                        arguments: dict[str, Any]) -> Space | None: ...
 
+    def space_of(self, call: Any) -> Space | None: ...
+
 
 class CallLike(Protocol):
     owner: Any
@@ -274,7 +276,7 @@ def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck) -> TrialJudge:
             return None
         verdict = Verdict(row, anchor.freshness, "", params)
         if not spaces:
-            spaces.append(tuned.declared_space(call.owner, call.context, call.arguments))
+            spaces.append(tuned.space_of(call))
         if spaces[0] is not None and spaces[0].why_not(params, preferences=False) is not None:
             return None
         return verdict

@@ -30,6 +30,8 @@ from ..tune.validation import recorded_speedup
 from .formatting import parameters_text, printable, seconds_text, speedup_text
 from .recorded import RecordedPlan, recorded_plan
 from .warm_lookahead import KeyPipeline, KeyStart, lookahead_default
+from .warm_prebuild import Prebuilder, prebuilding
+from .warm_prebuild import wanted as prebuild_wanted
 from .warm_plan import Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args
 
 
@@ -215,7 +217,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 share: tuple[int, int] = (0, 1), comm: Any = None,
                 recorded: RecordedPlan | None = None,
                 policy: WarmPolicy | None = None,
-                lookahead: bool | None = None) -> list[WarmOutcome]:
+                lookahead: bool | None = None,
+                prebuild: bool | None = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
@@ -229,7 +232,9 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     templates' warm configurations. ``policy``: each key's search (:mod:`autotune.cli.warm_plan`:
     its plan wins over ``settings``' strategy and max_evals), the warm-start databases and the
     time limit of the run. ``lookahead``: start each next key while the key before it is tuned
-    (:mod:`.warm_lookahead`; None: on GPUs only).
+    (:mod:`.warm_lookahead`; None: on GPUs only). ``prebuild``: a low-priority process builds
+    the keys' first candidates ahead into the compiler's disk cache (:mod:`.warm_prebuild`;
+    None: on OpenCL CPU devices, for many keys).
     """
     policy = policy if policy is not None else WarmPolicy()
     if policy.started is None:
@@ -257,27 +262,14 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         following = dict(zip(sorted(order), sorted(order)[1:]))  # the next key to tune
         pipeline: KeyPipeline = KeyPipeline(context, lookahead_default(context)
                                             if lookahead is None else lookahead)
+        ahead = [] if dry_run else [
+            (plan[p][0], plan[p][1], _key_settings(settings, plans[order[p]], None, policy))
+            for p in sorted(order)]
         try:
-            for position, (template, config, verdict) in enumerate(plan):
-                args = describe_arguments(encode_arguments(config))
-                if tuned_here(verdict) and not force:
-                    outcomes.append(_stored(template, device, args, verdict.record, store))
-                    progress.skipped()
-                    continue
-                why = _why_tuned(verdict)
-                n = order[position]
-                if dry_run:
-                    outcomes.append(WarmOutcome(template.name, device, args, "would tune",
-                                                message=why.strip(" ()"), plan=plans[n].text(),
-                                                estimate=plans[n].seconds))
-                    continue
-                began = time.perf_counter()  # a key run ahead counts from its turn
-                with progress.key(f"{template.name} {args} on {device}{why}", n):
-                    found, key = pipeline.tune(starts[position],
-                                               starts.get(following.get(position, -1)))
-                outcomes.append(dataclasses.replace(found, seconds=time.perf_counter() - began))
-                if key is not None:
-                    unwritten[len(outcomes) - 1] = key
+            with prebuilding(spec.selector, ahead, prebuild_wanted(context, len(ahead), prebuild)
+                             ) as prebuilder:
+                _tune_keys(plan, order, plans, starts, following, pipeline, progress, outcomes,
+                           unwritten, device, force, dry_run, store, prebuilder)
         finally:
             pipeline.close()  # a key still running (Ctrl-C) is cancelled and waited for
             progress.close()
@@ -286,6 +278,37 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     where = f"{socket.gethostname()}/{spec.selector}"
     back = sorted(range(len(outcomes)), key=lambda k: turn[k])  # as the templates list them
     return [dataclasses.replace(outcomes[k], where=where) for k in back]
+
+
+def _tune_keys(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan],
+               starts: dict[int, KeyStart], following: dict[int, int], pipeline: KeyPipeline,
+               progress: _Progress, outcomes: list[WarmOutcome], unwritten: dict[int, Any],
+               device: str, force: bool, dry_run: bool, store: Any,
+               prebuilder: Prebuilder) -> None:
+    """Each key of ``plan`` in turn: left alone where stored (unless ``force``), said where
+    ``dry_run``, else tuned (``outcomes`` and ``unwritten`` filled in; ``prebuilder`` told
+    which key starts)."""
+    for position, (template, config, verdict) in enumerate(plan):
+        args = describe_arguments(encode_arguments(config))
+        if tuned_here(verdict) and not force:
+            outcomes.append(_stored(template, device, args, verdict.record, store))
+            progress.skipped()
+            continue
+        why = _why_tuned(verdict)
+        n = order[position]
+        if dry_run:
+            outcomes.append(WarmOutcome(template.name, device, args, "would tune",
+                                        message=why.strip(" ()"), plan=plans[n].text(),
+                                        estimate=plans[n].seconds))
+            continue
+        prebuilder.reached(n)
+        began = time.perf_counter()  # a key run ahead counts from its turn
+        with progress.key(f"{template.name} {args} on {device}{why}", n):
+            found, key = pipeline.tune(starts[position],
+                                       starts.get(following.get(position, -1)))
+        outcomes.append(dataclasses.replace(found, seconds=time.perf_counter() - began))
+        if key is not None:
+            unwritten[len(outcomes) - 1] = key
 
 
 def _starts(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan], context: Any,
@@ -606,7 +629,8 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
         outcomes += warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,
                                 quiet=args.quiet, settings=settings, share=part, policy=policy,
                                 recorded=args.recorded_plan,
-                                lookahead=getattr(args, "lookahead", None))
+                                lookahead=getattr(args, "lookahead", None),
+                                prebuild=getattr(args, "prebuild", None))
     return outcomes
 
 

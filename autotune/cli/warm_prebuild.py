@@ -1,0 +1,215 @@
+"""``warm``'s compiling ahead on CPU devices: a low-priority process builds the next key's
+first candidates while this key is tuned, so that the device compiler's disk cache already
+holds them when its turn comes.
+
+On a CPU device the kernels being timed use every core, so nothing is built beside them in
+``warm``'s own process (:mod:`.warm_lookahead` is for GPUs). But most of a CPU key's time is
+not timing: its candidates' builds, and the first launch of each, where PoCL compiles the
+kernel for its work-group size, run on one core while the other waits. PoCL keeps both in its
+disk cache (``POCL_CACHE_DIR``), shared by every process of the machine: on the 2-core Intel
+Xeon of docs/performance.md a build took 158 ms and its first launch 76 ms with an empty
+cache, 36 ms and 18 ms once another process had built and launched the same kernel, and
+``warm reduce`` took 19 s instead of 66 s with its kernels in the cache.
+
+So where ``warm`` tunes many keys on an OpenCL CPU device, it starts one helper process at the
+lowest CPU priority (``nice`` 19: while ``warm``'s timed kernels use both cores, the helper
+gets almost no time) with the keys to tune, in order, and their search settings. ``warm`` tells
+it each key it starts; the helper works on the keys after it, never on one ``warm`` has
+reached (it drops a key it is on once ``warm`` gets there), each under
+:func:`prebuild_strategy`: the search's warm-start seeds and ``test=`` (what the plans measure
+first), up to the key's budget, each built and launched once, unchecked and untimed, into a
+throwaway database. The helper writes nothing to the user's database, its output is
+discarded, and it is stopped when ``warm`` ends; a helper that fails costs nothing but its
+cache entries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+#: Keys to tune, at least, for ``warm`` to start the helper (its start costs about a second of
+#: one core: a few keys do not pay for it).
+MIN_KEYS = 16
+#: Configurations a search's prebuild takes where its budget is not known.
+DEFAULT_EVALS = 8
+_HEADER = struct.Struct("<Q")
+
+
+class _Stop(Exception):
+    """``warm`` has reached the key the helper is on."""
+
+
+def wanted(context: Any, keys: int, choice: bool | None) -> bool:
+    """Whether ``warm`` prebuilds: ``choice`` (``--prebuild``/``--no-prebuild``) if given (on
+    OpenCL devices only), else on an OpenCL CPU device with at least :data:`MIN_KEYS` keys to
+    tune."""
+    if choice is not None:
+        return choice and context.backend == "opencl"
+    return context.backend == "opencl" and context.device.is_gpu is False and keys >= MIN_KEYS
+
+
+class Prebuilder:
+    """The helper process, seen from ``warm``: :meth:`reached` tells it the key ``warm``
+    starts. Does nothing where no helper runs."""
+
+    def __init__(self, process: subprocess.Popen | None):
+        self.process = process
+
+    def reached(self, index: int) -> None:
+        """``warm`` starts its ``index``-th key to tune (0-based, in the jobs' order)."""
+        if self.process is None or self.process.stdin is None:
+            return
+        try:
+            self.process.stdin.write(f"{index}\n".encode())
+            self.process.stdin.flush()
+        except (OSError, ValueError):  # it has ended: warm goes on without it
+            self.process = None
+
+
+@contextlib.contextmanager
+def prebuilding(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]],
+                enabled: bool) -> Iterator[Prebuilder]:
+    """Within the block, a helper process prebuilds ``jobs`` ((registered template, key
+    arguments, search settings), in tuning order) on the device ``selector``, ahead of the key
+    the :class:`Prebuilder` says ``warm`` has reached; stopped at the end of the block. No
+    helper where not ``enabled``, or where it cannot start."""
+    process = _start(selector, jobs) if enabled and jobs else None
+    try:
+        yield Prebuilder(process)
+    finally:
+        if process is not None:
+            process.kill()
+            process.wait()
+            if process.stdin is not None:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()
+
+
+def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
+           ) -> subprocess.Popen | None:
+    log = logging.getLogger("autotune")
+    try:
+        request = pickle.dumps((selector, jobs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as exc:  # noqa: BLE001 - a template that cannot travel: no prebuild
+        log.info("warm: no compiling ahead (%s)", exc)
+        return None
+    try:
+        # (not recording misses into the user's AUTOTUNE_RECORD file: its keys are warm's)
+        env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_RECORD"}
+        process = subprocess.Popen([sys.executable, "-m", "autotune.cli.warm_prebuild"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=env)
+        assert process.stdin is not None
+        process.stdin.write(_HEADER.pack(len(request)) + request)
+        process.stdin.flush()
+    except OSError as exc:  # it could not start, or died at once: warm goes on without it
+        log.info("warm: no compiling ahead (%s)", exc)
+        return None
+    return process
+
+
+def prebuild_strategy(ctx: Any) -> None:
+    """A search strategy that builds and launches once what a search would measure first: the
+    warm-start seeds and ``test=`` (or, without seeds, the first configuration and its
+    neighbours), up to the budget; then measures the first of them, so that the search has a
+    result (a template's next search starts from it). Stops once ``warm`` reaches the key."""
+    from ..tune.search import current_run
+
+    budget = ctx.evaluator.budget.max_evals or DEFAULT_EVALS
+    run = current_run()
+    first = [*ctx.seeds, *([run.baseline] if run is not None and run.baseline else [])]
+    keys = list(dict.fromkeys(ctx.key(c) for c in first if set(c) == set(ctx.names)))
+    start = next((k for k in keys if k in ctx.valid), ctx.key(ctx.configs[0]))
+    if not ctx.seeds:
+        keys += [k for k in [start, *ctx.neighbours(start)] if k not in keys]
+    for key in keys[:max(budget, len(ctx.seeds) + 1)]:
+        _check_turn()
+        _launch_once(ctx.evaluator.generate, ctx.config(key))
+    _check_turn()
+    ctx.evaluate([ctx.config(start)])
+
+
+def _launch_once(generate: Any, config: dict[str, Any]) -> None:
+    """Build ``config``'s candidate and launch it once, unchecked and untimed."""
+    from ..tune.measurement import Measurement
+
+    try:
+        measure = generate(**config)
+        if measure is None:
+            return
+        if isinstance(measure, Measurement):
+            try:
+                if measure.setup is not None:
+                    measure.setup()
+                measure.run()
+                measure.queue.finish()
+            finally:
+                measure.finish()
+        else:
+            measure(1)
+    except Exception:  # noqa: BLE001 - a candidate that fails here fails in warm too, and says so
+        pass
+
+
+class _Progress:
+    """In the helper: the key ``warm`` has reached (read from standard input by a thread) and
+    the key the helper is on."""
+
+    reached = -1
+    current = -1
+
+
+def _check_turn() -> None:
+    """Stop the key the helper is on once ``warm`` has reached it (outside a helper: never)."""
+    if 0 <= _Progress.current <= _Progress.reached:
+        raise _Stop
+
+
+def _follow(stream: Any) -> None:
+    for line in stream:
+        with contextlib.suppress(ValueError):
+            _Progress.reached = max(_Progress.reached, int(line))
+
+
+def serve() -> None:
+    """The helper: read the jobs, then prebuild each key ``warm`` has not reached yet."""
+    with contextlib.suppress(OSError, AttributeError):  # (no nice on Windows)
+        os.nice(19)
+    stream = sys.stdin.buffer
+    (size,) = _HEADER.unpack(stream.read(_HEADER.size))
+    selector, jobs = pickle.loads(stream.read(size))
+    threading.Thread(target=_follow, args=(stream,), daemon=True).start()
+    from .. import accel
+    from ..tune import use_database
+    from ..tune.search import search_settings
+
+    logging.disable(logging.CRITICAL)
+    context = accel.create_some_context(selector)
+    with tempfile.TemporaryDirectory() as folder, use_database(os.path.join(folder, "p.db")):
+        for index, (template, config, settings) in enumerate(jobs):
+            _Progress.current = index
+            if index <= _Progress.reached:
+                continue
+            chosen = {**settings, "strategy": prebuild_strategy, "settle": 0,
+                      "max_seconds": None, "resume": None}
+            try:
+                with search_settings(**chosen):
+                    template.retune(context, config)
+            except BaseException as exc:  # noqa: BLE001 - the key is warm's to tune and report
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                continue
+
+
+if __name__ == "__main__":
+    serve()

@@ -19,8 +19,8 @@ reached (it drops a key it is on once ``warm`` gets there), each under
 :func:`prebuild_strategy`: the search's warm-start seeds and ``test=`` (what the plans measure
 first), up to the key's budget, each built and launched once, unchecked and untimed, into a
 throwaway database. The helper writes nothing to the user's database, its output is
-discarded, and it is stopped when ``warm`` ends; a helper that fails costs nothing but its
-cache entries.
+discarded, and it stops at its next candidate when ``warm`` ends (or is killed after
+:data:`STOP_SECONDS`); a helper that fails costs nothing but its cache entries.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ from typing import Any
 MIN_KEYS = 16
 #: Configurations a search's prebuild takes where its budget is not known.
 DEFAULT_EVALS = 8
+#: Seconds the helper is given to stop at its next candidate when ``warm`` ends.
+STOP_SECONDS = 5.0
 _HEADER = struct.Struct("<Q")
 
 
@@ -84,15 +86,21 @@ def prebuilding(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, A
     the :class:`Prebuilder` says ``warm`` has reached; stopped at the end of the block. No
     helper where not ``enabled``, or where it cannot start."""
     process = _start(selector, jobs) if enabled and jobs else None
+    helper = Prebuilder(process)
     try:
-        yield Prebuilder(process)
+        yield helper
     finally:
         if process is not None:
-            process.kill()
-            process.wait()
-            if process.stdin is not None:
-                with contextlib.suppress(OSError):
-                    process.stdin.close()
+            # every key reached: it stops at its next candidate (a build under way is not cut
+            # off half-written into the cache), else it is killed
+            helper.reached(len(jobs))
+            with contextlib.suppress(OSError):
+                process.stdin.close()  # type: ignore[union-attr]
+            try:
+                process.wait(timeout=STOP_SECONDS)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
@@ -179,6 +187,7 @@ def _follow(stream: Any) -> None:
     for line in stream:
         with contextlib.suppress(ValueError):
             _Progress.reached = max(_Progress.reached, int(line))
+    _Progress.reached = 1 << 62  # warm has closed the pipe: it is done, or gone
 
 
 def serve() -> None:

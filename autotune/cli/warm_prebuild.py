@@ -42,8 +42,9 @@ from typing import Any
 MIN_KEYS = 16
 #: Configurations a search's prebuild takes where its budget is not known.
 DEFAULT_EVALS = 8
-#: Seconds the helper is given to stop at its next candidate when ``warm`` ends.
-STOP_SECONDS = 5.0
+#: Seconds the helper is given to stop at its next candidate when ``warm`` ends, before it is
+#: killed (which is safe: PoCL writes each cache file under a temporary name and renames it).
+STOP_SECONDS = 0.5
 _HEADER = struct.Struct("<Q")
 
 
@@ -91,8 +92,7 @@ def prebuilding(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, A
         yield helper
     finally:
         if process is not None:
-            # every key reached: it stops at its next candidate (a build under way is not cut
-            # off half-written into the cache), else it is killed
+            # every key reached: it stops at its next candidate, or is killed soon after
             helper.reached(len(jobs))
             with contextlib.suppress(OSError):
                 process.stdin.close()  # type: ignore[union-attr]

@@ -111,17 +111,23 @@ def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
     except Exception as exc:  # noqa: BLE001 - a template that cannot travel: no prebuild
         log.info("warm: no compiling ahead (%s)", exc)
         return None
+    # (not recording misses into the user's AUTOTUNE_RECORD file: its keys are warm's)
+    env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_RECORD"}
     try:
-        # (not recording misses into the user's AUTOTUNE_RECORD file: its keys are warm's)
-        env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_RECORD"}
         process = subprocess.Popen([sys.executable, "-m", "autotune.cli.warm_prebuild"],
                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, env=env)
+    except OSError as exc:  # it could not start: warm goes on without it
+        log.info("warm: no compiling ahead (%s)", exc)
+        return None
+    try:
         assert process.stdin is not None
         process.stdin.write(_HEADER.pack(len(request)) + request)
         process.stdin.flush()
-    except OSError as exc:  # it could not start, or died at once: warm goes on without it
+    except OSError as exc:  # it died at once
         log.info("warm: no compiling ahead (%s)", exc)
+        process.kill()
+        process.wait()
         return None
     return process
 

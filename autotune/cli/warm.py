@@ -234,7 +234,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     time limit of the run. ``lookahead``: start each next key while the key before it is tuned
     (:mod:`.warm_lookahead`; None: on GPUs only). ``prebuild``: a low-priority process builds
     the keys' first candidates ahead into the compiler's disk cache (:mod:`.warm_prebuild`;
-    None: on OpenCL CPU devices, for many keys).
+    OpenCL devices, many keys, only where True: off by default).
     """
     policy = policy if policy is not None else WarmPolicy()
     if policy.started is None:

@@ -262,12 +262,11 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         following = dict(zip(sorted(order), sorted(order)[1:]))  # the next key to tune
         pipeline: KeyPipeline = KeyPipeline(context, lookahead_default(context)
                                             if lookahead is None else lookahead)
-        ahead = [] if dry_run else [
+        ahead = [] if dry_run or not prebuild_wanted(context, len(order), prebuild) else [
             (plan[p][0], plan[p][1], _key_settings(settings, plans[order[p]], None, policy))
             for p in sorted(order)]
         try:
-            with prebuilding(spec.selector, ahead, prebuild_wanted(context, len(ahead), prebuild)
-                             ) as prebuilder:
+            with prebuilding(spec.selector, ahead, bool(ahead)) as prebuilder:
                 _tune_keys(plan, order, plans, starts, following, pipeline, progress, outcomes,
                            unwritten, device, force, dry_run, store, prebuilder)
         finally:

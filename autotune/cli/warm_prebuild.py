@@ -214,14 +214,13 @@ def serve() -> None:
             _Progress.current = index
             if index <= _Progress.reached:
                 continue
-            chosen = {**settings, "strategy": prebuild_strategy, "settle": 0,
-                      "max_seconds": None, "resume": None}
+            # (no time limit and no resuming: a setting left None keeps the default)
+            chosen = {**{k: v for k, v in settings.items() if k not in ("max_seconds", "resume")},
+                      "strategy": prebuild_strategy, "settle": 0}
             try:
                 with search_settings(**chosen):
                     template.retune(context, config)
-            except BaseException as exc:  # noqa: BLE001 - the key is warm's to tune and report
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-                    raise
+            except Exception:  # noqa: BLE001 - the key is warm's to tune and report (_Stop too)
                 continue
 
 

@@ -2,8 +2,10 @@
 
 GPU mode (default): the dslash key (32^4, single, reconstruct 12) and the GEMM 4096^3 float32
 key (``local``, 300 configurations, seed 1, as ``gemm_vs_cublas.py``) are each tuned ``--runs``
-times (10), each time in a fresh process into a database of its own (``--key`` picks one). Then one process builds every stored winner and ``test=`` and times them side by side,
-interleaved (``--rounds`` rounds of one batch each), and checks:
+times (10), each time in a fresh process into a database of its own (``--key`` picks one). Then
+one process builds every stored winner and ``test=`` and times them side by side, interleaved
+(``--rounds`` rounds of one batch each), with its buffers built afresh ``--placements`` times
+(6; the samples pooled: where the buffers land moves these kernels by up to 1-3%), and checks:
 
 - every stored winner is within 1% of the fastest of them (re-measured medians);
 - the stored speed-up over ``test=`` has an interval that holds the re-measured speed-up;
@@ -119,23 +121,46 @@ def _side_by_side(generate: Any, configs: list[dict[str, Any]], rounds: int) -> 
     return samples
 
 
-def remeasure(name: str, quick: bool, device: str | None, configs: list[dict[str, Any]],
-              rounds: int) -> list[list[float]]:
-    """Time ``configs`` side by side through the template's tuning function: a strategy
-    catches its ``generate`` in the search over the whole space and times them there."""
+#: buffer sizes (MiB) held between placements, so that the next one's buffers land elsewhere
+PADS_MIB = (0, 300, 37, 1100, 3, 2500, 600, 1)
+
+
+def remeasure_placements(name: str, quick: bool, device: str | None,
+                         configs: list[dict[str, Any]], rounds: int,
+                         placements: int) -> list[list[list[float]]]:
+    """Time ``configs`` side by side through the template's tuning function (a strategy catches
+    its ``generate`` in the search over the whole space and times them there), ``placements``
+    times: each time the tuning function builds its buffers afresh, with a buffer of another
+    size held since the last time so that they land elsewhere in device memory. Per placement,
+    per configuration: ``rounds`` batch times."""
     template, arguments = _keys(quick)[name]
     context = accel.create_some_context(device)
-    found: dict[str, Any] = {}
+    found: list[list[list[float]]] = []
+    held = []
+    for placement in range(placements):
+        def strategy(ctx: Any) -> None:  # (a template's searches share one generate)
+            if len(found) == placement:
+                found.append(_side_by_side(ctx.evaluator.generate, configs, rounds))
+            ctx.evaluate([ctx.configs[0]])  # the search must find something
 
-    def strategy(ctx: Any) -> None:  # (a template's searches share one generate)
-        if "samples" not in found:
-            found["samples"] = _side_by_side(ctx.evaluator.generate, configs, rounds)
-        ctx.evaluate([ctx.configs[0]])  # the search must find something
+        with tempfile.TemporaryDirectory() as tmp, tune.use_database(Path(tmp) / "r.db"), \
+                tune.search_settings(strategy=strategy, settle=0):
+            tune.tuner_of(template).retune(template, context, *arguments)
+        mib = PADS_MIB[(placement + 1) % len(PADS_MIB)]
+        held.append(context.allocate(max(1, mib << (10 if quick else 20)), np.uint8))
+    return found
 
-    with tempfile.TemporaryDirectory() as tmp, tune.use_database(Path(tmp) / "r.db"), \
-            tune.search_settings(strategy=strategy, settle=0):
-        tune.tuner_of(template).retune(template, context, *arguments)
-    return found["samples"]
+
+def remeasure(name: str, quick: bool, device: str | None, configs: list[dict[str, Any]],
+              rounds: int, placements: int = 1) -> list[list[float]]:
+    """:func:`remeasure_placements`, the samples of each configuration pooled. (On an H200 the
+    dslash's four winners ranked up to 2.8% differently from one placement to the next in one
+    process: one placement is not a reference to judge a 1% target by.)"""
+    pooled: list[list[float]] = [[] for _ in configs]
+    for samples in remeasure_placements(name, quick, device, configs, rounds, placements):
+        for into, batch in zip(pooled, samples):
+            into.extend(batch)
+    return pooled
 
 
 def gpu(args: argparse.Namespace) -> dict[str, Any]:
@@ -157,7 +182,8 @@ def gpu(args: argparse.Namespace) -> dict[str, Any]:
         for run in runs:
             if run["parameters"] not in winners:
                 winners.append(run["parameters"])
-        line = json.dumps({"name": name, "configs": [*winners, test], "rounds": args.rounds})
+        line = json.dumps({"name": name, "configs": [*winners, test], "rounds": args.rounds,
+                           "placements": args.placements})
         samples = json.loads(_child(["--remeasure", line], args).splitlines()[-1])
         report[name] = _judge(runs, winners, samples)
         _print(name, report[name])
@@ -290,7 +316,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default=None)
     parser.add_argument("--runs", type=int, default=None)
-    parser.add_argument("--rounds", type=int, default=30, help="side-by-side rounds (GPU mode)")
+    parser.add_argument("--rounds", type=int, default=30,
+                        help="side-by-side rounds per placement (GPU mode)")
+    parser.add_argument("--placements", type=int, default=6,
+                        help="buffer placements the side-by-side rounds are pooled over")
     parser.add_argument("--cpu", action="store_true")
     parser.add_argument("--load", type=int, default=1, help="busy processes beside --cpu runs")
     parser.add_argument("--quick", action="store_true")
@@ -310,7 +339,7 @@ def main() -> None:
     if args.remeasure:
         asked = json.loads(args.remeasure)
         print(json.dumps(remeasure(asked["name"], args.quick, args.device, asked["configs"],
-                                   asked["rounds"])))
+                                   asked["rounds"], asked.get("placements", 1))))
         return
     if args.cpu_one is not None:
         print(json.dumps(cpu_one(args.device, args.cpu_one)))

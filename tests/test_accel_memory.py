@@ -85,6 +85,33 @@ def test_tuning_needs_a_tuning_queue(context, command_queue):
         queue.stop_tuning()
 
 
+def test_a_timing_listener_hears_each_timed_batch_start_and_end(context):
+    queue = context.create_tuning_command_queue()
+    a = context.to_device(queue, np.arange(1 << 16, dtype=np.float32))
+    b = context.zeros(queue, 1 << 16, np.float32)
+    heard: list[tuple[bool, bool]] = []  # (started, a batch was being timed when heard)
+
+    def listener(started):
+        heard.append((started, queue._timing))
+
+    def broken(started):
+        raise RuntimeError("a listener that fails")
+
+    with accel.timing_listener(listener), accel.timing_listener(broken):
+        queue.start_tuning()
+        b.copy_from(queue, a)
+        seconds = queue.stop_tuning()
+        queue.start_tuning()
+        queue.stop_tuning()
+    # heard before the timing starts and after it has ended; a failing listener changes nothing
+    assert heard == [(True, False), (False, False)] * 2
+    assert seconds > 0
+    queue.start_tuning()
+    queue.stop_tuning()
+    assert len(heard) == 4  # not heard outside the block
+    np.testing.assert_array_equal(b.get(queue), a.get(queue))
+
+
 def test_wrapping_host_arrays_is_refused(context):
     with pytest.raises(TypeError, match=r"numpy array; copy it with "
                                         r"context.to_device"):

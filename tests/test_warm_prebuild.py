@@ -4,7 +4,11 @@ keys' kernels while writing nothing to the user's database (PoCL in CI)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,6 +23,17 @@ from autotune.tune.store import ResultStore
 from operations.scale import ScaleTemplate
 
 from test_cli import _selector
+
+
+@pytest.fixture
+def pocl_cache(context, tmp_path, monkeypatch):
+    """A PoCL disk cache of the test's own (the helper's PoCL uses it), on CPU devices only."""
+    if context.device.is_gpu:
+        pytest.skip("the helper is for CPU devices (PoCL's disk cache)")
+    cache = tmp_path / "pocl"
+    cache.mkdir()
+    monkeypatch.setenv("POCL_CACHE_DIR", str(cache))
+    return cache
 
 
 def test_prebuild_only_where_asked_on_opencl_for_many_keys(context):
@@ -64,12 +79,8 @@ def test_the_strategy_builds_and_launches_the_seeds_and_test_once_and_times_one(
 
 @pytest.mark.opencl_only
 def test_the_helper_fills_the_compiler_cache_and_writes_nothing_to_the_database(
-        context, tmp_path, monkeypatch):
-    if context.device.is_gpu:
-        pytest.skip("the helper is for CPU devices (PoCL's disk cache)")
-    cache = tmp_path / "pocl"
-    cache.mkdir()
-    monkeypatch.setenv("POCL_CACHE_DIR", str(cache))  # the helper's PoCL: a cache of its own
+        context, tmp_path, pocl_cache):
+    cache = pocl_cache
     db = tmp_path / "user.db"
     template = check_protocol("scale", ScaleTemplate)
     jobs = [(template, {"dtype": np.dtype(np.float32)}, {"strategy": "brute_force"})]
@@ -85,12 +96,8 @@ def test_the_helper_fills_the_compiler_cache_and_writes_nothing_to_the_database(
 
 
 @pytest.mark.opencl_only
-def test_a_key_warm_has_reached_is_not_prebuilt(context, tmp_path, monkeypatch):
-    if context.device.is_gpu:
-        pytest.skip("the helper is for CPU devices (PoCL's disk cache)")
-    cache = tmp_path / "pocl"
-    cache.mkdir()
-    monkeypatch.setenv("POCL_CACHE_DIR", str(cache))
+def test_a_key_warm_has_reached_is_not_prebuilt(context, pocl_cache):
+    cache = pocl_cache
     template = check_protocol("scale", ScaleTemplate)
     jobs = [(template, {"dtype": np.dtype(np.float64)}, {"strategy": "brute_force"})]
     with warm_prebuild.prebuilding(_selector(context), jobs, True) as helper:
@@ -108,3 +115,80 @@ def test_without_a_helper_nothing_runs_and_telling_it_is_harmless():
         helper.reached(3)
     with warm_prebuild.prebuilding("opencl:0:0", [("x", {}, {})], False) as helper:
         assert helper.process is None
+
+
+def _state(pid: int) -> str:
+    """A process's state letter from /proc (R, S, T stopped, Z a zombie; "" once gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return ""
+
+
+def _wait_state(pid: int, wanted: set[str], seconds: float = 10) -> str:
+    deadline = time.monotonic() + seconds
+    while (state := _state(pid)) not in wanted and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return state
+
+
+@pytest.mark.opencl_only
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads process states from /proc")
+def test_the_helper_is_held_while_warm_times_a_batch(context, pocl_cache):
+    template = check_protocol("scale", ScaleTemplate)
+    jobs = [(template, {"dtype": np.dtype(d)}, {"strategy": "brute_force"})
+            for d in (np.float32, np.float64, np.complex64, np.complex128)]
+    queue = context.create_tuning_command_queue()
+    x = context.to_device(queue, np.ones(1 << 16, np.float32))
+    y = context.zeros(queue, 1 << 16, np.float32)
+    with warm_prebuild.prebuilding(_selector(context), jobs, True) as helper:
+        pid = helper.process.pid
+        for batch in range(3):
+            queue.start_tuning()  # warm times a batch: the helper is stopped
+            # (or its work is done; not at the first batch: it is still starting then)
+            ended = ("Z", "") if batch else ()
+            held = _wait_state(pid, {"T", "t", *ended})
+            assert held in ("T", "t", *ended), held
+            y.copy_from(queue, x)
+            assert queue.stop_tuning() > 0
+            # and continued after it (or its work is done)
+            assert _wait_state(pid, {"R", "S", "D", "Z", ""}) not in ("T", "t")
+        queue.start_tuning()  # warm ends while a batch is timed: continued, told, stopped
+    queue.stop_tuning()
+    assert helper.process is None or helper.process.poll() is not None
+
+
+PARENT = """
+import sys, time
+import numpy as np
+from autotune.cli import warm_prebuild
+from autotune.tune.registry import check_protocol
+from operations.scale import ScaleTemplate
+jobs = [(check_protocol("scale", ScaleTemplate), {"dtype": np.dtype(d)},
+         {"strategy": "brute_force"}) for d in ("float32", "float64", "complex64", "complex128")]
+with warm_prebuild.prebuilding(sys.argv[1], jobs, True) as helper:
+    time.sleep(1.5)  # (the helper has set itself to end with this process)
+    helper.timing(True)  # held, as while a batch is timed
+    print(helper.process.pid, flush=True)
+    time.sleep(600)
+"""
+
+
+@pytest.mark.opencl_only
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_held_helper_ends_when_warm_is_killed(context, pocl_cache):
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]))
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, _selector(context)],
+                              stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pid = int(parent.stdout.readline())
+        assert _wait_state(pid, {"T", "t"}) in ("T", "t")  # stopped
+        parent.kill()  # warm killed: nothing will continue its helper
+        parent.wait()
+        # killed with it (a zombie where no init reaps it), not stopped forever
+        assert _wait_state(pid, {"Z", ""}) in ("Z", "")
+    finally:
+        parent.kill()
+        parent.wait()

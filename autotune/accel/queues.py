@@ -3,12 +3,14 @@
 the work of threads that prepare it ahead of time in order on a tuning queue.
 
 The backends subclass these and fill in the ``_``-prefixed hooks; the checks and the timing
-rules live here.
+rules live here. :func:`timing_listener` tells a caller when any tuning queue of the process
+starts and stops timing (to keep other work of the machine out of the timed windows).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -22,6 +24,34 @@ from .roles import ContextRole
 from .errors import AccelError
 from .kernels import Kernel
 from .shapes import as_sizes
+
+
+_listeners: list[Callable[[bool], None]] = []
+_listeners_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def timing_listener(listener: Callable[[bool], None]) -> Iterator[None]:
+    """Within the block, ``listener(True)`` is called whenever a tuning queue of this process
+    starts timing (:meth:`CommandQueue.start_tuning`) and ``listener(False)`` when it has
+    stopped (after :meth:`CommandQueue.stop_tuning` has waited for the timed work), from the
+    thread that times. Several threads may time at once: each start has its stop. A listener
+    that raises is logged and does not disturb the timing."""
+    with _listeners_lock:
+        _listeners.append(listener)
+    try:
+        yield
+    finally:
+        with _listeners_lock:
+            _listeners.remove(listener)
+
+
+def _tell(timing: bool) -> None:
+    for listener in tuple(_listeners):
+        try:
+            listener(timing)
+        except Exception as exc:  # noqa: BLE001 - a listener never breaks a measurement
+            logging.getLogger("autotune.accel").info("a timing listener failed: %s", exc)
 
 
 class _Turn:
@@ -322,15 +352,27 @@ class CommandQueue(ABC):
         if self._timing:
             raise AccelError("start_tuning called twice without stop_tuning")
         self._wait_turn()
+        if _listeners:
+            _tell(True)
         self._timing = True
-        self._start_timing()
+        try:
+            self._start_timing()
+        except BaseException:
+            self._timing = False
+            if _listeners:
+                _tell(False)
+            raise
 
     def stop_tuning(self) -> float:
         """Seconds of device time from :meth:`start_tuning` to the end of the last command."""
         if not self._timing:
             raise AccelError("stop_tuning called without start_tuning")
         self._timing = False
-        return self._stop_timing()
+        try:
+            return self._stop_timing()
+        finally:
+            if _listeners:
+                _tell(False)
 
     def _record(self, event: Any) -> None:
         """Called with whatever the backend returns for each enqueued command."""

@@ -112,8 +112,9 @@ def _add_warm(sub: Any) -> None:
                            "done (default: on for GPUs, off for CPU devices)")
     warm.add_argument("--prebuild", action=argparse.BooleanOptionalAction, default=None,
                       help="a low-priority process builds the keys' first candidates ahead "
-                           "into the OpenCL compiler's disk cache: faster on CPU devices, but "
-                           "its work disturbs the timings (default: off)")
+                           "into the OpenCL compiler's disk cache, stopped while a batch is "
+                           "timed: faster on CPU devices, the choices a little worse "
+                           "(default: off)")
     warm.add_argument("--resume", action="store_true",
                       help="go on from the trials a search interrupted earlier stored (this "
                            "device, same sources, after the key's stored result), measuring "

@@ -12,8 +12,10 @@ cache, 36 ms and 18 ms once another process had built and launched the same kern
 ``warm reduce`` took 19 s instead of 66 s with its kernels in the cache.
 
 So with ``warm --prebuild`` on an OpenCL CPU device (off by default: see :func:`wanted`), it
-starts one helper process at the lowest CPU priority (``nice`` 19: while ``warm``'s timed kernels use both cores, the helper
-gets almost no time) with the keys to tune, in order, and their search settings. ``warm`` tells
+starts one helper process at the lowest CPU priority (``nice`` 19) with the keys to tune, in
+order, and their search settings. The helper is stopped (``SIGSTOP``) whenever ``warm`` times
+a batch and continued (``SIGCONT``) after it (:func:`autotune.accel.timing_listener`): low
+priority alone did not keep its work out of the timings on two cores. ``warm`` tells
 it each key it starts; the helper works on the keys after it, never on one ``warm`` has
 reached (it drops a key it is on once ``warm`` gets there), each under
 :func:`prebuild_strategy`: the search's warm-start seeds and ``test=`` (what the plans measure
@@ -29,6 +31,7 @@ import contextlib
 import logging
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -45,6 +48,8 @@ DEFAULT_EVALS = 8
 #: Seconds the helper is given to stop at its next candidate when ``warm`` ends, before it is
 #: killed (which is safe: PoCL writes each cache file under a temporary name and renames it).
 STOP_SECONDS = 0.5
+#: Whether a process can be stopped and continued here (POSIX signals).
+CAN_HOLD = hasattr(signal, "SIGSTOP") and hasattr(signal, "SIGCONT")
 _HEADER = struct.Struct("<Q")
 
 
@@ -55,17 +60,49 @@ class _Stop(Exception):
 def wanted(context: Any, keys: int, choice: bool | None) -> bool:
     """Whether ``warm`` prebuilds: only where asked (``--prebuild``), on an OpenCL device, for
     at least :data:`MIN_KEYS` keys. Off by default: on the 2-core Xeon of
-    docs/performance.md the helper's work beside the timed kernels, low priority as it is, left
-    50 of 82 keys within 2% of the best known against 70 without it."""
+    docs/performance.md, 58-65 of 82 keys came out within 2% of the best known with it (held
+    while batches are timed; 50 before the hold), 66-73 without it."""
     return bool(choice) and context.backend == "opencl" and keys >= MIN_KEYS
 
 
 class Prebuilder:
     """The helper process, seen from ``warm``: :meth:`reached` tells it the key ``warm``
-    starts. Does nothing where no helper runs."""
+    starts, :meth:`timing` holds it while a batch is timed. Does nothing where no helper
+    runs."""
 
     def __init__(self, process: subprocess.Popen | None):
         self.process = process
+        self._timing = 0  # warm's batches being timed now (threads may time at once)
+        self._lock = threading.Lock()
+
+    def timing(self, started: bool) -> None:
+        """``warm``'s timing listener: the helper is stopped while any batch is timed and
+        continued once none is. (Keeping it stopped for a tenth of a second after each batch,
+        in case the next one follows, made warm slower and its choices no better.)"""
+        if self.process is None or not CAN_HOLD:
+            return
+        with self._lock:
+            if started:
+                self._timing += 1
+                if self._timing == 1:
+                    self._signal(signal.SIGSTOP)
+            elif self._timing > 0:
+                self._timing -= 1
+                if self._timing == 0:
+                    self._signal(signal.SIGCONT)
+
+    def release(self) -> None:
+        """Continue the helper whatever is being timed (before it is told to stop)."""
+        if self.process is not None and CAN_HOLD:
+            with self._lock:
+                self._timing = 0
+                self._signal(signal.SIGCONT)
+
+    def _signal(self, number: int) -> None:
+        try:
+            os.kill(self.process.pid, number)  # type: ignore[union-attr]
+        except (OSError, AttributeError):  # it has ended: warm goes on without it
+            self.process = None
 
     def reached(self, index: int) -> None:
         """``warm`` starts its ``index``-th key to tune (0-based, in the jobs' order)."""
@@ -83,14 +120,19 @@ def prebuilding(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, A
                 enabled: bool) -> Iterator[Prebuilder]:
     """Within the block, a helper process prebuilds ``jobs`` ((registered template, key
     arguments, search settings), in tuning order) on the device ``selector``, ahead of the key
-    the :class:`Prebuilder` says ``warm`` has reached; stopped at the end of the block. No
-    helper where not ``enabled``, or where it cannot start."""
+    the :class:`Prebuilder` says ``warm`` has reached, held while this process times a batch;
+    stopped at the end of the block. No helper where not ``enabled``, or where it cannot
+    start."""
+    from ..accel import timing_listener
+
     process = _start(selector, jobs) if enabled and jobs else None
     helper = Prebuilder(process)
     try:
-        yield helper
+        with timing_listener(helper.timing) if process is not None else contextlib.nullcontext():
+            yield helper
     finally:
         if process is not None:
+            helper.release()
             # every key reached: it stops at its next candidate, or is killed soon after
             helper.reached(len(jobs))
             with contextlib.suppress(OSError):
@@ -195,10 +237,25 @@ def _follow(stream: Any) -> None:
     _Progress.reached = 1 << 62  # warm has closed the pipe: it is done, or gone
 
 
+def _end_with_parent() -> None:
+    """On Linux, the helper is killed when ``warm``'s process ends, however it ends (a helper
+    stopped by :meth:`Prebuilder.timing` would otherwise wait forever once ``warm`` is killed)."""
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    if os.getppid() != parent:  # warm ended before that took effect
+        os._exit(0)
+
+
 def serve() -> None:
     """The helper: read the jobs, then prebuild each key ``warm`` has not reached yet."""
     with contextlib.suppress(OSError, AttributeError):  # (no nice on Windows)
         os.nice(19)
+    _end_with_parent()
     stream = sys.stdin.buffer
     (size,) = _HEADER.unpack(stream.read(_HEADER.size))
     selector, jobs = pickle.loads(stream.read(size))

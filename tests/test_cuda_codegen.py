@@ -75,6 +75,21 @@ def test_the_schwarz_mr_step_compiles_for_sm90(half):
             pytest.fail(f"{np.dtype(dtype)} block {block}: {source.map_log(exc.log)}")
 
 
+def test_the_answer_check_compiles_for_sm90():
+    """tune_kernel's answer check on the device (autotune/tune/closeness.mako), float and
+    double: it is built on CUDA devices only in the GPU suite."""
+    from autotune.tune import closeness
+
+    for dtype in (np.float32, np.float64):
+        source = accel.render(closeness.KERNEL, "cuda", {"ctype": accel.c_type(dtype),
+                                                         "wgs": closeness.WGS},
+                              header_kws={"backend": "cuda"})
+        try:
+            nvrtc.compile_source(source.text, "closeness.cu", (9, 0))
+        except nvrtc.NvrtcError as exc:
+            pytest.fail(f"{np.dtype(dtype)}: {source.map_log(exc.log)}")
+
+
 def test_compile_errors_map_to_the_template_line(tmp_path):
     path = tmp_path / "bad.mako"
     path.write_text("KERNEL void k(GLOBAL float *y)\n{\n    y[0] = nope;\n}\n")

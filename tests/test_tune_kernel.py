@@ -398,7 +398,7 @@ def test_the_answer_check_agrees_with_numpy_allclose(dtype):
     """The check made once per answer (its bound kept) says what numpy.allclose says, for
     results inside, at and beyond the bound, with NaNs and infinities, and for answers that are
     not finite or not floats (checked by allclose itself)."""
-    from autotune.tune.kernels import Closeness
+    from autotune.tune.closeness import Closeness
 
     rng = np.random.default_rng(5)
     atol = 1e-4
@@ -419,3 +419,38 @@ def test_the_answer_check_agrees_with_numpy_allclose(dtype):
     odd = expected.copy()
     odd[3] = np.inf
     assert Closeness(odd, atol)(odd) == np.allclose(odd, odd, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_check_on_the_device_says_what_the_host_check_says(context, dtype):
+    """The answer check made on the device (one number back instead of the whole output)
+    agrees with the host's, element by element near the bound, with NaN and infinity; answers
+    it cannot take (integers, infinities in the answer) are left to the host."""
+    from autotune.tune.closeness import Closeness, DeviceCloseness
+
+    if dtype == np.float64 and not context.device.double_precision:
+        pytest.skip(f"{context.device.name} has no double precision")
+    queue = context.create_command_queue()
+    rng = np.random.default_rng(6)
+    atol, n = 1e-4, 5000  # (not a multiple of the comparison's work-group size)
+    expected = (rng.standard_normal(n) * 10).astype(dtype)
+    close = Closeness(expected, atol)
+    there = DeviceCloseness.make(context, queue, close)
+    assert there is not None
+    bound = atol + 1e-5 * np.abs(expected.astype(np.float64))
+    checks = 0
+    for scale in (0.0, 0.5, 0.999, 1.001, 3.0):
+        for sign in (1, -1):
+            result = (expected + sign * scale * bound * rng.random(n)).astype(dtype)
+            assert there(context.to_device(queue, result)) == close(result)
+            checks += close(result)
+    assert 0 < checks < 10  # both verdicts were seen
+    for spoil in (np.nan, np.inf, -np.inf):
+        spoiled = expected.copy()
+        spoiled[n - 1] = spoil  # the last element, in the last, partial work-group
+        assert not there(context.to_device(queue, spoiled))
+    assert there(context.to_device(queue, expected))  # the flag is cleared between checks
+    assert DeviceCloseness.make(context, queue, Closeness(np.arange(9, dtype=np.int32), 0)) is None
+    odd = expected.copy()
+    odd[3] = np.inf
+    assert DeviceCloseness.make(context, queue, Closeness(odd, atol)) is None

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import accel
+from .closeness import Closeness, DeviceCloseness
 from .decorator import TunedFunction
 from .serving import get_store, serving
 from .evaluation import Budget
@@ -176,36 +177,6 @@ class _TuningData:
     search: Any = None  #: the search's result, once one ran
 
 
-class Closeness:
-    """``numpy.allclose(result, expected, atol=atol)`` (numpy's default ``rtol``) for one
-    expected array that every candidate's result is checked against: the bound
-    ``atol + rtol * |expected|`` is made once, and each check is a subtraction, an absolute value
-    and a comparison in scratch buffers (``allclose`` allocates and checks for infinities every
-    time: on millions of elements it cost more than timing a candidate). Expected arrays that are
-    not finite real floats are checked by ``numpy.allclose`` itself."""
-
-    RTOL = 1e-5  #: numpy.allclose's default
-
-    def __init__(self, expected: np.ndarray, atol: float):
-        self.expected = np.ascontiguousarray(expected).ravel()
-        self.atol = atol
-        e = self.expected
-        self.plain = e.dtype.kind == "f" and bool(np.all(np.isfinite(e)))
-        if self.plain:
-            self.bound = np.abs(e) * e.dtype.type(self.RTOL) + e.dtype.type(atol)
-            self.scratch = np.empty_like(e)
-            self.within = np.empty(e.shape, dtype=bool)
-
-    def __call__(self, result: np.ndarray) -> bool:
-        r = np.asarray(result).ravel()
-        if not self.plain or r.dtype != self.expected.dtype:
-            return bool(np.allclose(r, self.expected, atol=self.atol))
-        np.subtract(r, self.expected, out=self.scratch)
-        np.abs(self.scratch, out=self.scratch)
-        np.less_equal(self.scratch, self.bound, out=self.within)  # NaN: not within
-        return bool(self.within.all())
-
-
 def _check_answer(answer: Any, specs: Sequence[ArgumentSpec]) -> list[Any] | None:
     if answer is None:
         return None
@@ -245,6 +216,11 @@ def _tuning_function(prepared: KernelSetup, data: _TuningData) -> Callable[..., 
                        for a in hosts]
         close = None if data.answer is None or data.verify is not None else \
             [None if e is None else Closeness(e, data.atol) for e in data.answer]
+        # on a GPU checked where the output is (one number back instead of the output); on a
+        # CPU device the output is in host memory already, and the host checks it
+        on_device = None if close is None else \
+            [None if c is None or not context.device.is_gpu
+             else DeviceCloseness.make(context, queue, c) for c in close]
 
         def upload() -> None:  # inputs and outputs as given, before each candidate's checked run
             for start, dev in zip(given, device_args):
@@ -253,11 +229,13 @@ def _tuning_function(prepared: KernelSetup, data: _TuningData) -> Callable[..., 
 
         def check() -> bool:
             checked = data.answer
-            results = [dev.get(queue) if checked[i] is not None else None
-                       for i, dev in enumerate(device_args)]
             if data.verify is not None:
+                results = [dev.get(queue) if checked[i] is not None else None
+                           for i, dev in enumerate(device_args)]
                 return bool(data.verify(checked, results, atol=data.atol))
-            return all(c(r) for r, c in zip(results, close) if c is not None)
+            return all(there(dev) if there is not None else here(dev.get(queue))
+                       for dev, here, there in zip(device_args, close, on_device)
+                       if here is not None)
 
         def generate(**params: Any) -> Any:
             kernel = prepared.compile(context, params)

@@ -314,6 +314,27 @@ def test_trials_oldest_first(store):
     assert store.trials(key)[0].created_at.tzinfo is timezone.utc
 
 
+def test_the_trials_that_ran_come_fastest_first(shared_url):
+    """What a similar lookup reads to serve a trial: the key's ``ok`` trials of one
+    fingerprint with a median, the fastest first, on SQLite and on PostgreSQL."""
+    key = make_key()
+
+    def trial(parameters, median, status="ok", fingerprint="run", of=key):
+        return TrialRecord(of, parameters, status, "", median, median, median,
+                           created_at=T0, fingerprint=fingerprint)
+
+    fast, middle, slow = trial('{"wgs": 1}', 1e-3), trial('{"wgs": 2}', 2e-3), trial('{"wgs": 3}', 3e-3)
+    others = [trial('{"wgs": 4}', 1e-4, status="compile_error"), trial('{"wgs": 5}', None),
+              trial('{"wgs": 6}', 1e-4, fingerprint="another run"), trial('{"wgs": 7}', 0.0),
+              trial('{"wgs": 8}', 1e-4, of=make_key(arguments='{"n": 2048}'))]
+    with ResultStore(shared_url) as store:
+        store.add_trials([slow, others[0], fast, others[1], middle, *others[2:]])
+        assert list(store.trials_that_ran(key, "run")) == [fast, middle, slow]
+        taken = store.trials_that_ran(key, "run")
+        assert next(iter(taken)) == fast  # (taken as far as wanted)
+        assert list(store.trials_that_ran(key, "no such run")) == []
+
+
 def test_invalid_trial_status_is_rejected(store):
     with pytest.raises(ValueError, match="invalid trial status 'great'"):
         store.add_trial(make_trial(make_key(), status="great"))

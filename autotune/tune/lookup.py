@@ -158,7 +158,9 @@ def _filling_trial(store: ResultStore, anchor: Verdict, request: similar.Request
     for this call and fills the device here, judged (None: none does)."""
     if request.trial is None:
         return None
-    for row in similar.trial_rows(anchor.record, store.trials(anchor.record.key)):
+    record = anchor.record
+    ran = store.trials_that_ran(record.key, record.fingerprint)  # fastest first, parsed lazily
+    for row in similar.trial_rows(record, ran, fastest_first=True):
         verdict = request.trial(anchor, row)
         if verdict is not None:
             return verdict

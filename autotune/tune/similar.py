@@ -294,29 +294,47 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
                    None if fills is None else trial_judge(tuned, call, fills))
 
 
-def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
+def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord], *,
+               fastest_first: bool = False) -> Iterator[TuningRecord]:
     """The other configurations the search that found ``anchor`` measured at its size, as
     candidate rows of ``anchor``'s key, the fastest first (made as they are asked for): the
     trials of its key that ran (``ok``, a finite median), tried against its fingerprint,
     less ``anchor``'s own parameters and repeats (their parameters are judged by
     :func:`trial_judge`). Each row is ``anchor`` with the trial's parameters, its median as
-    the score, and :data:`TRIAL` in its search text."""
+    the score, and :data:`TRIAL` in its search text. ``fastest_first``: ``trials`` come
+    ordered by median already (:meth:`~.store.ResultStore.trials_that_ran`), and are taken
+    only as far as rows are asked for."""
     search = json.dumps({TRIAL: True})  # all a trial row's search text is read for
-    found: dict[str, tuple[float, TrialRecord]] = {}
-    for trial in trials:
+
+    def ran(trial: TrialRecord) -> bool:
         median = trial.median_seconds
-        if trial.key != anchor.key or trial.status != TrialStatus.OK.value or trial.malformed \
-                or trial.fingerprint != anchor.fingerprint or isinstance(median, bool) \
-                or not isinstance(median, (int, float)) or not math.isfinite(median) \
-                or median <= 0 or not isinstance(trial.parameters, str) \
-                or trial.parameters == anchor.parameters:
-            continue
-        if trial.parameters not in found or median < found[trial.parameters][0]:
-            found[trial.parameters] = (float(median), trial)
-    for text, (median, trial) in sorted(found.items(), key=lambda item: item[1][0]):
-        yield dataclasses.replace(anchor, parameters=text, score=median, search=search,
-                                  gbps=trial.gbps, gflops=trial.gflops, ci_low=None,
-                                  ci_high=None, ties=None, spread=None)
+        return not (trial.key != anchor.key or trial.status != TrialStatus.OK.value
+                    or trial.malformed or trial.fingerprint != anchor.fingerprint
+                    or isinstance(median, bool) or not isinstance(median, (int, float))
+                    or not math.isfinite(median) or median <= 0
+                    or not isinstance(trial.parameters, str)
+                    or trial.parameters == anchor.parameters)
+
+    def row(trial: TrialRecord) -> TuningRecord:
+        return dataclasses.replace(anchor, parameters=trial.parameters,
+                                   score=float(trial.median_seconds), search=search,
+                                   gbps=trial.gbps, gflops=trial.gflops, ci_low=None,
+                                   ci_high=None, ties=None, spread=None)
+
+    if fastest_first:
+        seen: set[str] = set()
+        for trial in trials:
+            if ran(trial) and trial.parameters not in seen:  # (a repeat is slower)
+                seen.add(trial.parameters)
+                yield row(trial)
+        return
+    found: dict[str, TrialRecord] = {}
+    for trial in trials:
+        if ran(trial) and (trial.parameters not in found
+                           or trial.median_seconds < found[trial.parameters].median_seconds):
+            found[trial.parameters] = trial
+    for trial in sorted(found.values(), key=lambda t: t.median_seconds):
+        yield row(trial)
 
 
 def is_trial(record: TuningRecord) -> bool:

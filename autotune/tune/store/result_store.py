@@ -6,12 +6,12 @@ import enum
 import errno
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..records import TrialRecord, TuningKey, TuningRecord
+from ..records import TrialRecord, TrialStatus, TuningKey, TuningRecord
 from .location import (ReadOnlyStoreError, StoreError, StorePathError, database_url, display, hint,
                        path_problem, sqlite_file)
 from .rows import KEY_FIELDS
@@ -245,6 +245,28 @@ class ResultStore:
                 parts.append(f"{k} = ?")
                 parameters.append(v)
             return reader.trials(" AND ".join(parts), parameters)
+
+        return self._read(local, server)
+
+    def trials_that_ran(self, key: TuningKey, fingerprint: str) -> Iterator[TrialRecord]:
+        """The trials of exactly ``key`` that ran (status ``ok``, a median above 0) with this
+        ``fingerprint``, the fastest median first, each made a record as it is taken (a
+        caller that stops at the first that suits it parses no more)."""
+        ok = TrialStatus.OK.value
+
+        def server(sql: Any) -> Iterator[TrialRecord]:
+            from .sql import key_filter, tuning_trials
+
+            return iter(sql.select_trials(
+                *key_filter(tuning_trials, key), tuning_trials.c.status == ok,
+                tuning_trials.c.fingerprint == fingerprint, tuning_trials.c.median_seconds > 0,
+                fastest_first=True))
+
+        def local(reader: SqliteReader) -> Iterator[TrialRecord]:
+            where, parameters = key_condition(key)
+            return reader.trials_lazily(
+                f"{where} AND status = ? AND fingerprint = ? AND median_seconds > 0",
+                [*parameters, ok, fingerprint], order="median_seconds, id")
 
         return self._read(local, server)
 

@@ -351,10 +351,14 @@ class SqlBackend:
         with self.transaction() as connection:
             return [result_from_cells(tuple(row)) for row in connection.execute(query)]
 
-    def select_trials(self, *conditions: ColumnElement[bool]) -> list[TrialRecord]:
+    def select_trials(self, *conditions: ColumnElement[bool],
+                      fastest_first: bool = False) -> list[TrialRecord]:
+        """The trials meeting ``conditions``, oldest first (``fastest_first``: by median)."""
         self.prepare(create=False)
+        order = ((tuning_trials.c.median_seconds, tuning_trials.c.id) if fastest_first
+                 else (tuning_trials.c.created_at, tuning_trials.c.id))
         query = (select(*(tuning_trials.c[n] for n in TRIAL_COLUMNS)).where(*conditions)
-                 .order_by(tuning_trials.c.created_at, tuning_trials.c.id))
+                 .order_by(*order))
         with self.transaction() as connection:
             return [trial_from_cells(tuple(row)) for row in connection.execute(query)]
 

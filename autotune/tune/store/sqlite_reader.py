@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -213,13 +213,20 @@ class SqliteReader:
         rows = self._query(f"{sql} ORDER BY {order}", parameters)
         return [result_from_cells(row, columns) for row in rows]
 
-    def trials(self, where: str = "", parameters: Sequence[Any] = ()) -> list[TrialRecord]:
+    def trials(self, where: str = "", parameters: Sequence[Any] = (),
+               order: str = "created_at, id") -> list[TrialRecord]:
+        return list(self.trials_lazily(where, parameters, order))
+
+    def trials_lazily(self, where: str = "", parameters: Sequence[Any] = (),
+                      order: str = "created_at, id") -> Iterator[TrialRecord]:
+        """:meth:`trials`, each row made a record only when it is taken (the rows are read at
+        once: a caller that stops early saves the parsing)."""
         columns = self._present("tuning_trials", TRIAL_COLUMNS)
         sql = f"SELECT {', '.join(columns)} FROM tuning_trials"
         if where:
             sql += f" WHERE {where}"
-        rows = self._query(f"{sql} ORDER BY created_at, id", parameters)
-        return [trial_from_cells(row, columns) for row in rows]
+        rows = self._query(f"{sql} ORDER BY {order}", parameters)
+        return (trial_from_cells(row, columns) for row in rows)
 
     def get(self, key: TuningKey) -> TuningRecord | None:
         where, parameters = key_condition(key)

@@ -160,7 +160,7 @@ def _filling_trial(store: ResultStore, anchor: Verdict, request: similar.Request
         return None
     record = anchor.record
     ran = store.trials_that_ran(record.key, record.fingerprint)  # fastest first, parsed lazily
-    for row in similar.trial_rows(record, ran, fastest_first=True):
+    for row in similar.trial_rows(record, ran):
         verdict = request.trial(anchor, row)
         if verdict is not None:
             return verdict

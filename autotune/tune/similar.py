@@ -54,7 +54,7 @@ import autotune
 from . import fill
 from .encoding import (InvalidParametersError, MalformedJSONError, decode_arguments,
                        decode_parameters, describe_arguments, load_json, validate_parameters)
-from .records import ResultOrigin, TrialRecord, TrialStatus, TuningKey, TuningRecord
+from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space
 from .verdicts import Freshness, Verdict, judge, make_fingerprint
 
@@ -294,47 +294,27 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
                    None if fills is None else trial_judge(tuned, call, fills))
 
 
-def trial_rows(anchor: TuningRecord, trials: Iterable[TrialRecord], *,
-               fastest_first: bool = False) -> Iterator[TuningRecord]:
+def trial_rows(anchor: TuningRecord, ran: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
     """The other configurations the search that found ``anchor`` measured at its size, as
-    candidate rows of ``anchor``'s key, the fastest first (made as they are asked for): the
-    trials of its key that ran (``ok``, a finite median), tried against its fingerprint,
-    less ``anchor``'s own parameters and repeats (their parameters are judged by
+    candidate rows of ``anchor``'s key, the fastest first, made as they are asked for:
+    ``ran`` are the trials of its key that ran with its fingerprint, fastest first
+    (:meth:`~.store.ResultStore.trials_that_ran`); malformed ones, ``anchor``'s own parameters
+    and repeats (slower than the first) are left out (their parameters are judged by
     :func:`trial_judge`). Each row is ``anchor`` with the trial's parameters, its median as
-    the score, and :data:`TRIAL` in its search text. ``fastest_first``: ``trials`` come
-    ordered by median already (:meth:`~.store.ResultStore.trials_that_ran`), and are taken
-    only as far as rows are asked for."""
+    the score, and :data:`TRIAL` in its search text."""
     search = json.dumps({TRIAL: True})  # all a trial row's search text is read for
-
-    def ran(trial: TrialRecord) -> bool:
+    seen: set[str] = set()
+    for trial in ran:
         median = trial.median_seconds
-        return not (trial.key != anchor.key or trial.status != TrialStatus.OK.value
-                    or trial.malformed or trial.fingerprint != anchor.fingerprint
-                    or isinstance(median, bool) or not isinstance(median, (int, float))
-                    or not math.isfinite(median) or median <= 0
-                    or not isinstance(trial.parameters, str)
-                    or trial.parameters == anchor.parameters)
-
-    def row(trial: TrialRecord) -> TuningRecord:
-        return dataclasses.replace(anchor, parameters=trial.parameters,
-                                   score=float(trial.median_seconds), search=search,
-                                   gbps=trial.gbps, gflops=trial.gflops, ci_low=None,
-                                   ci_high=None, ties=None, spread=None)
-
-    if fastest_first:
-        seen: set[str] = set()
-        for trial in trials:
-            if ran(trial) and trial.parameters not in seen:  # (a repeat is slower)
-                seen.add(trial.parameters)
-                yield row(trial)
-        return
-    found: dict[str, TrialRecord] = {}
-    for trial in trials:
-        if ran(trial) and (trial.parameters not in found
-                           or trial.median_seconds < found[trial.parameters].median_seconds):
-            found[trial.parameters] = trial
-    for trial in sorted(found.values(), key=lambda t: t.median_seconds):
-        yield row(trial)
+        if trial.malformed or isinstance(median, bool) or not isinstance(median, (int, float)) \
+                or not math.isfinite(median) or median <= 0 \
+                or not isinstance(trial.parameters, str) \
+                or trial.parameters == anchor.parameters or trial.parameters in seen:
+            continue
+        seen.add(trial.parameters)
+        yield dataclasses.replace(anchor, parameters=trial.parameters, score=float(median),
+                                  search=search, gbps=trial.gbps, gflops=trial.gflops,
+                                  ci_low=None, ci_high=None, ties=None, spread=None)
 
 
 def is_trial(record: TuningRecord) -> bool:

@@ -213,9 +213,8 @@ class SqliteReader:
         rows = self._query(f"{sql} ORDER BY {order}", parameters)
         return [result_from_cells(row, columns) for row in rows]
 
-    def trials(self, where: str = "", parameters: Sequence[Any] = (),
-               order: str = "created_at, id") -> list[TrialRecord]:
-        return list(self.trials_lazily(where, parameters, order))
+    def trials(self, where: str = "", parameters: Sequence[Any] = ()) -> list[TrialRecord]:
+        return list(self.trials_lazily(where, parameters))
 
     def trials_lazily(self, where: str = "", parameters: Sequence[Any] = (),
                       order: str = "created_at, id") -> Iterator[TrialRecord]:

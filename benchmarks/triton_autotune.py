@@ -7,11 +7,13 @@ Target (issue #43): with 8 configurations, the first call in a second process st
 
     python benchmarks/triton_autotune.py [--size 4096] [--db PATH]
 
-For each of the two decorators it starts two child processes one after the other, each
-running this file with ``--child``: the first tunes (and fills Triton's compile cache, one
-cache folder per decorator, so both second processes load compiled kernels from disk), the
-second is measured. A child times its first call, from just before the launch until the
-result is on the GPU, and checks it against ``torch.matmul``. Needs torch, Triton and a GPU.
+For each decorator (ours; ours with ``prefetch=False``; Triton's) it starts two child
+processes one after the other, each running this file with ``--child``: the first tunes (and
+fills Triton's compile cache, one cache folder per decorator, so every second process loads
+compiled kernels from disk), the second is measured. A child times its first call, from just
+before the launch until the result is on the GPU, and checks it against ``torch.matmul``; it
+also reports the time from decoration to that result, which includes making the arguments
+(the CUDA context's start among it): what ``prefetch`` overlaps. Needs torch, Triton and a GPU.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ import triton
 import triton.language as tl
 
 ROOT = Path(__file__).resolve().parent.parent
+#: child modes: ours (prefetching Triton's start at decoration), ours without it, Triton's
+#: autotuner, and a plain launch of one given configuration
+MODES = ["ours", "ours_no_prefetch", "triton", "plain"]
 #: (BLOCK_M, BLOCK_N, BLOCK_K, num_stages, num_warps)
 SHAPES = [(128, 256, 64, 3, 8), (256, 128, 64, 3, 8), (128, 128, 64, 4, 4), (128, 64, 64, 4, 4),
           (64, 128, 64, 4, 4), (128, 128, 32, 4, 4), (64, 64, 64, 5, 2), (64, 32, 32, 5, 2)]
@@ -65,10 +70,12 @@ def child(mode: str, size: int, database: str, chosen: list[int] | None = None) 
 
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_stages=s, num_warps=w)
                for m, n, k, s, w in ([chosen] if mode == "plain" else SHAPES)]
-    decorate = (autotune(configs, key=["M", "N", "K"], database=database) if mode == "ours"
+    decorate = (autotune(configs, key=["M", "N", "K"], database=database,
+                         prefetch=mode == "ours") if mode.startswith("ours")
                 else triton.autotune(configs, key=["M", "N", "K"]))
 
     matmul = decorate(matmul_kernel)
+    decorated = time.perf_counter()
 
     a = torch.randn(size, size, device="cuda", dtype=torch.float16)
     b = torch.randn(size, size, device="cuda", dtype=torch.float16)
@@ -79,13 +86,15 @@ def child(mode: str, size: int, database: str, chosen: list[int] | None = None) 
         a, b, c, size, size, size, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         c.stride(0), c.stride(1))
     torch.cuda.synchronize()
-    first = time.perf_counter() - ready
+    done = time.perf_counter()
+    first = done - ready
     torch.testing.assert_close(c, (a @ b), atol=1e-1, rtol=1e-2)
     best = matmul.best_config
     shape = [best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"], best.kwargs["BLOCK_K"],
              best.num_stages, best.num_warps]
-    how = matmul.last_choice.how if mode == "ours" else "benchmark" if mode == "triton" else "given"
-    return {"first_call_s": first, "setup_s": ready - started, "config": shape, "how": how,
+    how = matmul.last_choice.how if mode.startswith("ours") else "benchmark" if mode == "triton" else "given"
+    return {"first_call_s": first, "setup_s": ready - started,
+            "from_decoration_s": done - decorated, "config": shape, "how": how,
             "device": torch.cuda.get_device_name(), "triton": triton.__version__}
 
 
@@ -105,7 +114,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4096, help="M = N = K (default 4096)")
     parser.add_argument("--db", help="tuning database (default: a new file in a temporary folder)")
-    parser.add_argument("--child", choices=["ours", "triton", "plain"], help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -115,7 +124,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="triton-autotune-") as folder:
         database = args.db or str(Path(folder) / "tune.db")
         runs = {}
-        for mode in ("ours", "triton"):
+        for mode in ("ours", "ours_no_prefetch", "triton"):
             cache = str(Path(folder) / f"cache-{mode}")
             runs[mode] = [run_child(mode, args.size, database, cache) for _ in range(2)]
         chosen = runs["ours"][1]["config"]
@@ -125,13 +134,15 @@ def main() -> int:
     print(f"device: {ours['device']}; Triton {ours['triton']}; matmul {args.size}^3 float16, "
           f"{len(SHAPES)} configurations; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
     print(f"command: python benchmarks/triton_autotune.py --size {args.size}")
-    print(f"{'decorator':<30}{'process 1':>12}{'process 2':>12}{'2 less plain':>14}  "
-          "config (BM, BN, BK, stages, warps), how process 2 chose")
-    for mode, label in (("ours", "autotune.integrations.triton"), ("triton", "@triton.autotune"),
-                        ("plain", "plain launch (chosen config)")):
+    print(f"{'decorator':<34}{'process 1':>12}{'process 2':>12}{'2 less plain':>14}"
+          f"{'2 from decoration':>19}  config (BM, BN, BK, stages, warps), how process 2 chose")
+    for mode, label in (("ours", "autotune.integrations.triton"),
+                        ("ours_no_prefetch", "the same, prefetch=False"),
+                        ("triton", "@triton.autotune"), ("plain", "plain launch (chosen config)")):
         one, two = runs[mode]
-        print(f"{label:<30}{one['first_call_s'] * 1e3:>9.1f} ms{two['first_call_s'] * 1e3:>9.1f} ms"
-              f"{(two['first_call_s'] - floor) * 1e3:>11.1f} ms  {two['config']} ({two['how']})")
+        print(f"{label:<34}{one['first_call_s'] * 1e3:>9.1f} ms{two['first_call_s'] * 1e3:>9.1f} ms"
+              f"{(two['first_call_s'] - floor) * 1e3:>11.1f} ms"
+              f"{two['from_decoration_s'] * 1e3:>16.1f} ms  {two['config']} ({two['how']})")
     speedup = theirs["first_call_s"] / ours["first_call_s"]
     added = (theirs["first_call_s"] - floor) / max(ours["first_call_s"] - floor, 1e-4)
     same = runs["ours"][0]["config"] == theirs["config"]

@@ -107,6 +107,34 @@ def test_key_values_are_numbers_strings_or_dtype_names():
         key_value("x", np.zeros(3))
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_decoration_pays_tritons_per_process_start_ahead_of_the_first_launch(tmp_path, prefetch):
+    # a new process: Triton's digest of its own installation is computed once per process
+    program = (
+        "import importlib, json, sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'tests')!r})\n"
+        "from triton_kernels import write_module\n"
+        "from autotune.integrations import triton as ours\n"
+        "module, name = next((m, n) for m, n in ours._START_DIGESTS\n"
+        "                    if hasattr(importlib.import_module(m), n))\n"
+        "key = getattr(importlib.import_module(module), name)\n"
+        "before = key.cache_info().currsize\n"
+        f"k = write_module(__import__('pathlib').Path({str(tmp_path)!r}), 'prefetched')\n"
+        "import triton\n"
+        f"ours.autotune([triton.Config({{'BLOCK': 128}})], key=['n'], prefetch={prefetch})"
+        "(k.add_kernel)\n"
+        "started = ours._start\n"
+        "started is not None and started.join(120)\n"
+        "print(json.dumps([before, key.cache_info().currsize, started is not None]))\n")
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=path), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    before, after, started = json.loads(done.stdout.splitlines()[-1])
+    assert before == 0
+    assert (after, started) == ((1, True) if prefetch else (0, False))
+
+
 # -- real launches -------------------------------------------------------------------------------
 
 

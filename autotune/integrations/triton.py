@@ -33,6 +33,8 @@ against the configurations given here, by its text.
 
 from __future__ import annotations
 
+import importlib
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +47,15 @@ FUNCTION_PREFIX = "triton"
 #: The name of the tensor dtypes in a key's arguments.
 DTYPES = "dtypes"
 NEEDS = "needs the triton extra: pip install -e '.[triton]'"
+#: Where Triton keeps the digest of its own installation that every new process computes before
+#: its first compile or cache load (module, function), newest release first.
+_START_DIGESTS = (("triton.runtime.cache", "triton_key"), ("triton.compiler.compiler", "triton_key"))
+#: Modules Triton imports at a process's first launch (its argument specialization), if present.
+_FIRST_LAUNCH_MODULES = ("triton.experimental.gluon",)
+
+_log = logging.getLogger(__name__)
+_start_lock = threading.Lock()
+_start: threading.Thread | None = None
 
 
 def _triton() -> Any:
@@ -53,6 +64,49 @@ def _triton() -> Any:
     except ImportError:
         raise ImportError(f"autotune.integrations.triton {NEEDS}") from None
     return triton
+
+
+def _pay_triton_start() -> None:
+    for module, name in _START_DIGESTS:
+        try:
+            digest_of_triton = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            continue
+        digest_of_triton()  # cached by Triton for the rest of the process
+        break
+    for module in _FIRST_LAUNCH_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            continue
+
+
+def _pay_quietly() -> None:
+    try:
+        _pay_triton_start()
+    except Exception as exc:  # the first launch pays it instead, and raises what it must
+        _log.debug("warming Triton's start failed: %s", exc)
+
+
+def warm_triton_start() -> threading.Thread:
+    """Start, once a process, a daemon thread that pays ahead of the first launch what Triton's
+    first compile or compiled-cache load pays in every new process: the digest of its own
+    installation (about 0.4 s with Triton 3.6) and the modules its argument specialization
+    imports at first use. The first launch of an :func:`autotune` kernel waits for it, so the
+    work is never done twice; any error is left for that launch to meet."""
+    global _start
+    with _start_lock:
+        if _start is None:
+            _start = threading.Thread(target=_pay_quietly, name="autotune-triton-start",
+                                      daemon=True)
+            _start.start()
+        return _start
+
+
+def _wait_for_triton_start() -> None:
+    started = _start
+    if started is not None and started.is_alive():
+        started.join()
 
 
 def config_parameters(config: Any) -> dict[str, Any]:
@@ -155,7 +209,8 @@ class TritonAutotuned:
                  restore_value: Sequence[str] | None = None,
                  prune_configs_by: dict[str, Any] | None = None, warmup: int | None = None,
                  rep: int | None = None, do_bench: Callable[..., Any] | None = None,
-                 name: str | None = None, version: int = 0, database: str | None = None):
+                 name: str | None = None, version: int = 0, database: str | None = None,
+                 prefetch: bool = True):
         self.fn = fn
         self.base = jit_function(fn)
         self.arg_names = list(fn.arg_names)
@@ -181,6 +236,8 @@ class TritonAutotuned:
         self.last_choice: Choice | None = None
         self._choices: StoredChoices | None = None
         self._lock = threading.Lock()
+        if prefetch:
+            warm_triton_start()
 
     def __repr__(self) -> str:
         return f"<autotune.integrations.triton {self.name} ({len(self.configs)} configs)>"
@@ -207,12 +264,14 @@ class TritonAutotuned:
         """Launch with the configuration chosen for these arguments (chosen now if needed)."""
         named = {**dict(zip(self.arg_names, args)), **kwargs}
         if warmup:  # compile every configuration, as Triton's autotuner does
+            _wait_for_triton_start()
             return [self.fn.run(*args, grid=grid, warmup=True, **kwargs, **config_parameters(c))
                     for c in self.configs]
         marker = tuple(named.get(k) for k in self.keys) + tuple(
             str(v.dtype) for v in named.values() if hasattr(v, "dtype"))
         chosen = self.cache.get(marker)
         if chosen is None:
+            _wait_for_triton_start()
             with self._lock:
                 chosen = self._choose(marker, args, grid, kwargs, named)
         config, launch = chosen
@@ -334,13 +393,15 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *,
              reset_to_zero: Sequence[str] | None = None, restore_value: Sequence[str] | None = None,
              prune_configs_by: dict[str, Any] | None = None, warmup: int | None = None,
              rep: int | None = None, do_bench: Callable[..., Any] | None = None,
-             name: str | None = None, version: int = 0,
-             database: str | None = None) -> Callable[[Any], TritonAutotuned]:
+             name: str | None = None, version: int = 0, database: str | None = None,
+             prefetch: bool = True) -> Callable[[Any], TritonAutotuned]:
     """Decorator for a ``@triton.jit`` function, used as ``@triton.autotune`` is (the same
     ``configs``, ``key``, ``reset_to_zero``, ``restore_value``, ``prune_configs_by`` with
     ``early_config_prune``, ``warmup``, ``rep``, ``do_bench``). Added: ``name`` (the stored
     function name, default ``triton.<module>.<qualified name>``), ``version`` (raise it to make
-    stored results stale by hand), ``database`` (a path or URL; default ``AUTOTUNE_DB``)."""
+    stored results stale by hand), ``database`` (a path or URL; default ``AUTOTUNE_DB``),
+    ``prefetch`` (default True: :func:`warm_triton_start` at decoration, so Triton's own
+    per-process start overlaps what the program does before its first launch)."""
     _triton()
     configs = list(configs)
 
@@ -348,10 +409,10 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *,
         return TritonAutotuned(fn, configs, key, reset_to_zero=reset_to_zero,
                                restore_value=restore_value, prune_configs_by=prune_configs_by,
                                warmup=warmup, rep=rep, do_bench=do_bench, name=name,
-                               version=version, database=database)
+                               version=version, database=database, prefetch=prefetch)
 
     return decorate
 
 
 __all__ = ["DTYPES", "FUNCTION_PREFIX", "NEEDS", "TritonAutotuned", "autotune", "config_parameters",
-           "device_identity", "jit_function", "key_value", "source_digest"]
+           "device_identity", "jit_function", "key_value", "source_digest", "warm_triton_start"]

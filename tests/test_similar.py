@@ -303,3 +303,50 @@ def test_processes_sharing_a_record_file_write_whole_lines(tmp_path):
     assert all(child.wait(timeout=120) == 0 for child in children)
     lines = read_records(path)
     assert len(lines) == 900 and len({line.key for line in lines}) == 900
+
+
+EXITING_SERVE = """
+import json, sys
+import numpy as np
+from autotune import accel, tune
+from autotune.tune.serving import Serving
+from operations.gemm import GemmTemplate
+
+class Described:  # what a tuned function reads of a context: its device's identity
+    device = accel.DeviceIdentity(
+        backend="cuda", name="NVIDIA H200", platform="CUDA", driver_version="13.0",
+        compute_capability=(9, 0), multiprocessors=132, global_memory=141 * 2**30,
+        max_work_group_size=1024, local_memory=48 * 1024, is_gpu=True, warp_size=32,
+        double_precision=True)
+
+ctx, f32, db = Described(), np.dtype(np.float32), sys.argv[1]
+gemm = tune.tuner_of(GemmTemplate)
+args = (GemmTemplate, ctx, f32, 4096, 4096, 4096)
+if sys.argv[2] == "anchor":
+    fingerprint = gemm.fingerprint(*args)
+    parameters = {"MWG": 128, "NWG": 128, "KWG": 32, "MDIMC": 16, "NDIMC": 16, "MDIMA": 16,
+                  "NDIMB": 16, "KWI": 2, "VWM": 4, "VWN": 4, "STRM": 0, "STRN": 0, "SA": 1,
+                  "SB": 1}
+    tune.store.ResultStore.open(db).merge([tune.TuningRecord(
+        gemm.key(*args), json.dumps(parameters, sort_keys=True, separators=(",", ":")), 1e-3,
+        "bench", fingerprint=fingerprint.digest, sources=fingerprint.sources_json)])
+else:
+    with tune.using_serving(Serving(match="similar")), tune.use_database(db):
+        print(json.dumps(GemmTemplate.autotune(ctx, f32, 2000, 3000, 1500)))
+"""
+
+
+def test_a_process_that_exits_right_after_a_similar_serve_still_records_it(tmp_path):
+    # the note is written on a thread after the call returns; the interpreter's exit waits
+    db = str(tmp_path / "tune.db")
+
+    def run(step):
+        return subprocess.run([sys.executable, "-c", EXITING_SERVE, db, step], check=True,
+                              capture_output=True, text=True, timeout=120).stdout
+
+    run("anchor")
+    served = json.loads(run("serve"))
+    records = {json.loads(r.key.arguments)["m"]: r for r in ResultStore.open(db).records()}
+    assert sorted(records) == [2000, 4096]
+    assert records[2000].origin == "similar"
+    assert json.loads(records[2000].parameters) == served == json.loads(records[4096].parameters)

@@ -5,11 +5,8 @@ for now is a miss. A key not found exactly is noted in ``AUTOTUNE_RECORD`` (:mod
 
 from __future__ import annotations
 
-import _thread
-import atexit
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -18,6 +15,7 @@ from . import misses, nearest, similar
 from .encoding import describe_arguments
 from .records import ResultOrigin, TuningKey, TuningRecord
 from .serving import MatchMode
+from .serving import serving as current_serving
 from .store import MergePolicy, ResultStore, StoreError, StoreUnavailableError
 from .text import guard_logger
 from .verdicts import Freshness, Verdict
@@ -29,11 +27,6 @@ logger = guard_logger("autotune.tune")  # stored text in its messages is shown e
 
 #: How long a note's thread waits before it writes (the serving call returns meanwhile).
 NOTE_DELAY_SECONDS = 0.05
-#: How long the interpreter's exit waits for notes still being written.
-NOTE_EXIT_SECONDS = 10.0
-
-_notes_lock = threading.Lock()
-_notes_pending: list[threading.Event] = []  #: one per note thread not finished yet
 
 #: Judges one stored row for the call being served.
 Judge = Callable[[TuningRecord], Verdict]
@@ -111,7 +104,7 @@ def lookup_or_miss(serving: Serving, store: ResultStore, key: TuningKey, device:
     served = similar.served_as(found, key)
     if served == "similar" and found is not None and similar_request is not None \
             and serving.first("similar-note", f"{store.url}\0{key}\0{found.record.key}"):
-        _keep_similar(store, key, found, device, similar_request.rules)
+        _keep_similar(serving, store, key, found, device, similar_request.rules)
     if served != "exact":
         misses.note(serving, key, served)
     return found
@@ -171,8 +164,8 @@ def _filling_trial(store: ResultStore, anchor: Verdict, request: similar.Request
     return None
 
 
-def _keep_similar(store: ResultStore, key: TuningKey, verdict: Verdict, device: Any,
-                  rules: dict[str, str]) -> None:
+def _keep_similar(serving: Serving, store: ResultStore, key: TuningKey, verdict: Verdict,
+                  device: Any, rules: dict[str, str]) -> None:
     """Record a similar serve as the key's row (origin ``similar``), on a short-lived thread
     (the call does not wait for the write): added where the key has no row, replacing an
     older similar row that names another source, never a tuned result. A store that cannot
@@ -204,61 +197,14 @@ def _keep_similar(store: ResultStore, key: TuningKey, verdict: Verdict, device: 
             logger.log(level, "the similar serve of %s is not recorded in the database: %s",
                        key.function, exc)
 
-    _start_note(write)
-
-
-def _start_note(write: Callable[[], None]) -> None:
-    """Run ``write`` on a thread of its own, started without waiting for it to run (a
-    ``threading.Thread`` would make the serving call wait for the new thread's first turn:
-    0.2-0.4 ms on a busy host). The interpreter's exit waits for it (:func:`wait_for_notes`),
-    as it would for a ``threading.Thread``."""
-    done = threading.Event()
-
-    def run() -> None:
-        try:
-            write()
-        finally:
-            with _notes_lock:
-                _notes_pending.remove(done)
-            done.set()
-
-    with _notes_lock:
-        first = not _notes_pending and not _exit_registered
-        _notes_pending.append(done)
-    if first:
-        _register_exit()
-    try:
-        _thread.start_new_thread(run, ())
-    except RuntimeError:  # interpreter shutdown, or no thread to be had: no note
-        with _notes_lock:
-            _notes_pending.remove(done)
-
-
-_exit_registered = False
-
-
-def _register_exit() -> None:
-    global _exit_registered
-    with _notes_lock:
-        if _exit_registered:
-            return
-        _exit_registered = True
-    atexit.register(wait_for_notes, NOTE_EXIT_SECONDS)
+    serving.notes.start(write)  # a thread of its own (the writer's pool costs its import)
 
 
 def wait_for_notes(timeout: float | None = 30.0) -> None:
-    """Wait until the similar serves of this process are written to their databases (what
+    """Wait until the similar serves noted through the current serving object (the
+    process's, or :func:`~.serving.using_serving`'s) are written to their databases (what
     ``show`` or ``results_frame`` in this process then reads), at most ``timeout`` seconds."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while True:
-        with _notes_lock:
-            pending = list(_notes_pending)
-        if not pending:
-            return
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            return
-        pending[0].wait(left)
+    current_serving().notes.wait(timeout)
 
 
 def log_unusable(verdict: Verdict, *, re_tune: bool) -> None:

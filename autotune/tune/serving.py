@@ -22,7 +22,7 @@ from typing import Any
 
 from .records import TuningKey
 from .recording.kept import KeptResults
-from .recording.writer import ResultsWriter
+from .recording.writer import NoteThreads, ResultsWriter
 from .store import ResultStore
 
 ENV_MATCH = "AUTOTUNE_MATCH"
@@ -86,7 +86,8 @@ class Serving:
     """What serving tuned calls needs for a process: the memo of results already served, the
     stores opened (one per URL), a lock per key (two threads asking for one key tune it once),
     the test mode the pytest plugin sets, the match mode, which warnings were given, results
-    kept until a database takes them, and the one thread that writes online results.
+    kept until a database takes them, the one thread that writes online results, and the
+    threads that write notes of similar serves.
 
     ``match``: ``"exact"``, ``"nearest"`` or ``"similar"`` for every call served through this
     object; None (default) reads ``AUTOTUNE_MATCH`` at each call.
@@ -97,6 +98,7 @@ class Serving:
         self.match = None if match is None else match_mode(match)
         self.kept = KeptResults()
         self.writer = ResultsWriter()
+        self.notes = NoteThreads()
         self._memo: dict[MemoKey, dict[str, Any]] = {}
         self._stores: dict[str, ResultStore] = {}
         self._key_locks: dict[tuple[str, TuningKey], threading.Lock] = {}

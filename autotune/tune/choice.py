@@ -71,6 +71,11 @@ MIN_ROUNDS = 8
 MAX_ROUNDS = 64
 #: The re-timing stops once it has taken this share of the search's time (after MIN_ROUNDS).
 SHARE = 0.1
+#: ... unless the rule would choose a candidate whose median is slower than the fastest's by
+#: more than the resolution: then it goes on up to this share (:func:`doubtful`). On a shared
+#: 2-core CPU, eight rounds' interval of the median is their extremes, so one disturbed batch
+#: of the fastest tied candidates 1.3-2.5x slower, and the rule stored them (BLAS keys, warm).
+DOUBT_SHARE = 0.5
 #: A winner's spread above this says the machine is too noisy to rank candidates: one warning.
 NOISY = 0.05
 
@@ -275,11 +280,13 @@ def _finish(contenders: Sequence[Contender]) -> None:
 
 
 def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
-           rounds: int = MAX_ROUNDS, clock: Callable[[], float] = time.perf_counter) -> Choice | None:
+           doubt_seconds: float | None = None, rounds: int = MAX_ROUNDS,
+           clock: Callable[[], float] = time.perf_counter) -> Choice | None:
     """Time ``contenders`` interleaved, round after round, until their ranking is settled, or
     ``rounds`` rounds are timed, or (after :data:`MIN_ROUNDS`) another round would take the
-    time past ``seconds``; then choose among the ties by :func:`tie_break`. None where every
-    contender failed or none may win."""
+    time past ``seconds`` (past ``doubt_seconds`` while the ranking is :func:`doubtful`; None:
+    no limit then but ``rounds``); then choose among the ties by :func:`tie_break`. None where
+    every contender failed or none may win."""
     started = clock()
     # a warm-up batch each, not kept: a device that idled while the search compiled may run its
     # first milliseconds at lower clocks (the first round would be slower for all but the last)
@@ -301,8 +308,9 @@ def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
             for i in ranking.slower:  # surely slower, with an interval of its own: no more batches
                 live[i].retired = live[i].retired or len(live[i].samples) >= MIN_ROUNDS
             now = clock()  # (the next round costs at most what this one did)
-            if ranking.settled or done >= rounds or (seconds is not None
-                                                     and now + (now - begun) - started > seconds):
+            limit = doubt_seconds if doubtful(live, ranking) else seconds
+            if ranking.settled or done >= rounds or (limit is not None
+                                                     and now + (now - begun) - started > limit):
                 break
     finally:
         _finish(contenders)
@@ -311,15 +319,35 @@ def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
     return _choice(live, ranking, done, clock() - started)
 
 
-def _choice(live: list[Contender], ranking: Ranking, rounds: int, spent: float) -> Choice:
+def _pick(live: Sequence[Contender], ranking: Ranking) -> int:
+    """The index of the contender the rule chooses now."""
     tied = [i for i in ranking.tied if live[i].eligible]
-    test = next((i for i, c in enumerate(live) if c.test), None)
     if tied:
-        index = tie_break(tied, test, lambda i: math.inf if live[i].position is None
-                          else live[i].position)
-    else:  # the fastest may not win (test= outside the space) and nothing eligible is tied
-        index = min((i for i, c in enumerate(live) if c.eligible),
-                    key=lambda i: statistics.median(live[i].samples))
+        test = next((i for i, c in enumerate(live) if c.test), None)
+        return tie_break(tied, test, lambda i: math.inf if live[i].position is None
+                         else live[i].position)
+    # the fastest may not win (test= outside the space) and nothing eligible is tied
+    return min((i for i, c in enumerate(live) if c.eligible),
+               key=lambda i: statistics.median(live[i].samples))
+
+
+def doubtful(live: Sequence[Contender], ranking: Ranking) -> bool:
+    """Whether the rule would now choose a tied candidate whose median is slower than the
+    fastest's by more than the resolution: tied only because the interval of a few rounds
+    still reaches down to it (more rounds tell them apart, or show the tie)."""
+    if ranking.settled or not any(c.eligible for c in live):
+        return False
+    index = _pick(live, ranking)
+    if index == ranking.fastest:
+        return False
+    ratio = statistics.median(live[index].samples) / statistics.median(
+        live[ranking.fastest].samples)
+    return ratio - 1 > ranking.resolution
+
+
+def _choice(live: list[Contender], ranking: Ranking, rounds: int, spent: float) -> Choice:
+    test = next((i for i, c in enumerate(live) if c.test), None)
+    index = _pick(live, ranking)
     w = live[index]
     low, high = median_interval(w.samples)
     timed = live[test] if test is not None else None

@@ -343,7 +343,8 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
 def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
             test: dict[str, Any] | None, rounds: int) -> _choice.Choice | None:
     """Time the leaders (the :data:`~.choice.LEADERS` fastest) and ``test=`` again,
-    interleaved, within :data:`~.choice.SHARE` of the search's time, and choose
+    interleaved, within :data:`~.choice.SHARE` of the search's time (:data:`~.choice.DOUBT_SHARE`
+    while the rule would take a candidate that looks slower), and choose
     (:func:`~.choice.settle`)."""
     if not rounds:
         return None
@@ -365,7 +366,8 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
                 contenders.append(_choice.Contender(
                     evaluator.config(k), built, batch_iterations(built, timed[k].median_seconds),
                     position.get(k), k == test_key, k != evaluator.reference))
-        return _choice.settle(contenders, seconds=_choice.SHARE * searched, rounds=rounds)
+        return _choice.settle(contenders, seconds=_choice.SHARE * searched,
+                              doubt_seconds=_choice.DOUBT_SHARE * searched, rounds=rounds)
     finally:
         evaluator.release()
 

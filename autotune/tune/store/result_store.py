@@ -250,8 +250,9 @@ class ResultStore:
 
     def trials_that_ran(self, key: TuningKey, fingerprint: str) -> Iterator[TrialRecord]:
         """The trials of exactly ``key`` that ran (status ``ok``, a median above 0) with this
-        ``fingerprint``, the fastest median first, each made a record as it is taken (a
-        caller that stops at the first that suits it parses no more)."""
+        ``fingerprint``, the fastest median first. From SQLite each row is made a record as it
+        is taken (a caller that stops at the first that suits it parses no more); a server's
+        rows are all made records at once."""
         ok = TrialStatus.OK.value
 
         def server(sql: Any) -> Iterator[TrialRecord]:

@@ -36,11 +36,13 @@ def pocl_cache(context, tmp_path, monkeypatch):
     return cache
 
 
-def test_prebuild_only_where_asked_on_opencl_for_many_keys(context):
+def test_prebuild_on_opencl_for_many_keys_by_default_on_cpus(context):
     opencl = context.backend == "opencl"
     assert warm_prebuild.wanted(context, warm_prebuild.MIN_KEYS, True) is opencl
     assert warm_prebuild.wanted(context, warm_prebuild.MIN_KEYS - 1, True) is False
-    assert warm_prebuild.wanted(context, 1000, None) is False  # off by default
+    # by default on an OpenCL CPU device, not on a GPU
+    assert warm_prebuild.wanted(context, 1000, None) is (opencl and not context.device.is_gpu)
+    assert warm_prebuild.wanted(context, warm_prebuild.MIN_KEYS - 1, None) is False
     assert warm_prebuild.wanted(context, 1000, False) is False
 
 

@@ -113,8 +113,8 @@ def _add_warm(sub: Any) -> None:
     warm.add_argument("--prebuild", action=argparse.BooleanOptionalAction, default=None,
                       help="a low-priority process builds the keys' first candidates ahead "
                            "into the OpenCL compiler's disk cache, stopped while a batch is "
-                           "timed: faster on CPU devices, the choices a little worse "
-                           "(default: off)")
+                           "timed: faster on CPU devices (default: on for OpenCL CPU devices "
+                           "with 16 keys or more, off elsewhere)")
     warm.add_argument("--resume", action="store_true",
                       help="go on from the trials a search interrupted earlier stored (this "
                            "device, same sources, after the key's stored result), measuring "

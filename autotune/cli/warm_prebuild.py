@@ -58,11 +58,14 @@ class _Stop(Exception):
 
 
 def wanted(context: Any, keys: int, choice: bool | None) -> bool:
-    """Whether ``warm`` prebuilds: only where asked (``--prebuild``), on an OpenCL device, for
-    at least :data:`MIN_KEYS` keys. Off by default: on the 2-core Xeon of
-    docs/performance.md, 58-65 of 82 keys came out within 2% of the best known with it (held
-    while batches are timed; 50 before the hold), 66-73 without it."""
-    return bool(choice) and context.backend == "opencl" and keys >= MIN_KEYS
+    """Whether ``warm`` prebuilds: on an OpenCL device, for at least :data:`MIN_KEYS` keys,
+    where asked (``--prebuild``) or by default on a CPU device (``--no-prebuild`` turns it
+    off). On the 2-core Xeon of docs/performance.md, with the choice's doubt rounds, it took
+    ``warm`` from about 5.5 to about 4 minutes with 71-74 of 82 keys within 2% of the best
+    known, against 74-75 without it."""
+    if choice is None:
+        choice = not context.device.is_gpu
+    return choice and context.backend == "opencl" and keys >= MIN_KEYS
 
 
 class Prebuilder:

@@ -44,13 +44,17 @@ class Closeness:
         self.plain = e.dtype.kind == "f" and bool(np.all(np.isfinite(e)))
         if self.plain:
             self.bound = np.abs(e) * e.dtype.type(self.RTOL) + e.dtype.type(atol)
-            self.scratch = np.empty_like(e)
-            self.within = np.empty(e.shape, dtype=bool)
+        #: the host check's work arrays, made at its first use (a device check needs none)
+        self.scratch: np.ndarray | None = None
+        self.within: np.ndarray | None = None
 
     def __call__(self, result: np.ndarray) -> bool:
         r = np.asarray(result).ravel()
         if not self.plain or r.dtype != self.expected.dtype:
             return bool(np.allclose(r, self.expected, atol=self.atol))
+        if self.scratch is None:
+            e = self.expected
+            self.scratch, self.within = np.empty_like(e), np.empty(e.shape, dtype=bool)
         np.subtract(r, self.expected, out=self.scratch)
         np.abs(self.scratch, out=self.scratch)
         np.less_equal(self.scratch, self.bound, out=self.within)  # NaN: not within

@@ -1,0 +1,91 @@
+"""Where the distributed dslash's time goes: each step of an overlapped dslash timed alone.
+
+Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_steps.py
+    --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12]
+    [--tuning '{"wgs": 256, ...}'] [--launches 300] [--rounds 2]
+
+Rows (wall microseconds per call, every rank synchronised around ``--launches`` calls, the
+slowest rank's time; ``--rounds`` rounds): the overlapped dslash; the pack kernel; the
+one-byte token each transport's finish exchanges, through ``autotune.parallel.wait`` (with
+its deadline) and through ``MPI.Request.Waitall``; the peer copies with the host's wait for
+them; the whole shipping (copies and token); the exchange (pack and ship); the interior,
+exterior and whole-block kernels and interior + exterior back to back; an empty marker waited
+for. ``--tuning`` gives the dslash's parameters (JSON) instead of the tuned ones: the block's
+kernels take them with one site a work-item and every direction (``sites`` and ``dir_split``
+1), so the one-GPU tuning may not suit them. With one rank the exchange rows are left out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+from mpi4py import MPI
+
+from autotune import parallel
+from operations.lqcd import DistributedWilsonOperator, haar_field
+from operations.lqcd.distributed import rank_context
+
+from distributed_dslash import add_block_arguments, spinors
+from timing import ranks_time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_block_arguments(parser, launches=300)
+    parser.add_argument("--tuning", type=json.loads, help="the dslash's parameters (JSON)")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    comm = MPI.COMM_WORLD
+    context = rank_context(comm)
+    dims = tuple(args.dims)
+    op = DistributedWilsonOperator(comm, context, haar_field(dims, seed=3), 0.12, tuple(args.grid),
+                                   args.precision, args.reconstruct, check=False,
+                                   tuning=args.tuning)
+    inp, out = spinors(context, op)
+    transport = op.transport
+    neighbours = sorted({r.dest for r in transport.routes} | {r.source for r in transport.routes})
+    token, tokens_in = np.zeros(1, np.uint8), np.zeros(max(1, len(neighbours)), np.uint8)
+
+    def requests(tag: int) -> list:
+        return ([comm.Irecv(tokens_in[i:i + 1], source=n, tag=tag) for i, n in enumerate(neighbours)]
+                + [comm.Isend(token, dest=n, tag=tag) for n in neighbours])
+
+    def copies() -> None:
+        transport.start(op._send, op.queue.mark())
+        transport.copies.mark().wait()
+
+    def ship() -> None:
+        transport.start(op._send, op.queue.mark())
+        transport.finish()
+
+    interior = op.dslash_kernel(out, inp, 0, "interior")
+    exterior = op.dslash_kernel(out, inp, 0, "exterior")
+    steps = {"dslash (overlap)": lambda: op.dslash_parity(out, inp, 0),
+             "pack": lambda: op.pack_faces(inp, 1),
+             "token, parallel.wait": lambda: parallel.wait(requests(77), "the token", comm),
+             "token, MPI Waitall": lambda: MPI.Request.Waitall(requests(78)),
+             "copies, host waits for them": copies, "ship (copies and token)": ship,
+             "exchange (pack and ship)": lambda: op.exchange(inp, 1),
+             "interior kernel": interior, "exterior kernel": exterior,
+             "interior + exterior": lambda: (interior(), exterior()),
+             "whole-block kernel": op.dslash_kernel(out, inp, 0, "all"),
+             "empty marker waited for": lambda: op.queue.mark().wait()}
+    if not neighbours:
+        steps = {k: v for k, v in steps.items()
+                 if not k.startswith(("pack", "token", "copies", "ship"))}
+    rows: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(args.rounds):
+        for name, fn in steps.items():
+            rows[name].append(ranks_time(comm, op.queue, fn, args.launches, warmup=10) * 1e6)
+    if comm.rank == 0:
+        print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, {args.precision} "
+              f"{args.reconstruct}, {transport.name} transport, dslash {op.template.parameters}")
+        for name, values in rows.items():
+            print(f"  {name:28s} " + "  ".join(f"{v:7.1f}" for v in values) + " us")
+
+
+if __name__ == "__main__":
+    with parallel.abort_on_error():
+        main()

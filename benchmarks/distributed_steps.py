@@ -10,8 +10,9 @@ one-byte token each transport's finish exchanges, through ``autotune.parallel.wa
 its deadline) and through ``MPI.Request.Waitall``; the peer copies with the host's wait for
 them; the whole shipping (copies and token); the exchange (pack and ship); the interior,
 exterior and whole-block kernels and interior + exterior back to back; an empty marker waited
-for. ``--tuning`` gives the dslash's parameters (JSON) instead of the tuned ones: the block's
-kernels take them with one site a work-item and every direction (``sites`` and ``dir_split``
+for. First, with neighbours, the host's timeline of the overlapped dslash
+(:func:`host_timeline`). ``--tuning`` gives the dslash's parameters (JSON) instead of the
+tuned ones: the block's kernels take them with one site a work-item and every direction (``sites`` and ``dir_split``
 1), so the one-GPU tuning may not suit them. With one rank the exchange rows are left out.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import numpy as np
 from mpi4py import MPI
@@ -75,6 +77,8 @@ def main() -> None:
     if not neighbours:
         steps = {k: v for k, v in steps.items()
                  if not k.startswith(("pack", "token", "copies", "ship"))}
+    if neighbours:
+        host_timeline(comm, op, inp, out, args.launches)
     rows: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.rounds):
         for name, fn in steps.items():
@@ -84,6 +88,52 @@ def main() -> None:
               f"{args.reconstruct}, {transport.name} transport, dslash {op.template.parameters}")
         for name, values in rows.items():
             print(f"  {name:28s} " + "  ".join(f"{v:7.1f}" for v in values) + " us")
+
+
+def host_timeline(comm, op, inp, out, launches: int) -> None:
+    """The overlapped dslash's steps as the host sees them: each step's return, microseconds
+    after the call began (medians over ``launches`` calls in a row, rank 0's), against the wall
+    time per call. Where the last step's return is near the wall time per call, the host's
+    steps set the pace, not the GPU's kernels."""
+    interior = op.dslash_kernel(out, inp, 0, "interior")
+    exterior = op.dslash_kernel(out, inp, 0, "exterior")
+    transport = op.transport
+    copied = getattr(transport, "_copied", None)
+    names = ("pack enqueued", "interior enqueued", "copies enqueued", "copies done (host wait)",
+             "token exchanged", "exterior enqueued")
+    stamps = []
+    clock = time.perf_counter
+    for i in range(launches + 10):
+        t0 = clock()
+        op.pack_faces(inp, 1)
+        packed = op.queue.mark()
+        t1 = clock()
+        interior()
+        t2 = clock()
+        transport.start(op._send, packed)
+        t3 = clock()
+        if copied is not None:
+            transport._copied.wait()
+        t4 = clock()
+        transport.finish()
+        t5 = clock()
+        exterior()
+        t6 = clock()
+        if i == 9:
+            op.queue.finish()
+            comm.Barrier()
+            start = clock()
+        elif i > 9:
+            stamps.append([t - t0 for t in (t1, t2, t3, t4, t5, t6)])
+    op.queue.finish()
+    comm.Barrier()
+    wall = (clock() - start) / launches
+    if comm.rank == 0:
+        medians = np.median(np.array(stamps), axis=0) * 1e6
+        print(f"host timeline of the overlapped dslash (rank 0, median of {launches} calls; "
+              f"wall {wall * 1e6:.1f} us a call):")
+        for name, value in zip(names, medians):
+            print(f"  {name:28s} {value:7.1f} us")
 
 
 if __name__ == "__main__":

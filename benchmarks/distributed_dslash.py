@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import time
 from pathlib import Path
 
@@ -79,7 +80,7 @@ def main() -> None:
             op.policy = policy  # the next dslash meets its exchange this way
             by_policy[policy].append(timed(comm, op.queue, lambda: op.dslash_parity(out, inp, 0),
                                            args.launches))
-    medians = {p: sorted(v)[len(v) // 2] for p, v in by_policy.items()}
+    medians = {p: statistics.median(v) for p, v in by_policy.items()}
     whole = medians[args.policy[0]]
     exchange = timed(comm, op.queue, lambda: op.exchange(inp, 1), args.launches)
     alone = timed(comm, op.queue, op.dslash_kernel(out, inp, 0), args.launches)

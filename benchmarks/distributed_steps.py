@@ -12,8 +12,8 @@ them; the whole shipping (copies and token); the exchange (pack and ship); the i
 exterior and whole-block kernels and interior + exterior back to back; an empty marker waited
 for. First, with neighbours, the host's timeline of the overlapped dslash
 (:func:`host_timeline`). ``--tuning`` gives the dslash's parameters (JSON) instead of the
-tuned ones: the block's kernels take them with one site a work-item and every direction (``sites`` and ``dir_split``
-1), so the one-GPU tuning may not suit them. With one rank the exchange rows are left out.
+tuned ones: the block's kernels take them with one site a work-item and every direction
+(``sites`` and ``dir_split`` 1), so the one-GPU tuning may not suit them. With one rank the exchange rows are left out.
 """
 
 from __future__ import annotations
@@ -74,11 +74,11 @@ def main() -> None:
              "interior + exterior": lambda: (interior(), exterior()),
              "whole-block kernel": op.dslash_kernel(out, inp, 0, "all"),
              "empty marker waited for": lambda: op.queue.mark().wait()}
-    if not neighbours:
+    if neighbours:
+        host_timeline(comm, op, inp, (interior, exterior), args.launches)
+    else:
         steps = {k: v for k, v in steps.items()
                  if not k.startswith(("pack", "token", "copies", "ship"))}
-    if neighbours:
-        host_timeline(comm, op, inp, out, args.launches)
     rows: dict[str, list[float]] = {name: [] for name in steps}
     for _ in range(args.rounds):
         for name, fn in steps.items():
@@ -90,15 +90,16 @@ def main() -> None:
             print(f"  {name:28s} " + "  ".join(f"{v:7.1f}" for v in values) + " us")
 
 
-def host_timeline(comm, op, inp, out, launches: int) -> None:
-    """The overlapped dslash's steps as the host sees them: each step's return, microseconds
-    after the call began (medians over ``launches`` calls in a row, rank 0's), against the wall
-    time per call. Where the last step's return is near the wall time per call, the host's
-    steps set the pace, not the GPU's kernels."""
-    interior = op.dslash_kernel(out, inp, 0, "interior")
-    exterior = op.dslash_kernel(out, inp, 0, "exterior")
+def host_timeline(comm, op, inp, kernels, launches: int) -> None:
+    """The overlapped dslash's steps as the host sees them (``kernels``: its interior and
+    exterior launches): each step's return, microseconds after the call began (medians over
+    ``launches`` calls in a row, rank 0's), against the wall time per call. Where the last
+    step's return is near the wall time per call, the host's steps set the pace, not the GPU's
+    kernels. The peer transport's wait for its copies is a step of its own; the host transport
+    waits inside ``finish``."""
+    interior, exterior = kernels
     transport = op.transport
-    copied = getattr(transport, "_copied", None)
+    peer = hasattr(transport, "_copied")  # its marker of the copies, set by each start
     names = ("pack enqueued", "interior enqueued", "copies enqueued", "copies done (host wait)",
              "token exchanged", "exterior enqueued")
     stamps = []
@@ -112,7 +113,7 @@ def host_timeline(comm, op, inp, out, launches: int) -> None:
         t2 = clock()
         transport.start(op._send, packed)
         t3 = clock()
-        if copied is not None:
+        if peer:
             transport._copied.wait()
         t4 = clock()
         transport.finish()

@@ -81,6 +81,10 @@ class Context(ABC):
         #: build() arguments another thread is building -> set when that build is over
         self._building: dict[tuple, threading.Event] = {}
         self._programs_lock = threading.Lock()
+        #: set where other processes of this host run the same kernels on this device at the
+        #: same moment (MPI ranks sharing a CPU device): compiling for them is then shared
+        #: (:mod:`.build_locks`), even where that costs this process a wait
+        self.shared_with_processes = False
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.device.describe()}>"

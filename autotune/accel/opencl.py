@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from . import opencl_interop
+from . import build_locks, opencl_interop
 from .arrays import DeviceArray
 from .capture import native_stderr, pass_on
 from .context import Context
@@ -154,6 +154,8 @@ class OpenCLKernel(Kernel):
     def __init__(self, program: OpenCLProgram, name: str, handle: Any):
         super().__init__(program, name)
         self.handle = handle
+        #: work-group sizes this kernel was launched with (PoCL generates code for each)
+        self.launched: set[tuple[int, ...]] = set()
         dev = program.context.cl_device
         info = cl.kernel_work_group_info
         self._limits = KernelLimits(
@@ -173,9 +175,11 @@ class OpenCLKernel(Kernel):
 
 class OpenCLProgram(Program):
     def __init__(self, context: OpenCLContext, source: RenderedSource, seconds: float,
-                 log: str, handle: Any):
+                 log: str, handle: Any, options: tuple[str, ...] = ()):
         super().__init__(context, source, seconds, log, "opencl")
         self.handle = handle
+        #: the host-wide lock key of this program's build (:mod:`.build_locks`)
+        self.lock_key = context.build_lock_key(source.text, options)
 
     def _get_kernel(self, name: str) -> Kernel:
         try:
@@ -282,7 +286,22 @@ class OpenCLQueue(CommandQueue):
                 local_size: tuple[int, ...]) -> Any:
         cl_args = [a.kernel_arg if isinstance(a, DeviceArray) else a for a in args]
         kernel.handle.set_args(*cl_args)
-        return cl.enqueue_nd_range_kernel(self.handle, kernel.handle, global_size, local_size)
+        local = tuple(local_size)
+        context = self.context
+        if local in kernel.launched or not (context.generates_at_launch
+                                            and context.shared_with_processes):
+            return cl.enqueue_nd_range_kernel(self.handle, kernel.handle, global_size, local_size)
+        # PoCL generates a kernel's code for a work-group size as its first launch with that
+        # size runs: where other processes run the same kernels at once, that launch is
+        # waited for under the host-wide lock, so that they find the code in PoCL's cache
+        # instead of generating it too (alone, a process does not wait: its host work goes on
+        # while PoCL generates)
+        program = kernel.program
+        with build_locks.shared_build(build_locks.key(program.lock_key, kernel.name, str(local))):
+            event = cl.enqueue_nd_range_kernel(self.handle, kernel.handle, global_size, local_size)
+            event.wait()
+        kernel.launched.add(local)
+        return event
 
     def _finish(self) -> None:
         self.handle.finish()
@@ -328,8 +347,24 @@ class OpenCLContext(Context):
         super().__init__(_identity(platform, device))
         self.cl_device = device
         self.cl_context = cl.Context([device])
+        #: whether the driver generates a kernel's code at its first launch with a work-group
+        #: size (PoCL), not when the program is built
+        self.generates_at_launch = "Portable Computing Language" in self.device.platform
+
+    def build_lock_key(self, text: str, options: tuple[str, ...]) -> str:
+        """The host-wide lock key of building ``text`` with ``options`` for this device."""
+        device = self.device
+        return build_locks.key(device.platform, device.name, device.driver_version,
+                               " ".join(options), text)
 
     def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
+        # one process of the host compiles a source at a time; the others then find it in
+        # the driver's cache (build_locks)
+        with build_locks.shared_build(self.build_lock_key(source.text, options)):
+            return self._compile_unshared(source, options, start)
+
+    def _compile_unshared(self, source: RenderedSource, options: tuple[str, ...],
+                          start: float) -> Program:
         for attempt in range(1 + BUILD_RETRIES):
             program = cl.Program(self.cl_context, source.text)
             failure = None
@@ -360,7 +395,7 @@ class OpenCLContext(Context):
         log = source.map_log(raw.strip()) if raw.strip() else ""
         if "warning" in log:
             logger.warning("OpenCL build of %s: %s", source.template, log)
-        return OpenCLProgram(self, source, seconds, log, program)
+        return OpenCLProgram(self, source, seconds, log, program, options)
 
     def _build_log(self, program: Any) -> str:
         try:

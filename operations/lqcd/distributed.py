@@ -44,12 +44,17 @@ def rank_context(comm: Any, selector: str | None = None) -> accel.Context:
     gives its local rank among the usable devices ``selector`` (else ``AUTOTUNE_DEVICE``)
     matches: on GPUs local rank i takes the i-th (one GPU per process, cycling where ranks
     outnumber them); on a CPU every rank of the host shares the device one process would
-    choose. A device that fails the health check is never chosen."""
+    choose, and their kernels are compiled once for all of them
+    (``Context.shared_with_processes``). A device that fails the health check is never chosen."""
     from mpi4py import MPI
 
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
-        return accel.device_for_local_rank(local.rank, selector).create_context()
+        spec = accel.device_for_local_rank(local.rank, selector)
+        context = spec.create_context()
+        # ranks of one host on one CPU device compile the same kernels at the same moment
+        context.shared_with_processes = local.size > 1 and not spec.identity.is_gpu
+        return context
     finally:
         local.Free()
 

@@ -7,6 +7,10 @@ run's ranks choose their devices, and that a rank's failure or a stuck rank ends
   finishes, rank 0 waits for rank 1's face. The run must end at once with rank 1's error.
 - ``stall``: as ``raise``, but rank 1 sleeps instead of raising (stuck, alive): rank 0's wait
   must give up after ``AUTOTUNE_MPI_TIMEOUT`` seconds, naming rank 1, and end the run.
+- ``stall-peer``: as ``stall``, with the peer transport and its stream-ordered flags (CUDA):
+  rank 0's queue waits on the device and its host blocks in ``queue.finish()``; the watch
+  thread must name rank 1 after ``AUTOTUNE_MPI_TIMEOUT`` seconds and release the queue, and
+  the next exchange raise, ending the run.
 - ``slow-root``: rank 0 "tunes" (sleeps) past ``AUTOTUNE_MPI_TIMEOUT`` before it broadcasts
   its parameters: rank 1 must give up naming the broadcast it waited for.
 """
@@ -22,7 +26,7 @@ from mpi4py import MPI
 
 from autotune import accel, parallel
 from operations.lqcd.distributed import rank_context
-from operations.lqcd.transport import HostStaged, Route
+from operations.lqcd.transport import HostStaged, Route, make_transport
 
 
 def devices(comm) -> None:
@@ -53,6 +57,25 @@ def exchange(comm, mode: str) -> None:
     transport.finish()
 
 
+def peer_stall(comm) -> None:
+    context = rank_context(comm, "cuda")
+    queue = context.create_command_queue()
+    other = 1 - comm.rank
+    face = slice(0, 4)
+    transport = make_transport("peer", comm, context, queue, 4, np.float64,
+                               [Route(dest=other, source=other, send=face, recv=face, tag=3)])
+    if transport.signal != "flags":
+        raise RuntimeError(f"the peer transport signals by {transport.signal}, not by flags")
+    send = context.to_device(queue, np.full(4, comm.rank, np.float64))
+    for _ in range(2):
+        transport.start(send, queue.mark())
+        transport.finish()
+        if comm.rank == 1:
+            time.sleep(120)  # stuck after the first exchange: alive, never sending again
+    queue.finish()  # rank 0: blocked until the watch gives up on rank 1
+    transport.start(send, queue.mark())  # raises what the watch found
+
+
 def slow_root(comm) -> None:
     if comm.rank == 0:
         time.sleep(120)  # tuning for longer than the ranks agreed to wait
@@ -67,12 +90,14 @@ def main() -> None:
         devices(comm)
     elif mode == "slow-root":
         slow_root(comm)
+    elif mode == "stall-peer":
+        peer_stall(comm)
     elif mode in ("raise", "stall"):
         if comm.size != 2:
             raise ValueError(f"{mode} runs on 2 ranks, not {comm.size}")
         exchange(comm, mode)
     else:
-        raise ValueError(f"unknown mode {mode!r}: use device, raise or stall")
+        raise ValueError(f"unknown mode {mode!r}: use device, raise, stall, stall-peer or slow-root")
     sys.stdout.flush()
 
 

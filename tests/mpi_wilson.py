@@ -166,7 +166,8 @@ def compare(comm, context, problem: Problem, many: DistributedWilsonOperator,
     scale = float(np.max(np.abs(psi)))
     result: dict = {"rank": comm.rank, "size": comm.size, "local": list(many.partition.local),
                     "device": context.device.describe(),
-                    "transport": many.transport.name}
+                    "transport": many.transport.name,
+                    "description": many.transport.description}
     for name in OPERATORS:
         result[name] = float(np.max(np.abs(getattr(many, name)(psi) - want[name]))) / scale
     result["kernels_alone"] = kernels_alone(many, psi)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -241,3 +242,51 @@ def test_shared_memory_handles_are_checked_and_refused_where_unsupported(context
         assert handle is None
         with pytest.raises(AccelError, match="host memory"):
             context.open_shared(b"\0" * 64, 64, np.float32)
+
+
+def test_queues_signal_each_other_through_values_in_device_memory(context):
+    """``write_value`` / ``wait_value`` (CUDA stream memory operations: the multi-GPU
+    exchange's arrival flags): a queue waiting for a count runs nothing after the wait until
+    another queue's write reaches it, and then sees the writer's earlier copy; counters
+    compare cyclically, so a count that wrapped past 2^32 still releases the wait. Elsewhere
+    the queues say they cannot, and the calls are refused with the way out."""
+    from autotune.accel import AccelError
+
+    waiter, writer = context.create_command_queue(), context.create_command_queue()
+    flags = context.zeros(waiter, 4, np.uint32)
+    if not waiter.stream_values:
+        assert context.device.backend != "cuda"
+        with pytest.raises(AccelError, match="signal through the host instead"):
+            waiter.wait_value(flags, 0, 1)
+        return
+    waiter.finish()
+    data = context.to_device(writer, np.arange(1000, dtype=np.float64))
+    out = context.zeros(waiter, 1000, np.float64)
+    waiter.finish()
+    waiter.wait_value(flags, 1, 7)
+    out.copy_from(waiter, data)  # must not run before the count reaches 7
+    time.sleep(0.05)
+    assert not waiter.mark().ready()  # held on the device: nothing was written
+    writer.write_value(flags, 1, 6)
+    writer.finish()
+    time.sleep(0.05)
+    assert not waiter.mark().ready()  # 6 has not reached 7
+    doubled = np.arange(1000, dtype=np.float64) * 2
+    data.set(writer, doubled, wait=False)
+    writer.write_value(flags, 1, 7)
+    waiter.finish()
+    np.testing.assert_array_equal(out.get(waiter), np.arange(1000) * 2.0)
+    # cyclic: 2^32 - 1 then 3 (wrapped) releases a wait for 2^32 + 1 (written as 1)
+    writer.write_value(flags, 2, 2**32 - 1)
+    writer.finish()
+    waiter.wait_value(flags, 2, 2**32 + 1)
+    marker = waiter.mark()
+    time.sleep(0.05)
+    assert not marker.ready()
+    writer.write_value(flags, 2, 3)
+    marker.wait()
+    assert list(flags.get(waiter)) == [0, 7, 3, 0]
+    with pytest.raises(ValueError, match="uint32"):
+        waiter.wait_value(out, 0, 1)
+    with pytest.raises(ValueError, match="index 4"):
+        writer.write_value(flags, 4, 1)

@@ -158,7 +158,7 @@ def _check_case(context, case, ranks):
 
 def test_the_peer_transport_goes_device_to_device_or_says_why_not(context):
     """transport="peer" asked for outright: CUDA ranks of one host map each other's ghost
-    zones and match the single-process operator; elsewhere the run stops with an error that
+    zones, signal arrivals with stream-ordered flags, and match the single-process operator; elsewhere the run stops with an error that
     says why and names the fallback."""
     out = _launch(context, (4, 4, 4, 8), (1, 1, 1, 2), -1, 12, "double", ["cg_eo"], "overlap",
                   "peer")
@@ -166,6 +166,8 @@ def test_the_peer_transport_goes_device_to_device_or_says_why_not(context):
         assert out.returncode == 0, out.stderr[-4000:]
         for rank in json.loads(out.stdout.strip().splitlines()[-1]):
             assert rank["transport"] == "peer" and rank["dslash"] <= 1e-12
+            # the GPUs tell each other that faces arrived; the host waits for neither
+            assert "stream-ordered flags" in rank["description"], rank["description"]
             assert rank["cg_eo"]["iterations"][0] == rank["cg_eo"]["iterations"][1]
     else:
         assert out.returncode != 0
@@ -278,3 +280,14 @@ def test_the_pack_kernel_is_tuned_and_gathers_the_faces(context):
                                 assert got[offset + k * fh + face] == k * 1000 + position[site]
                             count += 1
             assert count == fh
+
+
+def test_counters_compare_as_the_device_does():
+    """The peer transport's watch reads its counters as ``cuStreamWaitValue32`` compares
+    them: cyclically, so that a count that wrapped past 2^32 is not taken for one behind."""
+    from operations.lqcd.peer_flags import behind
+
+    assert behind(1, 2) and not behind(2, 2) and not behind(3, 2)
+    assert not behind(1, 2**32 - 1)  # 1 came after 2^32 - 1 (wrapped)
+    assert behind(2**32 - 1, 1 + 2**32)  # written as 1: still ahead
+    assert behind(0, 2**31 - 1) and not behind(0, 2**31 + 1)

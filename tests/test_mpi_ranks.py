@@ -99,6 +99,19 @@ def test_a_stuck_rank_is_named_by_the_rank_that_waits_for_it():
     assert "AUTOTUNE_MPI_TIMEOUT" in said
 
 
+def test_a_stuck_rank_is_named_by_the_peer_transports_watch():
+    """The peer transport's flags (CUDA): rank 0's stream waits for rank 1's count on the
+    device and its host blocks in ``queue.finish()``; rank 1 never sends again. After
+    AUTOTUNE_MPI_TIMEOUT seconds the watch names rank 1's faces, releases the stream, and the
+    next exchange raises, ending the run."""
+    if not any(spec.selector.startswith("cuda") for spec in accel.all_devices()):
+        pytest.skip("needs an NVIDIA GPU and the cuda extra (the flags are CUDA stream "
+                    "memory operations)")
+    said = _given_up("stall-peer", waiting_rank=0)
+    assert "MPITimeoutError: rank 0 of 2: the halo exchange (peer transport) waited 2 s for " \
+           "rank 1's faces of exchange 2, which never came" in said, said[-3000:]
+
+
 def test_a_broadcast_from_a_rank_that_never_comes_is_named_by_the_rank_that_waits():
     """Rank 0 takes longer than AUTOTUNE_MPI_TIMEOUT to reach its broadcast of tuned
     parameters: rank 1 gives up naming it (an object collective never waits forever)."""

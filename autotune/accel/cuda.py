@@ -409,6 +409,18 @@ class CudaQueue(CommandQueue):
     def _finish(self) -> None:
         self.stream.synchronize()
 
+    @property
+    def stream_values(self) -> bool:
+        return cuda_interop.stream_values_available()
+
+    @_in_context
+    def _write_value(self, array: DeviceArray, index: int, value: int) -> None:
+        cuda_interop.stream_write_value(self.stream.handle, array.pointer + 4 * index, value)
+
+    @_in_context
+    def _wait_value(self, array: DeviceArray, index: int, value: int) -> None:
+        cuda_interop.stream_wait_value(self.stream.handle, array.pointer + 4 * index, value)
+
     def _interval_timer(self) -> IntervalTimer:
         if self._gate is None and not self._ungated:
             try:

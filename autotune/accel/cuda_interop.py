@@ -42,6 +42,7 @@ _EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
 LEGACY_STREAM = 1  # CU_STREAM_LEGACY / cudaStreamLegacy, as in both protocols
 PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD
 _libcuda: Any = None
+_stream_values: Any = 0  # (write, wait) functions, None where missing, 0 before the first look
 
 
 def _driver() -> Any:
@@ -59,6 +60,53 @@ def _driver() -> Any:
         except (OSError, AttributeError):
             _libcuda = False
     return _libcuda
+
+
+def _stream_value_functions() -> tuple[Any, Any] | None:
+    """libcuda's cuStreamWriteValue32 and cuStreamWaitValue32 (the _v2 entry points where the
+    driver has them), or None where they cannot be had."""
+    global _stream_values
+    lib = _driver()
+    if not lib:
+        return None
+    found = _stream_values
+    if found == 0:
+        found = None
+        for suffix in ("_v2", ""):
+            try:
+                write = getattr(lib, f"cuStreamWriteValue32{suffix}")
+                wait = getattr(lib, f"cuStreamWaitValue32{suffix}")
+            except AttributeError:
+                continue
+            for function in (write, wait):
+                function.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32,
+                                     ctypes.c_uint]
+            found = (write, wait)
+            break
+        _stream_values = found
+    return found
+
+
+def stream_values_available() -> bool:
+    """Whether streams can write and wait for 32-bit values in device memory here."""
+    return _stream_value_functions() is not None
+
+
+def stream_write_value(stream: int, address: int, value: int) -> None:
+    """Enqueue on ``stream``: the 32-bit word at device ``address`` becomes ``value`` (after a
+    memory barrier: the stream's earlier writes are visible first)."""
+    write, _ = _stream_value_functions()
+    _check(write(stream, address, value, 0), "cuStreamWriteValue32")
+
+
+_WAIT_VALUE_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - value) >= 0
+
+
+def stream_wait_value(stream: int, address: int, value: int) -> None:
+    """Enqueue on ``stream``: later work waits until the 32-bit word at ``address`` has reached
+    ``value`` (a cyclic comparison: counters may wrap around)."""
+    _, wait = _stream_value_functions()
+    _check(wait(stream, address, value, _WAIT_VALUE_GEQ), "cuStreamWaitValue32")
 
 
 def _check(status: int, what: str) -> None:

@@ -262,6 +262,47 @@ class CommandQueue(ABC):
     @abstractmethod
     def _wait_for(self, marker: Marker) -> None: ...
 
+    @property
+    def stream_values(self) -> bool:
+        """Whether :meth:`write_value` and :meth:`wait_value` work on this queue (CUDA)."""
+        return False
+
+    def write_value(self, array: DeviceArray, index: int, value: int) -> None:
+        """Enqueue a write of ``value`` (modulo 2^32) into the 32-bit word ``index`` of
+        ``array`` (uint32; it may be another process's memory mapped with
+        :meth:`Context.open_shared`), after the work before it has run and with its writes
+        visible first: a signal to whatever waits on that word (:meth:`wait_value`), on this
+        device or another. Only where :attr:`stream_values` (CUDA)."""
+        self._check_word(array, index)
+        self._wait_turn()
+        self._write_value(array, index, int(value) & 0xFFFFFFFF)
+
+    def wait_value(self, array: DeviceArray, index: int, value: int) -> None:
+        """Make work enqueued from now on wait (on the device; the host does not) until the
+        32-bit word ``index`` of ``array`` has reached ``value``: until ``(int32) (word -
+        value) >= 0``, a comparison that lets counters wrap around. Whoever writes the word
+        must write it: nothing times out on the device. Only where :attr:`stream_values`."""
+        self._check_word(array, index)
+        self._wait_turn()
+        self._wait_value(array, index, int(value) & 0xFFFFFFFF)
+
+    def _check_word(self, array: DeviceArray, index: int) -> None:
+        if not self.stream_values:
+            raise AccelError(f"{self.context.device.name}: queues cannot write or wait for "
+                             "values in device memory here (CUDA stream memory operations); "
+                             "signal through the host instead")
+        if not isinstance(array, DeviceArray) or array.context is not self.context:
+            raise AccelError("the flag array must be a device array of this queue's context")
+        if array.dtype != np.uint32 or not 0 <= index < array.size:
+            raise ValueError(f"a flag is a word of a uint32 array: index {index} of a "
+                             f"{array.dtype} array of {array.size}")
+
+    def _write_value(self, array: DeviceArray, index: int, value: int) -> None:
+        raise NotImplementedError
+
+    def _wait_value(self, array: DeviceArray, index: int, value: int) -> None:
+        raise NotImplementedError
+
     def enqueue_kernel(self, kernel: Kernel, args: Sequence[Any],
                        global_size: int | Sequence[int], local_size: int | Sequence[int]) -> None:
         """Launch ``kernel`` over ``global_size`` work-items in groups of ``local_size``.

@@ -21,6 +21,8 @@ import numpy as np
 
 from autotune import accel, parallel
 
+from .peer_flags import FlagSignals
+
 #: transports by name; "auto" takes the first that every rank can use
 TRANSPORTS = ("peer", "host")
 _TOKEN_TAG = 7001
@@ -110,19 +112,28 @@ class HostStaged(Transport):
 
 class PeerCopy(Transport):
     """Each rank copies its faces straight into its neighbours' ghost zones, which it has
-    mapped (``Context.open_shared``: CUDA IPC), then tells them with an MPI message of one
-    byte. The ghost zone is double-buffered: a rank writes buffer k % 2 in exchange k only
+    mapped (``Context.open_shared``: CUDA IPC), then tells them. The ghost zone is
+    double-buffered, and no face overwrites one still being read: ``finish`` returns before
+    the caller's reads of the ghost zone are enqueued, so the caller must enqueue them before
+    packing again, as a dslash does.
+
+    ``signal="flags"`` (where every rank's queues can write and wait for values in device
+    memory: CUDA): the GPUs tell each other through counters in device memory, and the host
+    waits for nothing (:mod:`.peer_flags`). ``signal="token"``: an MPI message of one byte
+    after the copies, waited for by the host; a rank writes buffer k % 2 in exchange k only
     after its neighbour said its copies of exchange k - 1 were done; those waited for its
     packing of exchange k - 1, which its queue ran after its reads of buffer k % 2 in exchange
-    k - 2 (``finish`` returns before those reads are enqueued, so the caller must enqueue them
-    before packing again, as a dslash does); so no face overwrites one still being read."""
+    k - 2."""
 
     name = "peer"
+    SIGNALS = ("flags", "token")
 
-    def __init__(self, *args: Any):
+    def __init__(self, *args: Any, signal: str = "token"):
+        if signal not in self.SIGNALS:
+            raise ValueError(f"signal must be one of {', '.join(self.SIGNALS)}, got {signal!r}")
         super().__init__(*args)
+        self.signal = signal
         self._ghosts = [self.context.zeros(self.queue, self.size, self.dtype) for _ in range(2)]
-        self.queue.finish()  # zeroed before any neighbour writes in
         self.ghost = self._ghosts[1]
         self._round = 1
         self._remote: dict[int, list[accel.DeviceArray]] = {}
@@ -133,28 +144,43 @@ class PeerCopy(Transport):
         self._copied: accel.Marker | None = None
         # (send buffer, round) -> (the neighbour's ghost part, the face) views, made once
         self._pairs: dict[tuple[int, int], list[tuple[accel.DeviceArray, accel.DeviceArray]]] = {}
+        self._flags = (FlagSignals(self.comm, self.context, self.queue, self._dests,
+                                   self._sources) if signal == "flags" else None)
+        self.queue.finish()  # zeroed before any neighbour writes in
 
     def shared_handles(self) -> list[bytes]:
-        """The handles of this rank's two ghost zones, for its neighbours to map."""
-        return [self.context.share(g) for g in self._ghosts]
+        """The handles of this rank's two ghost zones (and its counters, with flags), for its
+        neighbours to map."""
+        handles = [self.context.share(g) for g in self._ghosts]
+        return handles + [self._flags.share()] if self._flags is not None else handles
 
     def open(self, handles: list[list[bytes]]) -> None:
         """Map the destinations' ghost zones (``handles``: every rank's :meth:`shared_handles`)."""
+        count = 3 if self._flags is not None else 2
+        for peer in sorted(set(self._dests) | set(self._sources)):
+            if not isinstance(handles[peer], list) or len(handles[peer]) != count:
+                raise ValueError(f"rank {peer} sent no {count} shared handles (two ghost "
+                                 f"zones{' and its counters' if count == 3 else ''})")
         for dest in self._dests:
-            theirs = handles[dest]
-            if not isinstance(theirs, list) or len(theirs) != 2:
-                raise ValueError(f"rank {dest} sent no pair of shared ghost zones")
             self._remote[dest] = [self.context.open_shared(h, self.size, self.dtype)
-                                  for h in theirs]
+                                  for h in handles[dest][:2]]
+        if self._flags is not None:
+            self._flags.open([h[2] if isinstance(h, list) and len(h) == 3 else None
+                              for h in handles])
 
     @property
     def description(self) -> str:
-        return "device to device: CUDA IPC copies into the neighbours' ghost zones"
+        told = ("arrival told by stream-ordered flags (cuStreamWriteValue32 / "
+                "cuStreamWaitValue32), the host waits for nothing" if self._flags is not None
+                else "arrival told by an MPI message")
+        return f"device to device: CUDA IPC copies into the neighbours' ghost zones, {told}"
 
     def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
         self._round ^= 1
         self.ghost = self._ghosts[self._round]
         self.copies.wait_for(packed)
+        if self._flags is not None:
+            self._flags.before_copies(self.copies)
         pairs = self._pairs.get((id(send), self._round))
         if pairs is None:
             pairs = self._pairs[id(send), self._round] = [
@@ -162,9 +188,16 @@ class PeerCopy(Transport):
                  send.view(r.send.start, r.send.stop)) for r in self.routes]
         for target, face in pairs:
             target.copy_from(self.copies, face)
+        if self._flags is not None:
+            self._flags.after_copies(self.copies)
         self._copied = self.copies.mark()
 
     def finish(self) -> None:
+        if self._flags is not None:
+            # the send buffer is packed again next time: after these copies have read it
+            self.queue.wait_for(self._copied)
+            self._flags.arrivals()
+            return
         self._copied.wait()
         requests = [self.comm.Irecv(self._tokens_in[i:i + 1], source=s, tag=_TOKEN_TAG)
                     for i, s in enumerate(self._sources)]
@@ -202,7 +235,10 @@ def make_transport(kind: str, comm: Any, context: accel.Context, queue: accel.Co
     why = parallel.allgather(comm, why, "whether every rank can share device memory")
     why = next((w for w in why if w), None)
     if why is None:
-        transport = PeerCopy(*args)
+        # flags where every rank's queues can signal in device memory, else the MPI token
+        flags = parallel.allgather(comm, queue.stream_values, "whether every rank's queues "
+                                   "can signal through device memory")
+        transport = PeerCopy(*args, signal="flags" if all(flags) else "token")
         handles = parallel.allgather(comm, transport.shared_handles(), "the ranks' memory handles")
         try:
             transport.open(handles)

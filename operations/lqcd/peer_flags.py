@@ -1,0 +1,173 @@
+"""Stream-ordered signals of the peer transport: the GPUs tell each other that faces have
+arrived and that ghost zones may be written again, and the host waits for neither.
+
+Each rank holds ``flags``: 2 x ranks 32-bit counters in its device memory, mapped by its
+neighbours (CUDA IPC). Word ``s`` counts the exchanges whose faces rank ``s`` has copied into
+this rank's ghost zone; rank ``s`` writes it on its copies' stream after the copies
+(``cuStreamWriteValue32``: after a memory barrier). Word ``ranks + d`` counts the exchanges
+whose ghost zone rank ``d`` has finished reading; rank ``d`` writes it when it packs the next
+exchange's faces, which its queue runs after its reads of the last ghost zone. In exchange
+``r``:
+
+- the copies' stream (after the packing) first tells the sources that ghost zone ``r - 1``
+  is read, then waits until every destination has read ghost zone ``r - 2`` (the one this
+  exchange overwrites: the zone is double-buffered), copies the faces in, and counts ``r``
+  into each destination's word;
+- the caller's queue waits (``cuStreamWaitValue32``) until every source has counted ``r``,
+  and for this rank's own copies (the send buffer is packed again next time).
+
+Nothing on the device times out, so a watch thread reads the flags every
+:data:`WATCH_PERIOD` seconds: a counter this rank waits on that has not moved for
+``AUTOTUNE_MPI_TIMEOUT`` seconds names its rank as stuck. The watch then writes the awaited
+counts itself, so that no stream and no host call waiting on one stays blocked, and the next
+exchange raises :class:`~autotune.parallel.MPITimeoutError` with that message.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+import time
+import weakref
+from typing import Any
+
+import numpy as np
+
+from autotune import accel, parallel
+
+#: seconds between two reads of the flags by the watch thread
+WATCH_PERIOD = 0.5
+
+
+def behind(have: int, want: int) -> bool:
+    """Whether counter value ``have`` has not reached ``want`` (as the device compares: cyclic
+    32-bit, so that counters may wrap around)."""
+    return ((int(have) - int(want)) & 0xFFFFFFFF) >= 0x80000000
+
+
+class FlagSignals:
+    """The counters of one rank's peer transport (see the module's description)."""
+
+    def __init__(self, comm: Any, context: accel.Context, queue: accel.CommandQueue,
+                 dests: list[int], sources: list[int]):
+        self.comm, self.context, self.queue = comm, context, queue
+        self.dests, self.sources = dests, sources
+        self.flags = context.zeros(queue, 2 * comm.size, np.uint32)
+        self._remote: dict[int, accel.DeviceArray] = {}
+        self.round = 0  #: the exchanges started
+        self.failed: str | None = None  #: what the watch found stuck
+        self._watch: _Watch | None = None
+
+    def share(self) -> bytes:
+        """The handle of this rank's counters, for its neighbours to map."""
+        return self.context.share(self.flags)
+
+    def open(self, handles: list[Any]) -> None:
+        """Map the neighbours' counters (``handles``: every rank's :meth:`share`)."""
+        for peer in sorted(set(self.dests) | set(self.sources)):
+            handle = handles[peer]
+            if not isinstance(handle, bytes):
+                raise ValueError(f"rank {peer} sent no handle of its exchange counters")
+            self._remote[peer] = self.context.open_shared(handle, 2 * self.comm.size, np.uint32)
+
+    def before_copies(self, copies: accel.CommandQueue) -> None:
+        """On the copies' queue, after the packing of exchange ``round + 1``: the sources told
+        that their faces of the last exchange were read; wait until the destinations have
+        read the ghost zone this exchange writes."""
+        self.check()
+        self.round += 1
+        r, me, ranks = self.round, self.comm.rank, self.comm.size
+        for source in self.sources:
+            copies.write_value(self._remote[source], ranks + me, r - 1)
+        if r > 2:
+            for dest in self.dests:
+                copies.wait_value(self.flags, ranks + dest, r - 2)
+
+    def after_copies(self, copies: accel.CommandQueue) -> None:
+        """On the copies' queue, after the copies: count this exchange into each destination."""
+        for dest in self.dests:
+            copies.write_value(self._remote[dest], self.comm.rank, self.round)
+
+    def arrivals(self) -> None:
+        """Make the caller's queue wait until every source has copied this exchange's faces in
+        (the host does not wait); start the watch with the first exchange."""
+        self.check()
+        for source in self.sources:
+            self.queue.wait_value(self.flags, source, self.round)
+        if self._watch is None:
+            self._watch = _Watch(self)
+
+    def check(self) -> None:
+        """Raise what the watch found stuck, if it found anything."""
+        if self.failed is not None:
+            raise parallel.MPITimeoutError(self.failed)
+
+    def awaited(self) -> list[tuple[int, int, str]]:
+        """(word, count, what it means) for each counter this rank's streams wait on now."""
+        r, ranks = self.round, self.comm.size
+        words = [(s, r, f"rank {s}'s faces of exchange {r}") for s in self.sources]
+        if r > 2:
+            words += [(ranks + d, r - 2, f"rank {d} to read its ghost zone of exchange {r - 2}")
+                      for d in self.dests]
+        return words
+
+    def close(self) -> None:
+        """Stop the watch (it stops by itself when the transport is collected)."""
+        if self._watch is not None:
+            self._watch.stop.set()
+
+
+class _Watch:
+    """A daemon thread that reads a rank's counters and releases its streams from a
+    neighbour that stopped (see the module's description)."""
+
+    def __init__(self, signals: FlagSignals):
+        self.stop = threading.Event()
+        self.timeout = parallel.timeout_seconds()
+        thread = threading.Thread(target=self._run, args=(weakref.ref(signals),),
+                                  name="autotune-peer-watch", daemon=True)
+        weakref.finalize(signals, self.stop.set)
+        atexit.register(self.stop.set)  # before the CUDA contexts go at exit
+        thread.start()
+
+    def _run(self, ref: Any) -> None:
+        signals = ref()
+        if signals is None:
+            return
+        queue = signals.context.create_command_queue()  # beside the waiting streams
+        # page-locked: the read is a copy on this queue alone, not one the driver orders
+        # after other streams' work
+        host = signals.context.empty_host(2 * signals.comm.size, np.uint32)
+        moved: dict[int, tuple[int, float]] = {}  # word -> (value, when it last changed)
+        del signals
+        while not self.stop.wait(WATCH_PERIOD):
+            signals = ref()
+            if signals is None or signals.failed is not None:
+                return
+            signals.flags.get(queue, host)
+            now = time.monotonic()
+            stuck = []
+            for word, count, what in signals.awaited():
+                value = int(host[word])
+                if moved.get(word, (None,))[0] != value:
+                    moved[word] = (value, now)
+                elif behind(value, count) and now - moved[word][1] > self.timeout:
+                    stuck.append((word, count, what))
+            if stuck:
+                self._release(signals, queue, host, stuck)
+                return
+            del signals
+
+    def _release(self, signals: FlagSignals, queue: accel.CommandQueue, host: np.ndarray,
+                 stuck: list[tuple[int, int, str]]) -> None:
+        comm = signals.comm
+        signals.failed = (
+            f"rank {comm.rank} of {comm.size}: the halo exchange (peer transport) waited "
+            f"{self.timeout:g} s for {'; '.join(what for *_, what in stuck)}, which never came; "
+            f"is that rank stuck, or did it die without aborting the run? "
+            f"({parallel.ENV_TIMEOUT} sets the wait, default {parallel.DEFAULT_TIMEOUT:g} s)")
+        # every awaited count written here: the waiting streams (and any host call waiting
+        # for them) go on, and the next exchange raises the message
+        for word, count, _ in signals.awaited():
+            if behind(int(host[word]), count):
+                signals.flags.view(word, word + 1).set(queue, np.array([count], np.uint32))

@@ -384,3 +384,59 @@ def test_opencl_compile_error_is_not_tried_again(context, tmp_path, monkeypatch)
     with pytest.raises(accel.CompileError, match="once.mako:2"):
         context.build(path, {})
     assert len(calls) == 1
+
+
+_HOLD_LOCK = """
+import sys, time
+from pathlib import Path
+from autotune.accel import build_locks
+with build_locks.shared_build(sys.argv[1]):
+    Path(sys.argv[2]).write_text("held")
+    time.sleep(float(sys.argv[3]))
+"""
+
+
+def _hold_lock(tmp_path, key: str, seconds: float):
+    """A process that holds the build lock of ``key`` for ``seconds`` (returned once it holds it)."""
+    import subprocess
+    import sys
+    import time
+
+    flag = tmp_path / f"held-{key[:8]}"
+    child = subprocess.Popen([sys.executable, "-c", _HOLD_LOCK, key, str(flag), str(seconds)])
+    deadline = time.monotonic() + 60
+    while not flag.exists():
+        assert child.poll() is None and time.monotonic() < deadline, "the lock holder did not start"
+        time.sleep(0.02)
+    return child
+
+
+def test_a_build_waits_while_another_process_builds_the_same_source(context, tmp_path):
+    """Processes of one host that compile one source at once (MPI ranks, a suite's workers)
+    take turns, so that only the first compiles and the others read the driver's cache: an
+    OpenCL build waits while another process holds its source's lock, and a different source
+    (another lock) does not wait."""
+    import time
+
+    from autotune.accel import build_locks
+    from autotune.accel.render import RenderedSource
+
+    if context.device.backend != "opencl":
+        pytest.skip("builds are shared between processes through the OpenCL driver's disk cache")
+    text = f"__kernel void held(__global int *a) {{ a[0] = {time.time_ns() % 100000}; }}\n"
+    source = RenderedSource(text, [("held.cl", 1)], "held.cl")
+    key = context.build_lock_key(text, ())
+    stripe = lambda k: int(k[:8], 16) % build_locks.STRIPES  # noqa: E731
+    other = next(k for k in (build_locks.key("another source", str(i)) for i in range(200))
+                 if stripe(k) != stripe(key))
+    child = _hold_lock(tmp_path, key, 1.5)
+    try:
+        start = time.monotonic()
+        with build_locks.shared_build(other):
+            pass
+        assert time.monotonic() - start < 0.5  # another source's lock: no wait
+        program = context.compile(source)
+        assert time.monotonic() - start > 0.9  # waited for the other process's build
+        assert program.get_kernel("held") is not None
+    finally:
+        child.wait(timeout=60)

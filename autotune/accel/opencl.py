@@ -33,7 +33,9 @@ except ImportError:  # pragma: no cover - depends on the installation
 #: sometimes fails a build for no reason in the source ("Device ... failed to build the
 #: program", an empty log) while other processes build the same kernels into its shared cache
 #: (a test suite's workers, MPI ranks): more than one retry was needed on a busy 2-core machine
-#: (2026-11-28), each after a short pause that lets the other build finish.
+#: (2026-11-28), each after a short pause that lets the other build finish. Builds of one
+#: source now wait for each other (:mod:`.build_locks`); the retries stay for where no lock
+#: can be had.
 BUILD_RETRIES = 3
 #: Seconds before retry ``n`` (1, 2, ...): ``n`` times this.
 BUILD_RETRY_PAUSE = 0.05

@@ -55,11 +55,11 @@ def main() -> None:
                 + [comm.Isend(token, dest=n, tag=tag) for n in neighbours])
 
     def copies() -> None:
-        transport.start(op._send, op.queue.mark())
+        transport.start(transport.send, op.queue.mark())
         transport.copies.mark().wait()
 
     def ship() -> None:
-        transport.start(op._send, op.queue.mark())
+        transport.start(transport.send, op.queue.mark())
         transport.finish()
 
     interior = op.dslash_kernel(out, inp, 0, "interior")
@@ -111,7 +111,7 @@ def host_timeline(comm, op, inp, kernels, launches: int) -> None:
         t1 = clock()
         interior()
         t2 = clock()
-        transport.start(op._send, packed)
+        transport.start(transport.send, packed)
         t3 = clock()
         if peer:
             transport._copied.wait()

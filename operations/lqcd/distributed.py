@@ -150,7 +150,6 @@ class DistributedWilsonOperator(WilsonOperator):
         link_dtype = self.template.real_dtype if real else self.dtype
         host_links = np.concatenate(links) if links else np.zeros(1, link_dtype)
         self._ghost_links = self.context.to_device(self.queue, host_links.astype(link_dtype))
-        self._send = self.context.zeros(self.queue, self._ghost_size, self.dtype)
         # my forward face becomes the forward neighbour's backward ghost, and so on
         routes = [Route(dest=part.neighbour(mu, step), source=part.neighbour(mu, -step),
                         send=self._slices[mu, step], recv=self._slices[mu, -step],
@@ -224,13 +223,13 @@ class DistributedWilsonOperator(WilsonOperator):
         """Fill the ghost zone with the neighbours' faces of ``inp`` (a block of parity
         ``parity``): pack them, and ship them (:attr:`transport`)."""
         if self._sections:
-            self.transport.start(self._send, self._pack(inp, parity))
+            self.transport.start(self.transport.send, self._pack(inp, parity))
             self.transport.finish()
 
     def pack_faces(self, inp: accel.DeviceArray, parity: int) -> None:
         """Enqueue the packing of the faces of ``inp`` (a block of parity ``parity``) that the
         neighbours need into the send buffer: the first half of :meth:`exchange`."""
-        self._packer(parity)(self._send, inp)
+        self._packer(parity)(self.transport.send, inp)
 
     def _pack(self, inp: accel.DeviceArray, parity: int) -> accel.Marker:
         """Enqueue the packing of the faces of ``inp``; the marker says when it is done."""
@@ -285,7 +284,7 @@ class DistributedWilsonOperator(WilsonOperator):
         # transport's queue: they travel while the interior update runs
         packed = self._pack(inp, 1 - parity)
         self._kernel(*variant, "interior")(args)  # reads no ghost (args[5] is last round's)
-        self.transport.start(self._send, packed)
+        self.transport.start(self.transport.send, packed)
         args[5] = self.transport.ghost
         self.transport.finish()
         sites, count = self._boundary[parity]

@@ -1,20 +1,23 @@
 """Stream-ordered signals of the peer transport: the GPUs tell each other that faces have
 arrived and that ghost zones may be written again, and the host waits for neither.
 
-Each rank holds ``flags``: 2 x ranks 32-bit counters in its device memory, mapped by its
+Each rank holds ``flags``: one 32-bit counter per rank in its device memory, mapped by its
 neighbours (CUDA IPC). Word ``s`` counts the exchanges whose faces rank ``s`` has copied into
-this rank's ghost zone; rank ``s`` writes it on its copies' stream after the copies
-(``cuStreamWriteValue32``: after a memory barrier). Word ``ranks + d`` counts the exchanges
-whose ghost zone rank ``d`` has finished reading; rank ``d`` writes it when it packs the next
-exchange's faces, which its queue runs after its reads of the last ghost zone. In exchange
-``r``:
+this rank's ghost zone: rank ``s`` writes it on its copies' queue after the copies
+(``cuStreamWriteValue32``: after a memory barrier), and this rank's queue waits
+(``cuStreamWaitValue32``) until it has counted the exchange before the exterior update.
 
-- the copies' stream (after the packing) first tells the sources that ghost zone ``r - 1``
-  is read, then waits until every destination has read ghost zone ``r - 2`` (the one this
-  exchange overwrites: the zone is double-buffered), copies the faces in, and counts ``r``
-  into each destination's word;
-- the caller's queue waits (``cuStreamWaitValue32``) until every source has counted ``r``,
-  and for this rank's own copies (the send buffer is packed again next time).
+That is all the ordering the exchange needs, because every rank that sends to a neighbour
+also receives from it (both directions of each cut), and the ghost zones and send buffers are
+double-buffered. A rank's copies of exchange ``r`` (into the neighbour's ghost zone ``r % 2``)
+wait for its packing of ``r``, which its queue runs after its exterior update of ``r - 1``,
+which waited for the neighbour's count ``r - 1``, which the neighbour wrote after its copies of
+``r - 1``, which waited for its packing of ``r - 1``, which its queue ran after its reads of
+ghost zone ``r % 2`` in exchange ``r - 2``: no face overwrites one still being read. Likewise a
+rank packs send buffer ``r % 2`` again in exchange ``r + 2`` only after the neighbour's count
+``r + 1``, written after its copies of ``r + 1``, which came after its exterior update of
+``r``, which waited for this rank's count ``r``, written after the copies that read the buffer.
+So the host waits for nothing, and the caller's queue waits only for the neighbours' counts.
 
 Nothing on the device times out, so a watch thread reads the flags every
 :data:`WATCH_PERIOD` seconds: a counter this rank waits on that has not moved for
@@ -50,9 +53,12 @@ class FlagSignals:
 
     def __init__(self, comm: Any, context: accel.Context, queue: accel.CommandQueue,
                  dests: list[int], sources: list[int]):
+        if set(dests) != set(sources):
+            raise ValueError("the flags need every rank that is sent faces to send faces back "
+                             f"(destinations {dests}, sources {sources})")
         self.comm, self.context, self.queue = comm, context, queue
         self.dests, self.sources = dests, sources
-        self.flags = context.zeros(queue, 2 * comm.size, np.uint32)
+        self.flags = context.zeros(queue, comm.size, np.uint32)
         self._remote: dict[int, accel.DeviceArray] = {}
         self.round = 0  #: the exchanges started
         self.failed: str | None = None  #: what the watch found stuck
@@ -63,25 +69,17 @@ class FlagSignals:
         return self.context.share(self.flags)
 
     def open(self, handles: list[Any]) -> None:
-        """Map the neighbours' counters (``handles``: every rank's :meth:`share`)."""
-        for peer in sorted(set(self.dests) | set(self.sources)):
-            handle = handles[peer]
+        """Map the destinations' counters (``handles``: every rank's :meth:`share`)."""
+        for dest in self.dests:
+            handle = handles[dest]
             if not isinstance(handle, bytes):
-                raise ValueError(f"rank {peer} sent no handle of its exchange counters")
-            self._remote[peer] = self.context.open_shared(handle, 2 * self.comm.size, np.uint32)
+                raise ValueError(f"rank {dest} sent no handle of its exchange counters")
+            self._remote[dest] = self.context.open_shared(handle, self.comm.size, np.uint32)
 
-    def before_copies(self, copies: accel.CommandQueue) -> None:
-        """On the copies' queue, after the packing of exchange ``round + 1``: the sources told
-        that their faces of the last exchange were read; wait until the destinations have
-        read the ghost zone this exchange writes."""
+    def start(self) -> None:
+        """A new exchange (raising what the watch found stuck, if anything)."""
         self.check()
         self.round += 1
-        r, me, ranks = self.round, self.comm.rank, self.comm.size
-        for source in self.sources:
-            copies.write_value(self._remote[source], ranks + me, r - 1)
-        if r > 2:
-            for dest in self.dests:
-                copies.wait_value(self.flags, ranks + dest, r - 2)
 
     def after_copies(self, copies: accel.CommandQueue) -> None:
         """On the copies' queue, after the copies: count this exchange into each destination."""
@@ -103,13 +101,9 @@ class FlagSignals:
             raise parallel.MPITimeoutError(self.failed)
 
     def awaited(self) -> list[tuple[int, int, str]]:
-        """(word, count, what it means) for each counter this rank's streams wait on now."""
-        r, ranks = self.round, self.comm.size
-        words = [(s, r, f"rank {s}'s faces of exchange {r}") for s in self.sources]
-        if r > 2:
-            words += [(ranks + d, r - 2, f"rank {d} to read its ghost zone of exchange {r - 2}")
-                      for d in self.dests]
-        return words
+        """(word, count, what it means) for each counter this rank's queue waits on now."""
+        r = self.round
+        return [(s, r, f"rank {s}'s faces of exchange {r}") for s in self.sources]
 
     def close(self) -> None:
         """Stop the watch (it stops by itself when the transport is collected)."""
@@ -124,6 +118,12 @@ class _Watch:
     def __init__(self, signals: FlagSignals):
         self.stop = threading.Event()
         self.timeout = parallel.timeout_seconds()
+        # made here, in the thread that owns the context: CUDA objects made in the watch's
+        # thread could not be freed at exit
+        self.queue = signals.context.create_command_queue()  # beside the waiting streams
+        # page-locked: the read is a copy on this queue alone, not one the driver orders
+        # after other streams' work
+        self.host = signals.context.empty_host(signals.comm.size, np.uint32)
         thread = threading.Thread(target=self._run, args=(weakref.ref(signals),),
                                   name="autotune-peer-watch", daemon=True)
         weakref.finalize(signals, self.stop.set)
@@ -134,10 +134,7 @@ class _Watch:
         signals = ref()
         if signals is None:
             return
-        queue = signals.context.create_command_queue()  # beside the waiting streams
-        # page-locked: the read is a copy on this queue alone, not one the driver orders
-        # after other streams' work
-        host = signals.context.empty_host(2 * signals.comm.size, np.uint32)
+        queue, host = self.queue, self.host
         moved: dict[int, tuple[int, float]] = {}  # word -> (value, when it last changed)
         del signals
         while not self.stop.wait(WATCH_PERIOD):

@@ -2,13 +2,14 @@
 devices can map each other's memory (CUDA IPC between the GPUs of one host, over NVLink or
 PCIe), else through page-locked host buffers and MPI.
 
-A transport owns the ghost zone the faces arrive in. The caller packs its faces into a send
-buffer on its queue, marks the queue there, may enqueue work that needs no ghosts (the interior
-update: enqueued first, it starts at once), calls :meth:`Transport.start` with the marker (the
-copies wait for the packing on a queue of their own, so they overlap the caller's kernels), and
-calls :meth:`Transport.finish`; after it, work enqueued on the queue sees the neighbours' faces
-in :attr:`Transport.ghost`. Every rank calls both in the same
-order (they are collective over the ranks that exchange).
+A transport owns the ghost zone the faces arrive in and the send buffer they leave from. The
+caller packs its faces into :attr:`Transport.send` on its queue, marks the queue there, may
+enqueue work that needs no ghosts (the interior update: enqueued first, it starts at once),
+calls :meth:`Transport.start` with that buffer and the marker (the copies wait for the packing
+on a queue of their own, so they overlap the caller's kernels), and calls
+:meth:`Transport.finish`; after it, work enqueued on the queue sees the neighbours' faces in
+:attr:`Transport.ghost`. Every rank calls both in the same order (they are collective over the
+ranks that exchange).
 """
 
 from __future__ import annotations
@@ -54,6 +55,15 @@ class Transport(ABC):
         self.copies = context.create_command_queue()
         #: the ghost zone that the exchange last started fills
         self.ghost: accel.DeviceArray
+        #: the send buffers, used in turn (:attr:`send`)
+        self.sends = [context.zeros(queue, size, dtype)]
+        self._next_send = 0
+
+    @property
+    def send(self) -> accel.DeviceArray:
+        """The buffer the caller packs the next exchange's faces into, and passes to
+        :meth:`start`."""
+        return self.sends[self._next_send]
 
     @abstractmethod
     def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
@@ -118,8 +128,8 @@ class PeerCopy(Transport):
     packing again, as a dslash does.
 
     ``signal="flags"`` (where every rank's queues can write and wait for values in device
-    memory: CUDA): the GPUs tell each other through counters in device memory, and the host
-    waits for nothing (:mod:`.peer_flags`). ``signal="token"``: an MPI message of one byte
+    memory: CUDA): the GPUs tell each other through counters in device memory, the send
+    buffer is double-buffered too, and the host waits for nothing (:mod:`.peer_flags`). ``signal="token"``: an MPI message of one byte
     after the copies, waited for by the host; a rank writes buffer k % 2 in exchange k only
     after its neighbour said its copies of exchange k - 1 were done; those waited for its
     packing of exchange k - 1, which its queue ran after its reads of buffer k % 2 in exchange
@@ -146,6 +156,8 @@ class PeerCopy(Transport):
         self._pairs: dict[tuple[int, int], list[tuple[accel.DeviceArray, accel.DeviceArray]]] = {}
         self._flags = (FlagSignals(self.comm, self.context, self.queue, self._dests,
                                    self._sources) if signal == "flags" else None)
+        if self._flags is not None:  # packed in turn (peer_flags says why that is safe)
+            self.sends.append(self.context.zeros(self.queue, self.size, self.dtype))
         self.queue.finish()  # zeroed before any neighbour writes in
 
     def shared_handles(self) -> list[bytes]:
@@ -176,11 +188,12 @@ class PeerCopy(Transport):
         return f"device to device: CUDA IPC copies into the neighbours' ghost zones, {told}"
 
     def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
+        if self._flags is not None:
+            self._flags.start()
+            self._next_send = 1 - self._next_send  # the other buffer next time
         self._round ^= 1
         self.ghost = self._ghosts[self._round]
         self.copies.wait_for(packed)
-        if self._flags is not None:
-            self._flags.before_copies(self.copies)
         pairs = self._pairs.get((id(send), self._round))
         if pairs is None:
             pairs = self._pairs[id(send), self._round] = [
@@ -190,12 +203,11 @@ class PeerCopy(Transport):
             target.copy_from(self.copies, face)
         if self._flags is not None:
             self._flags.after_copies(self.copies)
+            return
         self._copied = self.copies.mark()
 
     def finish(self) -> None:
         if self._flags is not None:
-            # the send buffer is packed again next time: after these copies have read it
-            self.queue.wait_for(self._copied)
             self._flags.arrivals()
             return
         self._copied.wait()
@@ -235,9 +247,11 @@ def make_transport(kind: str, comm: Any, context: accel.Context, queue: accel.Co
     why = parallel.allgather(comm, why, "whether every rank can share device memory")
     why = next((w for w in why if w), None)
     if why is None:
-        # flags where every rank's queues can signal in device memory, else the MPI token
-        flags = parallel.allgather(comm, queue.stream_values, "whether every rank's queues "
-                                   "can signal through device memory")
+        # flags where every rank's queues can signal in device memory (and every rank sends
+        # back to those that send to it: peer_flags), else the MPI token
+        symmetric = {r.dest for r in routes} == {r.source for r in routes}
+        flags = parallel.allgather(comm, queue.stream_values and symmetric,
+                                   "whether every rank's queues can signal through device memory")
         transport = PeerCopy(*args, signal="flags" if all(flags) else "token")
         handles = parallel.allgather(comm, transport.shared_handles(), "the ranks' memory handles")
         try:

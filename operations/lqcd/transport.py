@@ -160,6 +160,12 @@ class PeerCopy(Transport):
             self.sends.append(self.context.zeros(self.queue, self.size, self.dtype))
         self.queue.finish()  # zeroed before any neighbour writes in
 
+    def close(self) -> None:
+        """Stop watching the neighbours' counters (with flags; the watch also stops when the
+        transport is collected)."""
+        if self._flags is not None:
+            self._flags.close()
+
     def shared_handles(self) -> list[bytes]:
         """The handles of this rank's two ghost zones (and its counters, with flags), for its
         neighbours to map."""

@@ -19,6 +19,7 @@ import json
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from mpi4py import MPI
@@ -46,6 +47,16 @@ def add_block_arguments(parser: argparse.ArgumentParser, launches: int) -> None:
     parser.add_argument("--launches", type=int, default=launches)
 
 
+def block_operator(comm, args: argparse.Namespace, **options: Any) -> DistributedWilsonOperator:
+    """The distributed operator of ``add_block_arguments``' options on this rank's device (SU(3)
+    links, seeded: their values do not change the timing); ``options`` go to the operator."""
+    context = rank_context(comm)
+    dims = tuple(args.dims)
+    return DistributedWilsonOperator(comm, context, haar_field(dims, seed=3), 0.12,
+                                     tuple(args.grid), args.precision, args.reconstruct,
+                                     check=False, **options)
+
+
 def spinors(context, op) -> tuple:
     """A random input spinor of one parity of ``op``'s block (seeded by the rank) and an output."""
     rng = np.random.default_rng(op.comm.rank)
@@ -66,12 +77,8 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    context = rank_context(comm)
-    dims = tuple(args.dims)
-    u = haar_field(dims, seed=3)  # SU(3) links; their values do not change the timing
-    op = DistributedWilsonOperator(comm, context, u, 0.12, tuple(args.grid), args.precision,
-                                   args.reconstruct, check=False, policy=args.policy[0],
-                                   transport=args.transport)
+    op = block_operator(comm, args, policy=args.policy[0], transport=args.transport)
+    context, dims = op.context, tuple(args.dims)
     inp, out = spinors(context, op)
     half = op.lattice.half_volume
     by_policy: dict[str, list[float]] = {p: [] for p in args.policy}

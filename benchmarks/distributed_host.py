@@ -18,10 +18,7 @@ import time
 from mpi4py import MPI
 
 from autotune import parallel
-from operations.lqcd import DistributedWilsonOperator, haar_field
-from operations.lqcd.distributed import rank_context
-
-from distributed_dslash import add_block_arguments, spinors
+from distributed_dslash import add_block_arguments, block_operator, spinors
 
 
 def main() -> None:
@@ -30,11 +27,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    context = rank_context(comm)
-    dims = tuple(args.dims)
-    op = DistributedWilsonOperator(comm, context, haar_field(dims, seed=3), 0.12, tuple(args.grid),
-                                   args.precision, args.reconstruct, check=False)
-    inp, out = spinors(context, op)
+    op = block_operator(comm, args)
+    inp, out = spinors(op.context, op)
     rows = []
     for _ in range(args.repeats):
         for _ in range(5):

@@ -26,10 +26,7 @@ import numpy as np
 from mpi4py import MPI
 
 from autotune import parallel
-from operations.lqcd import DistributedWilsonOperator, haar_field
-from operations.lqcd.distributed import rank_context
-
-from distributed_dslash import add_block_arguments, spinors
+from distributed_dslash import add_block_arguments, block_operator, spinors
 from timing import ranks_time
 
 
@@ -40,12 +37,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    context = rank_context(comm)
+    op = block_operator(comm, args, tuning=args.tuning)
     dims = tuple(args.dims)
-    op = DistributedWilsonOperator(comm, context, haar_field(dims, seed=3), 0.12, tuple(args.grid),
-                                   args.precision, args.reconstruct, check=False,
-                                   tuning=args.tuning)
-    inp, out = spinors(context, op)
+    inp, out = spinors(op.context, op)
     transport = op.transport
     neighbours = sorted({r.dest for r in transport.routes} | {r.source for r in transport.routes})
     token, tokens_in = np.zeros(1, np.uint8), np.zeros(max(1, len(neighbours)), np.uint8)

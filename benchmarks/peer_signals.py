@@ -42,8 +42,9 @@ def ping_pong(comm, context, queue) -> None:
                 queue.write_value(remote, 0, i)
         queue.finish()
         done += rounds
-        print(f"rank {comm.rank}: counter ping-pong, round trip "
-              f"{(time.perf_counter() - start) / rounds * 1e6:.1f} us ({rounds} rounds)", flush=True)
+        seconds = (time.perf_counter() - start) / rounds
+        print(f"rank {comm.rank}: counter ping-pong, round trip {seconds * 1e6:.1f} us "
+              f"({rounds} rounds)", flush=True)
     start = time.perf_counter()
     for i in range(1000):
         queue.write_value(flags, 2, i)

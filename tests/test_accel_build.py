@@ -397,7 +397,8 @@ with build_locks.shared_build(sys.argv[1]):
 
 
 def _hold_lock(tmp_path, key: str, seconds: float):
-    """A process that holds the build lock of ``key`` for ``seconds`` (returned once it holds it)."""
+    """A process that holds the build lock of ``key`` for ``seconds`` (returned once it
+    holds it)."""
     import subprocess
     import sys
     import time

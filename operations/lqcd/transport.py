@@ -129,11 +129,11 @@ class PeerCopy(Transport):
 
     ``signal="flags"`` (where every rank's queues can write and wait for values in device
     memory: CUDA): the GPUs tell each other through counters in device memory, the send
-    buffer is double-buffered too, and the host waits for nothing (:mod:`.peer_flags`). ``signal="token"``: an MPI message of one byte
-    after the copies, waited for by the host; a rank writes buffer k % 2 in exchange k only
-    after its neighbour said its copies of exchange k - 1 were done; those waited for its
-    packing of exchange k - 1, which its queue ran after its reads of buffer k % 2 in exchange
-    k - 2."""
+    buffer is double-buffered too, and the host waits for nothing (:mod:`.peer_flags`).
+    ``signal="token"``: an MPI message of one byte after the copies, waited for by the host;
+    a rank writes buffer k % 2 in exchange k only after its neighbour said its copies of
+    exchange k - 1 were done; those waited for its packing of exchange k - 1, which its queue
+    ran after its reads of buffer k % 2 in exchange k - 2."""
 
     name = "peer"
     SIGNALS = ("flags", "token")

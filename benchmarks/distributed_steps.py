@@ -13,7 +13,8 @@ exterior and whole-block kernels and interior + exterior back to back; an empty 
 for. First, with neighbours, the host's timeline of the overlapped dslash
 (:func:`host_timeline`). ``--tuning`` gives the dslash's parameters (JSON) instead of the
 tuned ones: the block's kernels take them with one site a work-item and every direction
-(``sites`` and ``dir_split`` 1), so the one-GPU tuning may not suit them. With one rank the exchange rows are left out.
+(``sites`` and ``dir_split`` 1), so the one-GPU tuning may not suit them. With one rank the
+exchange rows are left out.
 """
 
 from __future__ import annotations
@@ -89,11 +90,14 @@ def host_timeline(comm, op, inp, kernels, launches: int) -> None:
     exterior launches): each step's return, microseconds after the call began (medians over
     ``launches`` calls in a row, rank 0's), against the wall time per call. Where the last
     step's return is near the wall time per call, the host's steps set the pace, not the GPU's
-    kernels. The peer transport's wait for its copies is a step of its own; the host transport
-    waits inside ``finish``."""
+    kernels. The token's peer transport's wait for its copies is a step of its own; the host
+    transport waits inside ``finish``, and with the flags no step waits (their rows are then
+    how long the enqueues took)."""
     interior, exterior = kernels
     transport = op.transport
-    peer = hasattr(transport, "_copied")  # its marker of the copies, set by each start
+    # the token's peer transport waits for its copies on the host (in finish); with the flags
+    # and through the host, nothing is waited for there
+    waits = getattr(transport, "signal", None) == "token"
     names = ("pack enqueued", "interior enqueued", "copies enqueued", "copies done (host wait)",
              "token exchanged", "exterior enqueued")
     stamps = []
@@ -107,8 +111,8 @@ def host_timeline(comm, op, inp, kernels, launches: int) -> None:
         t2 = clock()
         transport.start(transport.send, packed)
         t3 = clock()
-        if peer:
-            transport._copied.wait()
+        if waits:
+            transport.copies.mark().wait()
         t4 = clock()
         transport.finish()
         t5 = clock()

@@ -177,11 +177,11 @@ class OpenCLKernel(Kernel):
 
 class OpenCLProgram(Program):
     def __init__(self, context: OpenCLContext, source: RenderedSource, seconds: float,
-                 log: str, handle: Any, options: tuple[str, ...] = ()):
+                 log: str, handle: Any, lock_key: str):
         super().__init__(context, source, seconds, log, "opencl")
         self.handle = handle
         #: the host-wide lock key of this program's build (:mod:`.build_locks`)
-        self.lock_key = context.build_lock_key(source.text, options)
+        self.lock_key = lock_key
 
     def _get_kernel(self, name: str) -> Kernel:
         try:
@@ -288,10 +288,10 @@ class OpenCLQueue(CommandQueue):
                 local_size: tuple[int, ...]) -> Any:
         cl_args = [a.kernel_arg if isinstance(a, DeviceArray) else a for a in args]
         kernel.handle.set_args(*cl_args)
-        local = tuple(local_size)
         context = self.context
-        if local in kernel.launched or not (context.generates_at_launch
-                                            and context.shared_with_processes):
+        local = tuple(local_size)
+        if not (context.shared_with_processes and context.generates_at_launch) \
+                or local in kernel.launched:
             return cl.enqueue_nd_range_kernel(self.handle, kernel.handle, global_size, local_size)
         # PoCL generates a kernel's code for a work-group size as its first launch with that
         # size runs: where other processes run the same kernels at once, that launch is
@@ -362,11 +362,12 @@ class OpenCLContext(Context):
     def _compile(self, source: RenderedSource, options: tuple[str, ...], start: float) -> Program:
         # one process of the host compiles a source at a time; the others then find it in
         # the driver's cache (build_locks)
-        with build_locks.shared_build(self.build_lock_key(source.text, options)):
-            return self._compile_unshared(source, options, start)
+        lock_key = self.build_lock_key(source.text, options)
+        with build_locks.shared_build(lock_key):
+            return self._compile_unshared(source, options, start, lock_key)
 
     def _compile_unshared(self, source: RenderedSource, options: tuple[str, ...],
-                          start: float) -> Program:
+                          start: float, lock_key: str) -> Program:
         for attempt in range(1 + BUILD_RETRIES):
             program = cl.Program(self.cl_context, source.text)
             failure = None
@@ -397,7 +398,7 @@ class OpenCLContext(Context):
         log = source.map_log(raw.strip()) if raw.strip() else ""
         if "warning" in log:
             logger.warning("OpenCL build of %s: %s", source.template, log)
-        return OpenCLProgram(self, source, seconds, log, program, options)
+        return OpenCLProgram(self, source, seconds, log, program, lock_key)
 
     def _build_log(self, program: Any) -> str:
         try:

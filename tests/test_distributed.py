@@ -291,3 +291,32 @@ def test_counters_compare_as_the_device_does():
     assert not behind(1, 2**32 - 1)  # 1 came after 2^32 - 1 (wrapped)
     assert behind(2**32 - 1, 1 + 2**32)  # written as 1: still ahead
     assert behind(0, 2**31 - 1) and not behind(0, 2**31 + 1)
+
+
+def test_faces_for_one_neighbour_go_in_one_copy():
+    """The pack kernel puts each face where its receiver keeps it (``halo.send_sections``), so
+    the faces one neighbour takes lie side by side at both ends and the peer transport copies
+    them at once: with two ranks along a direction, one copy a direction; with a neighbour on
+    each side, one a face."""
+    from operations.lqcd.halo import sections, send_sections
+    from operations.lqcd.partition import Partition
+    from operations.lqcd.transport import Route, merged_copies
+
+    dims, cut = (4, 4, 6, 8), (False, True, False, True)
+    ghost = {(mu, step): slice(offset, offset + 12 * fh)
+             for mu, step, offset, fh in sections(dims, cut)}
+    sent = {(mu, step): slice(offset, offset + 12 * fh)
+            for mu, step, offset, fh in send_sections(dims, cut)}
+    assert all(sent[mu, step] == ghost[mu, -step] for mu, step in ghost)
+    for grid, copies in (((1, 2, 1, 2), 2), ((1, 2, 1, 4), 3)):
+        part = Partition((4, 8, 6, 8 * grid[3]), grid, 1)  # blocks of dims
+        routes = [Route(dest=part.neighbour(mu, step), source=part.neighbour(mu, -step),
+                        send=sent[mu, step], recv=ghost[mu, -step], tag=2 * mu + (step < 0))
+                  for mu in (1, 3) for step in (1, -1)]
+        merged = merged_copies(routes)
+        assert len(merged) == copies, merged
+        # every face is copied once, to its route's destination and place
+        covered = sorted((d, i) for d, s, _ in merged for i in range(s.start, s.stop))
+        assert covered == sorted((r.dest, i) for r in routes for i in range(r.send.start, r.send.stop))
+        for dest, send, recv in merged:
+            assert send == recv  # the sender's layout is the receiver's

@@ -356,7 +356,10 @@ class CudaIntervalTimer(IntervalTimer):
 
 
 class CudaMarker(Marker):
-    """An event without timing recorded on the queue's stream."""
+    """An event without timing recorded on the queue's stream. Events are reused: a marker's
+    goes back to its queue when the marker is collected (a stream that waited for it took the
+    record's state when it was told to wait, so recording the event again changes nothing for
+    it), which saves a hot loop the driver's event creation and destruction each mark."""
 
     def __init__(self, queue: CudaQueue):
         self.queue = queue
@@ -365,8 +368,14 @@ class CudaMarker(Marker):
 
     @_in_context
     def _record(self) -> None:
-        self._event = drv.Event(drv.event_flags.DISABLE_TIMING)
+        free = self.queue._free_events
+        self._event = free.pop() if free else drv.Event(drv.event_flags.DISABLE_TIMING)
         self._event.record(self.queue.stream)
+
+    def __del__(self) -> None:
+        event = self.__dict__.get("_event")
+        if event is not None and len(self.queue._free_events) < _FREE_EVENTS:
+            self.queue._free_events.append(event)
 
     @_in_context
     def ready(self) -> bool:
@@ -376,6 +385,10 @@ class CudaMarker(Marker):
     def wait(self) -> None:
         self.queue._before_waiting()  # a gate would hold the work before the marker
         self._event.synchronize()
+
+
+#: events a queue keeps for its next markers
+_FREE_EVENTS = 64
 
 
 class CudaQueue(CommandQueue):
@@ -391,18 +404,24 @@ class CudaQueue(CommandQueue):
             self._stop = drv.Event() if tuning else None
         self._gate: _Gate | None = None
         self._ungated = False  #: the gate could not be made here
+        self._free_events: list[Any] = []  #: markers' events to record again
         context._queues.add(self)  # DLPack exports order the consumer after every live queue
 
     @_in_context
     def _launch(self, kernel: CudaKernel, args: list[Any], global_size: tuple[int, ...],
                 local_size: tuple[int, ...]) -> Any:
-        fmt = "".join("P" if isinstance(a, DeviceArray) else a.dtype.char for a in args)
+        # the argument format by the arguments' types (a launcher's are the same each call)
+        types = tuple(map(type, args))
+        fmt = kernel._formats.get(types)
+        if fmt is None:
+            fmt = kernel._formats[types] = "".join(
+                "P" if isinstance(a, DeviceArray) else a.dtype.char for a in args)
         if fmt != kernel._format:
             kernel.handle.prepare(fmt)
             kernel._format = fmt
         block = tuple(local_size) + (1,) * (3 - len(local_size))
         grid = tuple(g // b for g, b in zip(global_size, local_size)) + (1,) * (3 - len(global_size))
-        values = [a.pointer if isinstance(a, DeviceArray) else a for a in args]
+        values = [a.pointer if c == "P" else a for a, c in zip(args, fmt)]
         _enqueue(kernel.handle, grid, block, self.stream, fmt, values)
 
     @_in_context

@@ -150,9 +150,10 @@ class DistributedWilsonOperator(WilsonOperator):
         link_dtype = self.template.real_dtype if real else self.dtype
         host_links = np.concatenate(links) if links else np.zeros(1, link_dtype)
         self._ghost_links = self.context.to_device(self.queue, host_links.astype(link_dtype))
-        # my forward face becomes the forward neighbour's backward ghost, and so on
+        # my forward face becomes the forward neighbour's backward ghost, and so on; the pack
+        # kernel puts each face where its receiver keeps it (halo.send_sections)
         routes = [Route(dest=part.neighbour(mu, step), source=part.neighbour(mu, -step),
-                        send=self._slices[mu, step], recv=self._slices[mu, -step],
+                        send=self._slices[mu, -step], recv=self._slices[mu, -step],
                         tag=2 * mu + (step < 0))
                   for mu in dirs for step in (1, -1)]
         #: how the faces travel (:mod:`.transport`); ``transport.name`` says which

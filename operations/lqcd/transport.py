@@ -149,6 +149,8 @@ class PeerCopy(Transport):
         self._remote: dict[int, list[accel.DeviceArray]] = {}
         self._dests = sorted({r.dest for r in self.routes})
         self._sources = sorted({r.source for r in self.routes})
+        #: (dest, send part, ghost part): the routes, those side by side at both ends merged
+        self._copies = merged_copies(self.routes)
         self._token = np.zeros(1, np.uint8)
         self._tokens_in = np.zeros(max(len(self._sources), 1), np.uint8)
         self._copied: accel.Marker | None = None
@@ -203,8 +205,8 @@ class PeerCopy(Transport):
         pairs = self._pairs.get((id(send), self._round))
         if pairs is None:
             pairs = self._pairs[id(send), self._round] = [
-                (self._remote[r.dest][self._round].view(r.recv.start, r.recv.stop),
-                 send.view(r.send.start, r.send.stop)) for r in self.routes]
+                (self._remote[dest][self._round].view(recv.start, recv.stop),
+                 send.view(part.start, part.stop)) for dest, part, recv in self._copies]
         for target, face in pairs:
             target.copy_from(self.copies, face)
         if self._flags is not None:
@@ -223,6 +225,22 @@ class PeerCopy(Transport):
         labels = [f"rank {s}'s word that its faces are copied in" for s in self._sources]
         labels += [f"rank {d} to take this rank's word" for d in self._dests]
         parallel.wait(requests, "the halo exchange (peer transport)", self.comm, labels=labels)
+
+
+def merged_copies(routes: list[Route]) -> list[tuple[int, slice, slice]]:
+    """(dest, send part, ghost part) of each copy the routes need: routes to one destination
+    whose parts lie side by side in the send buffer and in the ghost zone alike go in one
+    copy (the faces a neighbour takes, where the send buffer is packed in the receiver's
+    layout)."""
+    out: list[tuple[int, slice, slice]] = []
+    for r in sorted(routes, key=lambda r: (r.dest, r.send.start)):
+        if out and out[-1][0] == r.dest and out[-1][1].stop == r.send.start \
+                and out[-1][2].stop == r.recv.start:
+            dest, send, recv = out[-1]
+            out[-1] = (dest, slice(send.start, r.send.stop), slice(recv.start, r.recv.stop))
+        else:
+            out.append((r.dest, r.send, r.recv))
+    return out
 
 
 def check_kind(kind: str) -> None:

@@ -258,6 +258,8 @@ def test_queues_signal_each_other_through_values_in_device_memory(context):
         assert context.device.backend != "cuda"
         with pytest.raises(AccelError, match="signal through the host instead"):
             waiter.wait_value(flags, 0, 1)
+        with pytest.raises(AccelError, match="signal through the host instead"):
+            writer.value_writer(flags, 0)
         return
     waiter.finish()
     data = context.to_device(writer, np.arange(1000, dtype=np.float64))
@@ -276,17 +278,21 @@ def test_queues_signal_each_other_through_values_in_device_memory(context):
     writer.write_value(flags, 1, 7)
     waiter.finish()
     np.testing.assert_array_equal(out.get(waiter), np.arange(1000) * 2.0)
-    # cyclic: 2^32 - 1 then 3 (wrapped) releases a wait for 2^32 + 1 (written as 1)
-    writer.write_value(flags, 2, 2**32 - 1)
+    # cyclic: 2^32 - 1 then 3 (wrapped) releases a wait for 2^32 + 1 (written as 1); the
+    # hot-loop forms, checked once, do the same as the calls
+    write, wait = writer.value_writer(flags, 2), waiter.value_waiter(flags, 2)
+    write(2**32 - 1)
     writer.finish()
-    waiter.wait_value(flags, 2, 2**32 + 1)
+    wait(2**32 + 1)
     marker = waiter.mark()
     time.sleep(0.05)
     assert not marker.ready()
-    writer.write_value(flags, 2, 3)
+    write(3)
     marker.wait()
     assert list(flags.get(waiter)) == [0, 7, 3, 0]
     with pytest.raises(ValueError, match="uint32"):
         waiter.wait_value(out, 0, 1)
     with pytest.raises(ValueError, match="index 4"):
         writer.write_value(flags, 4, 1)
+    with pytest.raises(ValueError, match="index 4"):
+        writer.value_writer(flags, 4)

@@ -129,6 +129,8 @@ class CudaKernel(Kernel):
         super().__init__(program, name)
         self.handle = handle
         self._format: str | None = None
+        #: the argument format by the arguments' types (a launcher passes the same each call)
+        self._formats: dict[tuple[type, ...], str] = {}
         fa = drv.function_attribute
         self._limits = KernelLimits(
             max_work_group_size=handle.get_attribute(fa.MAX_THREADS_PER_BLOCK),

@@ -286,6 +286,28 @@ class CommandQueue(ABC):
         self._wait_turn()
         self._wait_value(array, index, int(value) & 0xFFFFFFFF)
 
+    def value_writer(self, array: DeviceArray, index: int) -> Callable[[int], None]:
+        """:meth:`write_value` into one word, checked once, for hot loops: the returned
+        ``write(value)`` only enqueues."""
+        self._check_word(array, index)
+
+        def write(value: int) -> None:
+            self._wait_turn()
+            self._write_value(array, index, int(value) & 0xFFFFFFFF)
+
+        return write
+
+    def value_waiter(self, array: DeviceArray, index: int) -> Callable[[int], None]:
+        """:meth:`wait_value` on one word, checked once, for hot loops: the returned
+        ``wait(value)`` only enqueues."""
+        self._check_word(array, index)
+
+        def wait(value: int) -> None:
+            self._wait_turn()
+            self._wait_value(array, index, int(value) & 0xFFFFFFFF)
+
+        return wait
+
     def _check_word(self, array: DeviceArray, index: int) -> None:
         if not self.stream_values:
             raise AccelError(f"{self.context.device.name}: queues cannot write or wait for "

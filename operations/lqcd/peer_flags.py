@@ -32,6 +32,7 @@ import atexit
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -60,6 +61,10 @@ class FlagSignals:
         self.dests, self.sources = dests, sources
         self.flags = context.zeros(queue, comm.size, np.uint32)
         self._remote: dict[int, accel.DeviceArray] = {}
+        #: (copies queue, ``write(count)``) into each destination's counter of this rank
+        self._signal: list[tuple[accel.CommandQueue, Callable[[int], None]]] = []
+        #: ``wait(count)`` on each source's counter
+        self._await = [queue.value_waiter(self.flags, s) for s in sources]
         self.round = 0  #: the exchanges started
         self.failed: str | None = None  #: what the watch found stuck
         self._watch: _Watch | None = None
@@ -76,6 +81,13 @@ class FlagSignals:
                 raise ValueError(f"rank {dest} sent no handle of its exchange counters")
             self._remote[dest] = self.context.open_shared(handle, self.comm.size, np.uint32)
 
+    def _writers(self, copies: accel.CommandQueue
+                 ) -> list[tuple[accel.CommandQueue, Callable[[int], None]]]:
+        if not self._signal or self._signal[0][0] is not copies:
+            self._signal = [(copies, copies.value_writer(self._remote[d], self.comm.rank))
+                            for d in self.dests]
+        return self._signal
+
     def start(self) -> None:
         """A new exchange (raising what the watch found stuck, if anything)."""
         self.check()
@@ -83,15 +95,15 @@ class FlagSignals:
 
     def after_copies(self, copies: accel.CommandQueue) -> None:
         """On the copies' queue, after the copies: count this exchange into each destination."""
-        for dest in self.dests:
-            copies.write_value(self._remote[dest], self.comm.rank, self.round)
+        for _, write in self._writers(copies):
+            write(self.round)
 
     def arrivals(self) -> None:
         """Make the caller's queue wait until every source has copied this exchange's faces in
         (the host does not wait); start the watch with the first exchange."""
         self.check()
-        for source in self.sources:
-            self.queue.wait_value(self.flags, source, self.round)
+        for wait in self._await:
+            wait(self.round)
         if self._watch is None:
             self._watch = _Watch(self)
 

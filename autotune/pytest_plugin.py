@@ -1,7 +1,8 @@
 """pytest plugin (entry point ``pytest11``): device fixtures and tuning marks.
 
 - ``context`` and ``command_queue`` fixtures, parametrized over the usable devices chosen with
-  ``--devices=first|all|cuda|opencl`` (default ``first``: the first device of each backend); a
+  ``--devices=first|all|cuda|opencl`` (default ``first``: the first device of each backend) or
+  device selectors separated by commas (``--devices=cuda:0``: one GPU of several); a
   device that fails the health check (an OpenCL platform that cannot build) is left out, and
   the report's header says why.
 - Inside tests ``@autotuner`` returns its ``test=`` parameters without touching a database.
@@ -28,9 +29,9 @@ _DEVICE_CHOICES = ("first", "all", "cuda", "opencl")
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("autotune")
     group.addoption(
-        "--devices", default="first", choices=_DEVICE_CHOICES,
+        "--devices", default="first",
         help="devices for the context fixture: first (first of each backend, default), all, "
-             "cuda or opencl",
+             "cuda, opencl, or selectors separated by commas (cuda:0,opencl:0:0)",
     )
     group.addoption(
         "--autotune-use-db", action="store_true",
@@ -72,6 +73,15 @@ def _selected(config: pytest.Config) -> list[accel.DeviceSpec]:
     specs = accel.list_devices()
     if choice in ("cuda", "opencl"):
         specs = [s for s in specs if s.backend == choice]
+    elif choice not in _DEVICE_CHOICES:
+        wanted = [c.strip() for c in choice.split(",") if c.strip()]
+        known = {s.selector: s for s in specs}
+        unknown = [c for c in wanted if c not in known]
+        if unknown or not wanted:
+            raise pytest.UsageError(
+                f"--devices={choice}: no device {', '.join(unknown) or 'named'} here; give "
+                f"{', '.join(_DEVICE_CHOICES)} or selectors of {', '.join(known) or 'no devices'}")
+        specs = [known[c] for c in dict.fromkeys(wanted)]
     elif choice == "first":
         seen: set[str] = set()
         firsts = []

@@ -67,6 +67,35 @@ def test_bad_selector_lists_the_devices_that_exist(monkeypatch, value):
         assert spec.selector in message
 
 
+def test_the_test_fixtures_take_device_selectors():
+    """``pytest --devices=SELECTOR[,...]`` parametrizes the fixtures over exactly the devices
+    named (one GPU of several), and a selector that names nothing is a usage error that lists
+    the selectors there are."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).parent.parent
+    first = accel.list_devices()[0].selector
+    test = str(root / "tests" / "test_accel_devices.py") + "::test_identity_fields_are_filled_and_stable"
+
+    def collect(devices: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-n", "0",
+                               "-o", "addopts=", "--collect-only", "-q", "--devices", devices, test],
+                              capture_output=True, text=True, timeout=120, cwd=root,
+                              env=dict(os.environ, PYTHONPATH=str(root)))
+
+    out = collect(first)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    ids = [line for line in out.stdout.splitlines() if "::test_identity" in line]
+    assert len(ids) == 1 and f"[{first}-" in ids[0], out.stdout
+    out = collect("cuda:97")
+    assert out.returncode != 0
+    said = out.stderr + out.stdout
+    assert "--devices=cuda:97: no device cuda:97 here" in said and first in said
+
+
 @pytest.mark.gpu_alone  # times kernels: other workers' work on the GPU would be in it
 def test_interval_timers_time_work_without_waiting_for_it(context):
     from pathlib import Path

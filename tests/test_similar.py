@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from autotune import tune
+from autotune import accel, tune
 from autotune.cli import main
 from autotune.tune import similar
 from autotune.tune.lookup import wait_for_notes
@@ -169,10 +169,12 @@ def test_record_lists_missed_nearest_and_similar_keys_and_warm_recorded_tunes_th
         f.write(record_line(other, "missed") + record_line(lines[0].key, "similar"))
     monkeypatch.delenv("AUTOTUNE_RECORD")
     calls.clear()
-    code = main(["warm", "--recorded", str(record), "--template", SIZED])
+    here = next(s.selector for s in accel.list_devices() if s.identity == context.device)
+    code = main(["warm", "--recorded", str(record), "--template", SIZED, "--device", here])
     out, err = capsys.readouterr()
     assert code == 0, err
     assert "1 recorded key(s) for Another device" in err
+    assert "warm them on a machine with that device" in err
     assert "warm: 3 keys on 1 device: 2 tuned, 1 stored, 0 failed" in out
     tuned = calls["sized"]
     assert tuned > 0

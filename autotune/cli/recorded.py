@@ -13,6 +13,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from .. import accel
 from ..tune.encoding import MalformedJSONError, StoredEnum, decode_arguments, describe_arguments
 from ..tune.misses import RecordedKey, read_records
 from ..tune.records import TuningKey
@@ -61,8 +62,12 @@ class RecordedPlan:
                              f"{key.version} now")
             plan.append((template, config))
         for (name, platform), count in other.items():
+            there = [spec.selector for spec in accel.list_devices()
+                     if (spec.identity.name, spec.identity.platform) == (name, platform)]
+            hint = (f"; warm them with --device {there[0]}" if there else
+                    "; warm them on a machine with that device")
             _note(notes, f"{self.path}: {count} recorded key(s) for {name} [{platform}] "
-                         f"skipped: not this device ({device.name} [{device.platform}])")
+                         f"skipped: not this device ({device.name} [{device.platform}]){hint}")
         return plan
 
 

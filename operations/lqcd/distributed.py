@@ -166,6 +166,7 @@ class DistributedWilsonOperator(WilsonOperator):
                       "ghost_offsets": ghost_offsets, "link_offsets": link_offsets,
                       "face_sites": tuple(part.face_sites(mu) for mu in range(4))}
         self._kernels: dict[tuple, Any] = {}
+        self._kernel_queues: list[accel.CommandQueue] = []
         self._packers: dict[int, Any] = {}
         self._halo: HaloTemplate | None = None
         # per parity, the checkerboard indices of the block's sites with a hop off the block
@@ -194,8 +195,11 @@ class DistributedWilsonOperator(WilsonOperator):
             launch = self._packers[parity] = self._halo.instantiate(self.queue, parity)
         return launch
 
-    def _kernel(self, parity: int, dagger: bool, xpay: bool, region: str) -> Any:
-        key = (parity, dagger, xpay, region)
+    def _kernel(self, parity: int, dagger: bool, xpay: bool, region: str,
+                queue: accel.CommandQueue | None = None) -> Any:
+        """The launcher of one of the block's kernels on ``queue`` (default: the operator's)."""
+        queue = self.queue if queue is None else queue
+        key = (parity, dagger, xpay, region, id(queue))
         launch = self._kernels.get(key)
         if launch is None:
             t = self.template
@@ -211,7 +215,8 @@ class DistributedWilsonOperator(WilsonOperator):
                     f"{'_xpay' if xpay else ''}_{region}")
             size = (t.launch_size(render) if region != "exterior"
                     else max(1, -(-self._boundary[parity][1] // wgs)) * wgs)
-            launch = self._kernels[key] = self.queue.launcher(program.get_kernel(name), size, wgs)
+            launch = self._kernels[key] = queue.launcher(program.get_kernel(name), size, wgs)
+            self._kernel_queues.append(queue)  # alive as long as its launcher: ids stay unique
         return launch
 
     @property
@@ -282,15 +287,20 @@ class DistributedWilsonOperator(WilsonOperator):
             self._kernel(*variant, "all")(args)
             return
         # the faces packed, the interior update enqueued at once, then the faces shipped on the
-        # transport's queue: they travel while the interior update runs
+        # transport's queue: they travel while the interior update runs. Where the copies'
+        # queue can wait for the neighbours' faces on the device, the exterior update runs
+        # there, as soon as they arrive, beside the interior update's last blocks (it writes
+        # other sites of out; that queue waited for the packing, so for everything before)
         packed = self._pack(inp, 1 - parity)
         self._kernel(*variant, "interior")(args)  # reads no ghost (args[5] is last round's)
         self.transport.start(self.transport.send, packed)
         args[5] = self.transport.ghost
-        self.transport.finish()
+        ready = self.transport.finish_on_copies()
         sites, count = self._boundary[parity]
         args[-2:] = [sites, np.uint32(count)]
-        self._kernel(*variant, "exterior")(args)
+        self._kernel(*variant, "exterior", ready)(args)
+        if ready is not self.queue:
+            self.queue.wait_for(ready.mark())
 
     # Host arrays: global in, global out ----------------------------------------------------
     def check_spinor(self, psi: Any) -> np.ndarray:

@@ -61,10 +61,10 @@ class FlagSignals:
         self.dests, self.sources = dests, sources
         self.flags = context.zeros(queue, comm.size, np.uint32)
         self._remote: dict[int, accel.DeviceArray] = {}
-        #: (copies queue, ``write(count)``) into each destination's counter of this rank
-        self._signal: list[tuple[accel.CommandQueue, Callable[[int], None]]] = []
-        #: ``wait(count)`` on each source's counter
-        self._await = [queue.value_waiter(self.flags, s) for s in sources]
+        #: per queue (by id, the queue kept beside): ``write(count)`` into each destination's
+        #: counter of this rank, ``wait(count)`` on each source's counter (checked once)
+        self._writes: dict[int, tuple[accel.CommandQueue, list[Callable[[int], None]]]] = {}
+        self._waits: dict[int, tuple[accel.CommandQueue, list[Callable[[int], None]]]] = {}
         self.round = 0  #: the exchanges started
         self.failed: str | None = None  #: what the watch found stuck
         self._watch: _Watch | None = None
@@ -81,12 +81,19 @@ class FlagSignals:
                 raise ValueError(f"rank {dest} sent no handle of its exchange counters")
             self._remote[dest] = self.context.open_shared(handle, self.comm.size, np.uint32)
 
-    def _writers(self, copies: accel.CommandQueue
-                 ) -> list[tuple[accel.CommandQueue, Callable[[int], None]]]:
-        if not self._signal or self._signal[0][0] is not copies:
-            self._signal = [(copies, copies.value_writer(self._remote[d], self.comm.rank))
-                            for d in self.dests]
-        return self._signal
+    def _writers(self, queue: accel.CommandQueue) -> list[Callable[[int], None]]:
+        bound = self._writes.get(id(queue))
+        if bound is None or bound[0] is not queue:
+            bound = self._writes[id(queue)] = (queue, [
+                queue.value_writer(self._remote[d], self.comm.rank) for d in self.dests])
+        return bound[1]
+
+    def _waiters(self, queue: accel.CommandQueue) -> list[Callable[[int], None]]:
+        bound = self._waits.get(id(queue))
+        if bound is None or bound[0] is not queue:
+            bound = self._waits[id(queue)] = (queue, [
+                queue.value_waiter(self.flags, s) for s in self.sources])
+        return bound[1]
 
     def start(self) -> None:
         """A new exchange (raising what the watch found stuck, if anything)."""
@@ -95,14 +102,14 @@ class FlagSignals:
 
     def after_copies(self, copies: accel.CommandQueue) -> None:
         """On the copies' queue, after the copies: count this exchange into each destination."""
-        for _, write in self._writers(copies):
+        for write in self._writers(copies):
             write(self.round)
 
-    def arrivals(self) -> None:
-        """Make the caller's queue wait until every source has copied this exchange's faces in
-        (the host does not wait); start the watch with the first exchange."""
+    def arrivals(self, queue: accel.CommandQueue | None = None) -> None:
+        """Make ``queue`` (default: the caller's) wait until every source has copied this
+        exchange's faces in (the host does not wait); start the watch with the first exchange."""
         self.check()
-        for wait in self._await:
+        for wait in self._waiters(self.queue if queue is None else queue):
             wait(self.round)
         if self._watch is None:
             self._watch = _Watch(self)

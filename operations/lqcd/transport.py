@@ -74,6 +74,16 @@ class Transport(ABC):
     def finish(self) -> None:
         """Return once work enqueued from now on sees the neighbours' faces in :attr:`ghost`."""
 
+    def finish_on_copies(self) -> accel.CommandQueue:
+        """:meth:`finish`, but where the transport can make a queue wait on the device for
+        the faces (stream-ordered flags), the copies' queue is made to wait instead of the
+        caller's. Returns the queue whose work enqueued from now on sees the neighbours' faces
+        in :attr:`ghost`: the copies' queue or the caller's. Work on the copies' queue runs
+        beside the caller's kernels, after the packing; the caller's queue must wait for it
+        (``queue.wait_for(copies.mark())``) before anything that needs its results."""
+        self.finish()
+        return self.queue
+
     @property
     @abstractmethod
     def description(self) -> str:
@@ -213,6 +223,12 @@ class PeerCopy(Transport):
             self._flags.after_copies(self.copies)
             return
         self._copied = self.copies.mark()
+
+    def finish_on_copies(self) -> accel.CommandQueue:
+        if self._flags is None:
+            return super().finish_on_copies()
+        self._flags.arrivals(self.copies)
+        return self.copies
 
     def finish(self) -> None:
         if self._flags is not None:

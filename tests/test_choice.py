@@ -136,6 +136,25 @@ def test_a_search_over_a_replayed_landscape_gives_the_same_winner_every_run():
     assert winners == {"slow"}
 
 
+def test_a_bias_of_the_place_in_a_round_does_not_tell_equal_candidates_apart():
+    """Two equal candidates on a device whose first batch of a round runs 3% slower (it
+    waited for the host): the rounds alternate their order, so neither carries the bias
+    alone, and the two stay tied (timed always in one order, the second would win)."""
+    rng = np.random.default_rng(11)
+    state = {"calls": 0}
+
+    def measure(i: int) -> float:
+        state["calls"] += 1
+        slow = state["calls"] % 2 == 1  # the first of each round's two batches
+        return 1e-3 * (1.03 if slow else 1.0) * (1 + 0.002 * rng.standard_normal())
+
+    a = Contender({"c": "a"}, measure, position=0)
+    b = Contender({"c": "b"}, measure, position=1)
+    found = settle([a, b], rounds=16)
+    assert found is not None and found.ties == 1, (a.samples, b.samples)
+    assert found.winner == {"c": "a"}  # tied: the earliest declared
+
+
 def test_test_wins_when_tied_even_declared_last():
     assert {_two_close(seed, test_first=True).winner["c"] for seed in range(4)} == {"slow"}
     rng = random.Random(0)

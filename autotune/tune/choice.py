@@ -295,7 +295,9 @@ def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
     try:
         while live:
             begun = clock()
-            for c in live:
+            # every other round in reverse: a bias of the place in a round (the first batch
+            # after the host's pause, say) falls on each contender alike, and ties stay ties
+            for c in (live if done % 2 == 0 else live[::-1]):
                 if not c.retired:
                     value = _batch(c, c.iterations)
                     if value is not None:

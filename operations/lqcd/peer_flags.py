@@ -127,7 +127,7 @@ class FlagSignals:
     def close(self) -> None:
         """Stop the watch (it stops by itself when the transport is collected)."""
         if self._watch is not None:
-            self._watch.stop.set()
+            self._watch.close()
 
 
 class _Watch:
@@ -143,11 +143,18 @@ class _Watch:
         # page-locked: the read is a copy on this queue alone, not one the driver orders
         # after other streams' work
         self.host = signals.context.empty_host(signals.comm.size, np.uint32)
-        thread = threading.Thread(target=self._run, args=(weakref.ref(signals),),
-                                  name="autotune-peer-watch", daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(weakref.ref(signals),),
+                                       name="autotune-peer-watch", daemon=True)
         weakref.finalize(signals, self.stop.set)
-        atexit.register(self.stop.set)  # before the CUDA contexts go at exit
-        thread.start()
+        watch = weakref.ref(self)  # at exit, before the CUDA contexts go; not kept alive by it
+        atexit.register(lambda: (w := watch()) is not None and w.close())
+        self.thread.start()
+
+    def close(self) -> None:
+        """Stop the watch and wait for its last read (at exit: before the contexts go)."""
+        self.stop.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(2 * WATCH_PERIOD + 1)
 
     def _run(self, ref: Any) -> None:
         signals = ref()
@@ -160,7 +167,12 @@ class _Watch:
             signals = ref()
             if signals is None or signals.failed is not None:
                 return
-            signals.flags.get(queue, host)
+            try:
+                signals.flags.get(queue, host)
+            except Exception:
+                if self.stop.is_set():  # the process is ending: its contexts may be gone
+                    return
+                raise
             now = time.monotonic()
             stuck = []
             for word, count, what in signals.awaited():

@@ -289,24 +289,22 @@ class CommandQueue(ABC):
     def value_writer(self, array: DeviceArray, index: int) -> Callable[[int], None]:
         """:meth:`write_value` into one word, checked once, for hot loops: the returned
         ``write(value)`` only enqueues."""
-        self._check_word(array, index)
-
-        def write(value: int) -> None:
-            self._wait_turn()
-            self._write_value(array, index, int(value) & 0xFFFFFFFF)
-
-        return write
+        return self._bound_value(array, index, self._write_value)
 
     def value_waiter(self, array: DeviceArray, index: int) -> Callable[[int], None]:
         """:meth:`wait_value` on one word, checked once, for hot loops: the returned
         ``wait(value)`` only enqueues."""
+        return self._bound_value(array, index, self._wait_value)
+
+    def _bound_value(self, array: DeviceArray, index: int,
+                     enqueue: Callable[[DeviceArray, int, int], None]) -> Callable[[int], None]:
         self._check_word(array, index)
 
-        def wait(value: int) -> None:
+        def call(value: int) -> None:
             self._wait_turn()
-            self._wait_value(array, index, int(value) & 0xFFFFFFFF)
+            enqueue(array, index, int(value) & 0xFFFFFFFF)
 
-        return wait
+        return call
 
     def _check_word(self, array: DeviceArray, index: int) -> None:
         if not self.stream_values:

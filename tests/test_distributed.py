@@ -211,7 +211,7 @@ def test_the_policy_is_tuned_by_every_rank_together_and_stored_once(context, tmp
     assert policies[0]["best"]["policy"] in ("overlap", "overlap_in_order", "serial")
     assert [p["scans"] for p in policies] == [1, 1]
     assert [p["stored"] for p in policies] == [True, False]  # rank 0 writes for all
-    for r in first:  # right during the scan (both policies ran) and after it
+    for r in first:  # right during the scan (every policy ran) and after it
         assert r["dslash"] <= 1e-12 and r["apply_pc"] <= 1e-12 and r["policy"]["after"] <= 1e-12
     again = run((4, 4, 4, 8), (1, 1, 1, 2))
     assert [r["policy"]["scans"] for r in again] == [0, 0]

@@ -3,7 +3,7 @@ host's time to enqueue a run of calls against the time until its queue has run t
 
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_host.py
     --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12]
-    [--launches 200] [--repeats 6]
+    [--launches 200] [--repeats 6] [--policy overlap]
 
 Each rank prints, for each of ``--repeats`` runs of ``--launches`` calls (after 5): microseconds
 per call until its host had enqueued them, until its queue had run them, and until every rank's
@@ -25,9 +25,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_block_arguments(parser, launches=200)
     parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--policy", default="overlap",
+                        help="how a dslash meets its exchange (DistributedWilsonOperator.POLICIES)")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    op = block_operator(comm, args)
+    op = block_operator(comm, args, policy=args.policy)
     inp, out = spinors(op.context, op)
     rows = []
     for _ in range(args.repeats):
@@ -44,7 +46,8 @@ def main() -> None:
         comm.Barrier()
         everyone = time.perf_counter()
         rows.append([(t - start) / args.launches * 1e6 for t in (enqueued, ran, everyone)])
-    print(f"rank {comm.rank} ({op.transport.name}: {op.transport.description}): us a call, "
+    print(f"rank {comm.rank} ({op.transport.name}: {op.transport.description}; policy "
+          f"{args.policy}): us a call, "
           "host enqueued / queue ran / every rank: "
           + "; ".join(f"{a:.1f} / {b:.1f} / {c:.1f}" for a, b, c in rows), flush=True)
 

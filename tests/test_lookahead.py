@@ -97,7 +97,6 @@ def test_a_search_compiles_ahead_within_a_closed_turn_and_measures_after(context
     key waits, and not one of them reaches the device before the turn opens; the key's upload,
     kept until then, runs before the first of them (a compile-ahead thread's)."""
     queue = context.create_tuning_command_queue()
-    y = context.allocate(N, np.float32)
     given: dict = {}
     built: list[int] = []
     launched: list[float] = []
@@ -105,7 +104,11 @@ def test_a_search_compiles_ahead_within_a_closed_turn_and_measures_after(context
     def generate(wgs):
         kernel = _toy(context)
         built.append(wgs)
-        y.zero(queue)  # device work inside generate waits for both turns
+        # device work inside generate waits for both turns; each candidate's own output (a
+        # generate running ahead may enqueue while another candidate is measured: one shared
+        # output zeroed then would fail that candidate's check, as it once did)
+        y = context.allocate(N, np.float32)
+        y.zero(queue)
 
         def run():
             queue.enqueue_kernel(kernel, [y, given["x"], np.uint32(N)], N, wgs)

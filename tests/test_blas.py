@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -70,6 +72,12 @@ def test_every_op_has_a_test_case():
     assert set(CASES) == set(BlasTemplate.ops)
 
 
+#: the ops whose first output is a dot product <a, b>: (a, b) by name. Its rounding error grows
+#: with the terms' size, not with the sum's: random data can cancel to a small sum whose
+#: relative error is large, so its tolerance scales with the terms (their 2-norm).
+DOTS = {"cdot_norm": ("x", "y"), "bicgstab_xs": ("r0", "s")}
+
+
 def _check(context, queue, op, dtype, n, rng):
     names, scalar_map, expected_fn = CASES[op]
     tol = 2e-6 if np.dtype(dtype) in (np.float32, np.complex64) else 1e-13
@@ -82,8 +90,12 @@ def _check(context, queue, op, dtype, n, rng):
     got = fn(*[device[k] for k in names], **_kernel_scalars(context, queue, scalar_map, s))
     got = () if got is None else (got if isinstance(got, tuple) else (got,))
     assert len(got) == len(outputs)
-    for g, e in zip(got, outputs):
-        assert abs(g - e) <= tol * max(abs(e), 1.0) * 4, (op, n, g, e)
+    for i, (g, e) in enumerate(zip(got, outputs)):
+        scale = max(abs(e), 1.0)
+        if i == 0 and op in DOTS:  # b as updated, where the op writes it
+            a, b = (updates.get(v, wide[v]) for v in DOTS[op])
+            scale = max(scale, float(np.linalg.norm(np.conj(a) * b)))
+        assert abs(g - e) <= tol * scale * 4, (op, n, g, e, scale)
     for name in names:
         value = device[name].get(queue)
         want = updates.get(name, wide[name])
@@ -98,7 +110,7 @@ def test_blas_matches_numpy(context, command_queue, op, dtype):
         with pytest.raises(TypeError, match="complex data only"):
             BlasTemplate(context, dtype, op)
         return
-    rng = np.random.default_rng(hash(op) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(op.encode()))  # the same data in every process
     for n in (1, 2, 31, 33, 1000, 2**20 + 7):
         _check(context, command_queue, op, dtype, n, rng)
 

@@ -273,18 +273,14 @@ class CommandQueue(ABC):
         :meth:`Context.open_shared`), after the work before it has run and with its writes
         visible first: a signal to whatever waits on that word (:meth:`wait_value`), on this
         device or another. Only where :attr:`stream_values` (CUDA)."""
-        self._check_word(array, index)
-        self._wait_turn()
-        self._write_value(array, index, int(value) & 0xFFFFFFFF)
+        self._bound_value(array, index, self._write_value)(value)
 
     def wait_value(self, array: DeviceArray, index: int, value: int) -> None:
         """Make work enqueued from now on wait (on the device; the host does not) until the
         32-bit word ``index`` of ``array`` has reached ``value``: until ``(int32) (word -
         value) >= 0``, a comparison that lets counters wrap around. Whoever writes the word
         must write it: nothing times out on the device. Only where :attr:`stream_values`."""
-        self._check_word(array, index)
-        self._wait_turn()
-        self._wait_value(array, index, int(value) & 0xFFFFFFFF)
+        self._bound_value(array, index, self._wait_value)(value)
 
     def value_writer(self, array: DeviceArray, index: int) -> Callable[[int], None]:
         """:meth:`write_value` into one word, checked once, for hot loops: the returned

@@ -61,10 +61,12 @@ class RecordedPlan:
                              f"{recorded.version} of {template.name}, tuned for its version "
                              f"{key.version} now")
             plan.append((template, config))
+        here: dict[tuple[str, str], str] = {}  # the first device of each identity found
+        for spec in accel.list_devices() if other else []:
+            here.setdefault((spec.identity.name, spec.identity.platform), spec.selector)
         for (name, platform), count in other.items():
-            there = [spec.selector for spec in accel.list_devices()
-                     if (spec.identity.name, spec.identity.platform) == (name, platform)]
-            hint = (f"; warm them with --device {there[0]}" if there else
+            there = here.get((name, platform))
+            hint = (f"; warm them with --device {there}" if there else
                     "; warm them on a machine with that device")
             _note(notes, f"{self.path}: {count} recorded key(s) for {name} [{platform}] "
                          f"skipped: not this device ({device.name} [{device.platform}]){hint}")

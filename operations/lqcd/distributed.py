@@ -169,7 +169,6 @@ class DistributedWilsonOperator(WilsonOperator):
                       "ghost_offsets": ghost_offsets, "link_offsets": link_offsets,
                       "face_sites": tuple(part.face_sites(mu) for mu in range(4))}
         self._kernels: dict[tuple, Any] = {}
-        self._kernel_queues: list[accel.CommandQueue] = []
         self._packers: dict[int, Any] = {}
         self._halo: HaloTemplate | None = None
         # per parity, the checkerboard indices of the block's sites with a hop off the block
@@ -202,7 +201,7 @@ class DistributedWilsonOperator(WilsonOperator):
                 queue: accel.CommandQueue | None = None) -> Any:
         """The launcher of one of the block's kernels on ``queue`` (default: the operator's)."""
         queue = self.queue if queue is None else queue
-        key = (parity, dagger, xpay, region, id(queue))
+        key = (parity, dagger, xpay, region, queue)
         launch = self._kernels.get(key)
         if launch is None:
             t = self.template
@@ -219,7 +218,6 @@ class DistributedWilsonOperator(WilsonOperator):
             size = (t.launch_size(render) if region != "exterior"
                     else max(1, -(-self._boundary[parity][1] // wgs)) * wgs)
             launch = self._kernels[key] = queue.launcher(program.get_kernel(name), size, wgs)
-            self._kernel_queues.append(queue)  # alive as long as its launcher: ids stay unique
         return launch
 
     @property

@@ -4,8 +4,10 @@ arrived and that ghost zones may be written again, and the host waits for neithe
 Each rank holds ``flags``: one 32-bit counter per rank in its device memory, mapped by its
 neighbours (CUDA IPC). Word ``s`` counts the exchanges whose faces rank ``s`` has copied into
 this rank's ghost zone: rank ``s`` writes it on its copies' queue after the copies
-(``cuStreamWriteValue32``: after a memory barrier), and this rank's queue waits
-(``cuStreamWaitValue32``) until it has counted the exchange before the exterior update.
+(``cuStreamWriteValue32``: after a memory barrier), and this rank waits on the device
+(``cuStreamWaitValue32``) until it has counted the exchange before the exterior update: on its
+queue, or on its copies' queue where the exterior update runs there (policy "overlap"), whose
+work the queue then waits for before anything later.
 
 That is all the ordering the exchange needs, because every rank that sends to a neighbour
 also receives from it (both directions of each cut), and the ghost zones and send buffers are
@@ -61,10 +63,10 @@ class FlagSignals:
         self.dests, self.sources = dests, sources
         self.flags = context.zeros(queue, comm.size, np.uint32)
         self._remote: dict[int, accel.DeviceArray] = {}
-        #: per queue (by id, the queue kept beside): ``write(count)`` into each destination's
-        #: counter of this rank, ``wait(count)`` on each source's counter (checked once)
-        self._writes: dict[int, tuple[accel.CommandQueue, list[Callable[[int], None]]]] = {}
-        self._waits: dict[int, tuple[accel.CommandQueue, list[Callable[[int], None]]]] = {}
+        #: per queue: ``write(count)`` into each destination's counter of this rank, and
+        #: ``wait(count)`` on each source's counter (checked once: queue.value_writer/waiter)
+        self._writes: dict[accel.CommandQueue, list[Callable[[int], None]]] = {}
+        self._waits: dict[accel.CommandQueue, list[Callable[[int], None]]] = {}
         self.round = 0  #: the exchanges started
         self.failed: str | None = None  #: what the watch found stuck
         self._watch: _Watch | None = None
@@ -81,19 +83,14 @@ class FlagSignals:
                 raise ValueError(f"rank {dest} sent no handle of its exchange counters")
             self._remote[dest] = self.context.open_shared(handle, self.comm.size, np.uint32)
 
-    def _writers(self, queue: accel.CommandQueue) -> list[Callable[[int], None]]:
-        bound = self._writes.get(id(queue))
-        if bound is None or bound[0] is not queue:
-            bound = self._writes[id(queue)] = (queue, [
-                queue.value_writer(self._remote[d], self.comm.rank) for d in self.dests])
-        return bound[1]
-
-    def _waiters(self, queue: accel.CommandQueue) -> list[Callable[[int], None]]:
-        bound = self._waits.get(id(queue))
-        if bound is None or bound[0] is not queue:
-            bound = self._waits[id(queue)] = (queue, [
-                queue.value_waiter(self.flags, s) for s in self.sources])
-        return bound[1]
+    @staticmethod
+    def _bound(table: dict, queue: accel.CommandQueue,
+               make: Callable[[], list[Callable[[int], None]]]) -> list[Callable[[int], None]]:
+        """``table``'s calls bound for ``queue``, made the first time (checked once then)."""
+        bound = table.get(queue)
+        if bound is None:
+            bound = table[queue] = make()
+        return bound
 
     def start(self) -> None:
         """A new exchange (raising what the watch found stuck, if anything)."""
@@ -102,14 +99,17 @@ class FlagSignals:
 
     def after_copies(self, copies: accel.CommandQueue) -> None:
         """On the copies' queue, after the copies: count this exchange into each destination."""
-        for write in self._writers(copies):
+        for write in self._bound(self._writes, copies, lambda: [
+                copies.value_writer(self._remote[d], self.comm.rank) for d in self.dests]):
             write(self.round)
 
     def arrivals(self, queue: accel.CommandQueue | None = None) -> None:
         """Make ``queue`` (default: the caller's) wait until every source has copied this
         exchange's faces in (the host does not wait); start the watch with the first exchange."""
         self.check()
-        for wait in self._waiters(self.queue if queue is None else queue):
+        queue = self.queue if queue is None else queue
+        for wait in self._bound(self._waits, queue, lambda: [
+                queue.value_waiter(self.flags, s) for s in self.sources]):
             wait(self.round)
         if self._watch is None:
             self._watch = _Watch(self)

@@ -2,7 +2,7 @@
 
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_dslash.py
     --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12]
-    [--policy overlap|overlap_in_order|serial ...] [--rounds 3] [--transport auto|peer|host] [--json FILE]
+    [--policy overlap|overlap_in_order|fused|serial ...] [--rounds 3] [--transport auto|peer|host] [--json FILE]
 
 One rank per GPU (``rank_context``); the operator's dslash of one parity (D_oe) is timed over
 ``--launches`` launches after a warm-up, every rank synchronised before and after; the exchange
@@ -70,7 +70,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_block_arguments(parser, launches=200)
     parser.add_argument("--policy", nargs="+", default=["overlap"],
-                        choices=["overlap", "overlap_in_order", "serial"],
+                        choices=["overlap", "overlap_in_order", "fused", "serial"],
                         help="one or more: each timed, in alternating rounds (--rounds)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--transport", default="auto", choices=["auto", "peer", "host"])

@@ -207,20 +207,23 @@ def compare(comm, context, problem: Problem, many: DistributedWilsonOperator,
 
 def kernels_alone(many: DistributedWilsonOperator, psi: np.ndarray) -> float:
     """How far the dslash kernels run apart from the exchange are from the dslash (D_eo psi_o
-    on this rank's block, relative): after one exchange, "all" the sites alone, and "interior"
-    then "exterior" together, each against ``dslash_parity`` (which exchanges itself)."""
+    on this rank's block, relative): after one exchange, "all" the sites alone, "interior"
+    then "exterior" together, and the "fused" launch (twice: its ticket counter starts each
+    launch from 0 again), each against ``dslash_parity`` (which exchanges itself)."""
     field = many.to_device(psi)
     want = many.new_field()
     many.dslash_parity(want.even, field.odd, 0)
     expected = want.even.get(many.queue)
     many.exchange(field.odd, 1)
-    whole, parts = many.new_field(), many.new_field()
+    whole, parts, fused, again = (many.new_field() for _ in range(4))
     many.dslash_kernel(whole.even, field.odd, 0)()
     many.dslash_kernel(parts.even, field.odd, 0, "interior")()
     many.dslash_kernel(parts.even, field.odd, 0, "exterior")()
+    many.dslash_kernel(fused.even, field.odd, 0, "fused")()
+    many.dslash_kernel(again.even, field.odd, 0, "fused")()
     scale = float(np.max(np.abs(expected)))
     return max(float(np.max(np.abs(got.even.get(many.queue) - expected))) / scale
-               for got in (whole, parts))
+               for got in (whole, parts, fused, again))
 
 
 def tuned_per_rank(args: argparse.Namespace) -> None:

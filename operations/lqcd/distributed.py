@@ -74,11 +74,15 @@ class DistributedWilsonOperator(WilsonOperator):
     #: transport's queue, beside the interior update's last blocks, where that queue can wait
     #: for them on the device); "overlap_in_order" the same, but the boundary sites after the
     #: interior update on the operator's queue (two host calls fewer a dslash, for a host that
-    #: sets the pace); "serial" exchanges first, then updates every site in one kernel.
-    POLICIES = ("overlap", "overlap_in_order", "serial")
+    #: sets the pace); "fused" one kernel for both, launched at once, whose groups that take the
+    #: boundary sites start last and wait on the device for the faces (where the transport
+    #: signals through device memory; elsewhere the faces are in before it starts); "serial"
+    #: exchanges first, then updates every site in one kernel.
+    POLICIES = ("overlap", "overlap_in_order", "fused", "serial")
     #: The parts of a block one dslash kernel updates (:meth:`dslash_kernel`): all its sites,
-    #: those with no hop off the block, and the others.
-    REGIONS = ("all", "interior", "exterior")
+    #: those with no hop off the block, the others, and interior and others in one launch
+    #: (its groups that take the boundary sites waiting for the faces: policy "fused").
+    REGIONS = ("all", "interior", "exterior", "fused")
     #: the name of the collective online tuner that chooses the policy (``policy="tuned"``)
     POLICY_TUNER = "operations.lqcd.DistributedWilsonOperator.policy"
 
@@ -164,6 +168,10 @@ class DistributedWilsonOperator(WilsonOperator):
                                                    self.queue, self._ghost_size, self.dtype,
                                                    routes)
         self._no_sites = self.context.zeros(self.queue, 1, np.uint32)
+        #: the fused kernel's ticket counter (its launches run in turn on the queue; each
+        #: launch's last ticket sets it back to 0), and its arguments when nothing is awaited
+        self._tickets = self.context.zeros(self.queue, 1, np.uint32)
+        self._no_arrival = [self._no_sites, self._no_sites, np.uint32(0), np.uint32(0)]
         signs = tuple(self.t_boundary if part.at_time_edge(step) else 1 for step in (1, -1))
         self._dist = {"partitioned": part.partitioned, "t_signs": signs,
                       "ghost_offsets": ghost_offsets, "link_offsets": link_offsets,
@@ -210,13 +218,16 @@ class DistributedWilsonOperator(WilsonOperator):
             # regions that these shapes do not cover
             render = {**t.render_arguments(), "sites": 1, "dir_split": 1, "stage": False}
             wgs = render["wgs"]
+            whole = t.launch_size(render)  # the groups that cover every site, times wgs
+            boundary = max(1, -(-self._boundary[parity][1] // wgs)) * wgs
+            dist = {**self._dist, "region": region}
+            if region == "fused":
+                dist["interior_groups"] = whole // wgs
             program = self.context.build(DSLASH_TEMPLATE, {
-                **render, "variants": [(parity, dagger, xpay)],
-                "dist": {**self._dist, "region": region}})
+                **render, "variants": [(parity, dagger, xpay)], "dist": dist})
             name = (f"dslash_dist_p{parity}{'_dag' if dagger else ''}"
                     f"{'_xpay' if xpay else ''}_{region}")
-            size = (t.launch_size(render) if region != "exterior"
-                    else max(1, -(-self._boundary[parity][1] // wgs)) * wgs)
+            size = {"exterior": boundary, "fused": whole + boundary}.get(region, whole)
             launch = self._kernels[key] = queue.launcher(program.get_kernel(name), size, wgs)
         return launch
 
@@ -266,9 +277,11 @@ class DistributedWilsonOperator(WilsonOperator):
         if region not in self.REGIONS:
             raise ValueError(f"region must be one of {', '.join(self.REGIONS)}, got {region!r}")
         args = self._arguments(out, inp, x, a)
-        if region == "exterior":
+        if region in ("exterior", "fused"):
             sites, count = self._boundary[parity]
             args[-2:] = [sites, np.uint32(count)]
+        if region == "fused":  # nothing awaited: the ghost zone as it stands
+            args += [self._tickets, *self._no_arrival]
         kernel = self._kernel(parity, bool(dagger), x is not None, region)
         return lambda: kernel(args)
 
@@ -293,6 +306,12 @@ class DistributedWilsonOperator(WilsonOperator):
         # there, as soon as they arrive, beside the interior update's last blocks (it writes
         # other sites of out; that queue waited for the packing, so for everything before)
         packed = self._pack(inp, 1 - parity)
+        sites, count = self._boundary[parity]
+        if policy == "fused":
+            self.transport.start(self.transport.send, packed)
+            args[5] = self.transport.ghost
+            self._fused(args, variant, sites, count)
+            return
         self._kernel(*variant, "interior")(args)  # reads no ghost (args[5] is last round's)
         self.transport.start(self.transport.send, packed)
         args[5] = self.transport.ghost
@@ -301,11 +320,26 @@ class DistributedWilsonOperator(WilsonOperator):
         else:
             self.transport.finish()
             ready = self.queue
-        sites, count = self._boundary[parity]
         args[-2:] = [sites, np.uint32(count)]
         self._kernel(*variant, "exterior", ready)(args)
         if ready is not self.queue:
             self.queue.wait_for(ready.mark())
+
+    def _fused(self, args: list, variant: tuple[int, bool, bool], sites: accel.DeviceArray,
+               count: int) -> None:
+        """The interior and exterior updates in one launch (policy "fused"), after the packing
+        and the faces' shipping are enqueued: its exterior groups wait on the device for the
+        neighbours' counts where the transport tells them there (the stream-ordered flags);
+        elsewhere the faces are in first (:meth:`Transport.finish`) and nothing is awaited."""
+        arrival = self.transport.kernel_arrival()
+        if arrival is None:
+            self.transport.finish()
+            awaited = self._no_arrival
+        else:
+            awaited = [arrival.counters, arrival.words, np.uint32(arrival.nwords),
+                       np.uint32(arrival.count & 0xFFFFFFFF)]
+        args[-2:] = [sites, np.uint32(count)]
+        self._kernel(*variant, "fused")(args + [self._tickets, *awaited])
 
     # Host arrays: global in, global out ----------------------------------------------------
     def check_spinor(self, psi: Any) -> np.ndarray:

@@ -35,6 +35,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,18 @@ def behind(have: int, want: int) -> bool:
     """Whether counter value ``have`` has not reached ``want`` (as the device compares: cyclic
     32-bit, so that counters may wrap around)."""
     return ((int(have) - int(want)) & 0xFFFFFFFF) >= 0x80000000
+
+
+@dataclass(frozen=True)
+class KernelArrival:
+    """What a kernel waits on itself for an exchange's faces: until each word of ``counters``
+    named in ``words`` (``nwords`` of them) has reached ``count`` (cyclic, as the device
+    compares)."""
+
+    counters: accel.DeviceArray  #: this rank's counters (uint32, one a rank)
+    words: accel.DeviceArray  #: the sources' ranks (uint32)
+    nwords: int
+    count: int
 
 
 class FlagSignals:
@@ -67,6 +80,8 @@ class FlagSignals:
         #: ``wait(count)`` on each source's counter (checked once: queue.value_writer/waiter)
         self._writes: dict[accel.CommandQueue, list[Callable[[int], None]]] = {}
         self._waits: dict[accel.CommandQueue, list[Callable[[int], None]]] = {}
+        #: the sources' words, for kernels that wait themselves (:meth:`kernel_arrival`)
+        self._words = context.to_device(queue, np.array(sources or [0], np.uint32))
         self.round = 0  #: the exchanges started
         self.failed: str | None = None  #: what the watch found stuck
         self._watch: _Watch | None = None
@@ -113,6 +128,14 @@ class FlagSignals:
             wait(self.round)
         if self._watch is None:
             self._watch = _Watch(self)
+
+    def kernel_arrival(self) -> KernelArrival:
+        """Instead of :meth:`arrivals`: what a kernel enqueued next waits on itself for this
+        exchange's faces (starting the watch with the first exchange, as arrivals does)."""
+        self.check()
+        if self._watch is None:
+            self._watch = _Watch(self)
+        return KernelArrival(self.flags, self._words, len(self.sources), self.round)
 
     def check(self) -> None:
         """Raise what the watch found stuck, if it found anything."""

@@ -22,7 +22,7 @@ import numpy as np
 
 from autotune import accel, parallel
 
-from .peer_flags import FlagSignals
+from .peer_flags import FlagSignals, KernelArrival
 
 #: transports by name; "auto" takes the first that every rank can use
 TRANSPORTS = ("peer", "host")
@@ -83,6 +83,11 @@ class Transport(ABC):
         (``queue.wait_for(copies.mark())``) before anything that needs its results."""
         self.finish()
         return self.queue
+
+    def kernel_arrival(self) -> KernelArrival | None:
+        """Where a kernel can wait on the device for the neighbours' faces itself (stream-ordered
+        flags): in place of :meth:`finish`, what it waits on; else None (call :meth:`finish`)."""
+        return None
 
     @property
     @abstractmethod
@@ -223,6 +228,9 @@ class PeerCopy(Transport):
             self._flags.after_copies(self.copies)
             return
         self._copied = self.copies.mark()
+
+    def kernel_arrival(self) -> KernelArrival | None:
+        return self._flags.kernel_arrival() if self._flags is not None else None
 
     def finish_on_copies(self) -> accel.CommandQueue:
         if self._flags is None:

@@ -27,6 +27,7 @@ from autotune import accel, parallel, tune
 from ..scalars import finite_real_scalar
 
 from . import gauge as gauge_fields
+from .dslash import REGIONS_TEMPLATE
 from .dslash import TEMPLATE as DSLASH_TEMPLATE
 from .dslash import DslashTemplate
 from .halo import TEMPLATE as HALO_TEMPLATE
@@ -123,7 +124,7 @@ class DistributedWilsonOperator(WilsonOperator):
             # every rank times its own dslash; the slowest rank's time decides, for all
             self.policy_tuner = tune.OnlineTuner(
                 context, self.POLICY_TUNER, {"policy": list(self.POLICIES)},
-                {"policy": "overlap"}, comm=comm, sources=[DSLASH_TEMPLATE, HALO_TEMPLATE],
+                {"policy": "overlap"}, comm=comm, sources=[DSLASH_TEMPLATE, REGIONS_TEMPLATE, HALO_TEMPLATE],
                 arguments={"local": self.partition.local, "grid": self.partition.grid,
                            "precision": precision, "reconstruct": reconstruct})
 
@@ -173,7 +174,8 @@ class DistributedWilsonOperator(WilsonOperator):
         self._tickets = self.context.zeros(self.queue, 1, np.uint32)
         self._no_arrival = [self._no_sites, self._no_sites, np.uint32(0), np.uint32(0)]
         signs = tuple(self.t_boundary if part.at_time_edge(step) else 1 for step in (1, -1))
-        self._dist = {"partitioned": part.partitioned, "t_signs": signs,
+        self._dist = {"regions": REGIONS_TEMPLATE.name, "partitioned": part.partitioned,
+                      "t_signs": signs,
                       "ghost_offsets": ghost_offsets, "link_offsets": link_offsets,
                       "face_sites": tuple(part.face_sites(mu) for mu in range(4))}
         self._kernels: dict[tuple, Any] = {}

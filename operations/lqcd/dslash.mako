@@ -34,7 +34,9 @@
 ##                     (out, in, x_in) "h" (16-bit) or "s" (single precision complex), e.g.
 ##                     "hsh"; kernel names end in _<storage>
 ##   dist              (optional) one rank's block of a partitioned lattice (dims are then the
-##                     block's): partitioned (4 flags), t_signs (forward, backward: -1 where a
+##                     block's): regions (the name of the file with the distributed kernels'
+##                     own parts, dslash_regions.mako: included by that name, so that the
+##                     single-GPU kernels' sources never hold it), partitioned (4 flags), t_signs (forward, backward: -1 where a
 ##                     time hop from the block's edge crosses the antiperiodic boundary),
 ##                     region ("all", "interior": sites with no hop off the block, "exterior":
 ##                     the sites listed in `sites`, "fused": both in one launch, the exterior's
@@ -422,65 +424,7 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     {
 % endif
 % else:
-KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
-    ${spinor_params("out", False, False)}, ${spinor_params("in", True, False)},
-    GLOBAL const ${G} * RESTRICT gauge,
-    ${spinor_params("x_in", True, False)}, ${real} a,
-    ${spinor_params("ghost", True, False)},
-    GLOBAL const ${G} * RESTRICT gauge_ghost,
-    GLOBAL const unsigned int * RESTRICT sites, unsigned int nsites${"," if dist["region"] == "fused" else ")"}
-% if dist["region"] == "fused":
-    GLOBAL unsigned int * tickets, GLOBAL const unsigned int * arrivals,
-    GLOBAL const unsigned int * RESTRICT words, unsigned int nwords, unsigned int count)
-% endif
-{
-% if dist["region"] == "exterior":
-    if (get_global_id(0) >= nsites)
-        return;
-    const unsigned int cb = sites[get_global_id(0)];
-% elif dist["region"] == "fused":
-    /* interior and exterior in one launch: groups take tickets in the order they start; the
-       first ${dist["interior_groups"]} update the interior sites, the rest the boundary
-       sites once every word of arrivals named in words has reached count (the neighbours'
-       faces are in). A group that waits started after every interior group, so it never
-       holds back work that it waits for. The last ticket resets the counter for the next launch. */
-    LOCAL_DECL unsigned int ticket_;
-    if (get_local_id(0) == 0)
-    {
-% if backend == "cuda":
-        const unsigned int ticket = atomicAdd(tickets, 1u);
-        if (ticket == get_num_groups(0) - 1u)
-            atomicExch(tickets, 0u);
-% else:
-        const unsigned int ticket = atomic_inc(tickets);
-        if (ticket == get_num_groups(0) - 1u)
-            atomic_xchg(tickets, 0u);
-% endif
-        if (ticket >= ${dist["interior_groups"]}u)  /* a boundary group: wait for the faces */
-        {
-            for (unsigned int w_ = 0; w_ < nwords; w_++)
-                while ((int) (((volatile GLOBAL const unsigned int *) arrivals)[words[w_]] - count) < 0)
-                    ;
-% if backend == "cuda":
-            __threadfence_system();  /* the faces written before the count are seen after it */
-% else:
-            mem_fence(CLK_GLOBAL_MEM_FENCE);
-% endif
-        }
-        ticket_ = ticket;
-    }
-    BARRIER();  /* the group's ticket, and (boundary groups) the faces, for every work-item */
-    const bool interior_ = ticket_ < ${dist["interior_groups"]}u;
-    const unsigned int e_ = interior_ ? ticket_ * ${wgs}u + get_local_id(0)
-                                      : (ticket_ - ${dist["interior_groups"]}u) * ${wgs}u + get_local_id(0);
-    if (e_ >= (interior_ ? VH : nsites))
-        return;
-    const unsigned int cb = interior_ ? e_ : sites[e_];
-% else:
-    const unsigned int cb = get_global_id(0);
-    if (cb >= VH)
-        return;
-% endif
+<%include file="${dist['regions']}" args="part='head', parity=parity, dagger=dagger, xpay=xpay, bounds=bounds, G=G"/>\
 % endif
     unsigned int r = cb / ${X // 2}u;
     const unsigned int xh = cb - r * ${X // 2}u;
@@ -489,16 +433,8 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     const unsigned int z = r % ${Z}u;
     const unsigned int t = r / ${Z}u;
     const unsigned int x = 2 * xh + ((${parity}u + y + z + t) & 1u);
-% if dist is not None and dist["region"] in ("interior", "fused"):
-<% edges = [f"{v} == 0u || {v} == {dims[mu] - 1}u" for mu, v in enumerate("xyzt") if dist["partitioned"][mu]] %>\
-% if edges:
-% if dist["region"] == "fused":
-    if (interior_ && (${" || ".join(edges)}))
-% else:
-    if (${" || ".join(edges)})
-% endif
-        return;  /* a boundary site: the exterior kernel's, once the ghosts have arrived */
-% endif
+% if dist is not None:
+<%include file="${dist['regions']}" args="part='skip'"/>\
 % endif
 % if plain:
     ${C} acc[12];

@@ -23,6 +23,9 @@ from .gamma import upper_right_blocks
 from .lattice import Lattice
 
 TEMPLATE = Path(__file__).with_name("dslash.mako")
+#: the distributed kernels' own parts, which dslash.mako includes by the name its render
+#: argument dist gives (so they are no part of the single-GPU kernels' sources)
+REGIONS_TEMPLATE = Path(__file__).with_name("dslash_regions.mako")
 #: precision -> (real dtype, complex dtype)
 PRECISIONS = {"single": (np.float32, np.complex64), "double": (np.float64, np.complex128)}
 #: precision -> the (real, complex) dtypes of the arithmetic; "half" stores 16-bit fixed point

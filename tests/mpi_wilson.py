@@ -25,12 +25,14 @@ from autotune.tune.serving import serving
 test_mode = serving().test
 from operations.lqcd import WilsonOperator, haar_field
 from operations.lqcd.distributed import DistributedWilsonOperator, rank_context
+from operations.lqcd.dslash import DslashTemplate
 
 test_mode.active = True
 
 
 CASE_OPTIONS = {"t_boundary": -1, "reconstruct": 18, "precision": "double", "policy": "overlap",
-                "transport": "auto", "solves": ["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"]}
+                "transport": "auto", "solves": ["cg_eo", "cg", "bicgstab_eo", "cg_eo_mixed"],
+                "tuning": None}
 
 
 def main() -> None:
@@ -76,6 +78,7 @@ def main() -> None:
         # the distributed operators first: a transport that cannot be had stops the run here
         many = [DistributedWilsonOperator(comm, context, p.u, p.kappa, p.grid, case["precision"],
                                           case["reconstruct"], case["t_boundary"],
+                                          tuning=block_tuning(context, p, case),
                                           policy=case["policy"], transport=case["transport"])
                 for p, case in zip(problems, cases)]
         single = single_process_results(comm, context, problems)
@@ -84,6 +87,15 @@ def main() -> None:
     if comm.rank == 0:
         print(json.dumps(everyone if args.cases else everyone[0]))
     sys.stdout.flush()
+
+
+def block_tuning(context, problem: "Problem", case: dict) -> dict | None:
+    """The block's dslash parameters: the test ones with the case's "tuning" over them (None,
+    without: the operator asks its template as outside tests)."""
+    if not case["tuning"]:
+        return None
+    base = DslashTemplate.autotune(context, problem.local, case["precision"], case["reconstruct"])
+    return {**base, **case["tuning"]}
 
 
 class Problem:
@@ -171,6 +183,7 @@ def compare(comm, context, problem: Problem, many: DistributedWilsonOperator,
     for name in OPERATORS:
         result[name] = float(np.max(np.abs(getattr(many, name)(psi) - want[name]))) / scale
     result["kernels_alone"] = kernels_alone(many, psi)
+    result["dir_split"] = many.template.parameters["dir_split"]
     result["face_elements"] = many.face_elements
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)

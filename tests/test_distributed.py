@@ -96,10 +96,10 @@ LAUNCHES = {
     "4-ranks": [
         dict(id="yt-cut-4-fused", dims=(4, 8, 6, 8), grid=(1, 2, 1, 2), t_boundary=-1,
              reconstruct=8, precision="double", solves=["cg_eo", "bicgstab_eo", "gcr_eo_schwarz"],
-             policy="fused", transport="auto"),
+             policy="fused", transport="auto", tuning={"wgs": 128, "dir_split": 4}),
         dict(id="xt-cut-4-single-in-order", dims=(8, 4, 4, 8), grid=(2, 1, 1, 2),
              t_boundary=1, reconstruct=12, precision="single", solves=["cg_eo"],
-             policy="overlap_in_order", transport="auto"),
+             policy="overlap_in_order", transport="auto", tuning={"wgs": 64, "dir_split": 2}),
     ],
 }
 
@@ -133,6 +133,8 @@ def _check_case(context, case, ranks):
         for op in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger",
                    "apply_pc_normal", "kernels_alone"):
             assert rank[op] <= tol, (name, op, rank[op])
+        # the block's kernels run the dslash's tuned shape (the case's, where it names one)
+        assert rank["dir_split"] == (case.get("tuning") or {}).get("dir_split", 1), name
         # both faces of each cut direction, 12 components a site of one parity
         assert rank["face_elements"] == sum(
             2 * 12 * math.prod(expected_local) // (2 * n)

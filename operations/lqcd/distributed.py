@@ -215,13 +215,14 @@ class DistributedWilsonOperator(WilsonOperator):
         launch = self._kernels.get(key)
         if launch is None:
             t = self.template
-            # the tuned parameters (online: the test ones) but one site a work-item, all its
-            # directions, nothing staged: the block's kernels launch on site lists and
-            # regions that these shapes do not cover
-            render = {**t.render_arguments(), "sites": 1, "dir_split": 1, "stage": False}
+            # the tuned parameters (online: the test ones), with their dir_split (work-items
+            # a site), but one site a slot and nothing staged: the block's kernels launch on
+            # site lists and regions that those shapes do not cover
+            render = {**t.render_arguments(), "sites": 1, "stage": False}
             wgs = render["wgs"]
             whole = t.launch_size(render)  # the groups that cover every site, times wgs
-            boundary = max(1, -(-self._boundary[parity][1] // wgs)) * wgs
+            per_group = wgs // render.get("dir_split", 1)  # sites a group takes
+            boundary = max(1, -(-self._boundary[parity][1] // per_group)) * wgs
             dist = {**self._dist, "region": region}
             if region == "fused":
                 dist["interior_groups"] = whole // wgs

@@ -54,7 +54,7 @@
 ##                     and y, the next z and t, ...), the others' sums are added in local memory
 ##   stage             (optional, default False) the x neighbours (both hops) read from local
 ##                     memory, where the work-group first loads its block's neighbours together
-## Not with dist: sites, dir_split and stage keep their defaults there.
+## Not with dist: sites and stage keep their defaults there (dir_split is taken).
 ##   carveout          (optional, default -1) the L1/shared carve-out the template sets on the
 ##                     kernels (CUDA): named in the source, so that each carve-out is its own
 ##                     module (the setting belongs to a module's function, which equal sources share)
@@ -174,9 +174,9 @@
     stage = context.get("stage", False)
     if split not in (1, 2, 4) or wgs % split or sites < 1:
         raise ValueError(f"dir_split {split} must be 1, 2 or 4 and divide wgs {wgs}; sites {sites} >= 1")
-    if dist is not None and (sites, split, stage) != (1, 1, False):
-        raise ValueError("a distributed block's kernels take one site a work-item, all "
-                         "directions, nothing staged (sites=1, dir_split=1, stage=False)")
+    if dist is not None and (sites, stage) != (1, False):
+        raise ValueError("a distributed block's kernels take one site a work-group slot, "
+                         "nothing staged (sites=1, stage=False)")
     plain = (sites, split, stage) == (1, 1, False)
     SPG = wgs // split  # sites a work-group takes per round
     NS = SPG + 2  # staged neighbour sites: the block's and one on each side
@@ -368,11 +368,14 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     GLOBAL const ${G} * RESTRICT gauge,
     ${spinor_params("x_in", True, h_x)}, ${real} a)
 {
-% if plain:
+% else:
+<%include file="${dist['regions']}" args="part='head', parity=parity, dagger=dagger, xpay=xpay, bounds=bounds, G=G"/>\
+% endif
+% if plain and dist is None:
     const unsigned int cb = get_global_id(0);
     if (cb >= VH)
         return;
-% else:
+% elif not plain:
 % if stage and h_in:
     LOCAL_DECL int4 stagew_[${3 * NS}];  /* the block's x neighbours: 16-bit words and norms */
     LOCAL_DECL float stagen_[${NS}];
@@ -386,11 +389,15 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
 % else:
     const unsigned int slot_ = get_local_id(0);
 % endif
+% if dist is None:
     for (unsigned int round_ = 0; round_ < ${sites}u; round_++)
     {
     /* this round's block: consecutive sites, coalesced; the next round's is the grid further */
     const unsigned int c0_ = (get_group_id(0) + round_ * get_num_groups(0)) * ${SPG}u;
     const unsigned int cb = c0_ + slot_;
+% else:
+    {   /* one round: the site cb the head chose (past VH: none) */
+% endif
 % if stage:
     /* staged: the other parity's sites lo_ to lo_ + ${NS - 1}, which hold every x neighbour
        of the block's sites but those across the x edge (unsigned: lo_ wraps below site 0) */
@@ -422,9 +429,6 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     ${C} psi[12];
     if (cb < VH)
     {
-% endif
-% else:
-<%include file="${dist['regions']}" args="part='head', parity=parity, dagger=dagger, xpay=xpay, bounds=bounds, G=G"/>\
 % endif
     unsigned int r = cb / ${X // 2}u;
     const unsigned int xh = cb - r * ${X // 2}u;

@@ -6,13 +6,26 @@
 ##   part      "head": the region's kernel from its signature to the site cb it updates
 ##             (dist["region"]: "all", "interior", "exterior" or "fused", see dslash.mako);
 ##             "skip": after the site's coordinates, the boundary sites an interior update
-##             leaves to the exterior's
+##             leaves to the exterior's.
+##             With dir_split > 1 (several work-items a site, whose sums meet at a barrier)
+##             no work-item returns early: the head gives a site that is not updated the
+##             index 0xFFFFFFFF (past every site: dslash.mako's "cb < VH" tests skip it), and
+##             makes the skip itself, from the site's coordinates.
 ##   parity, dagger, xpay, bounds, G   (head) the variant, the kernel's bounds and link type
 ## Render variables as dslash.mako's (dist, dims, wgs, cplx, real, backend).
 <%page args="part, parity=0, dagger=False, xpay=False, bounds='', G=''"/>\
 <%
     def spinor(name, const):
         return f"GLOBAL {'const ' if const else ''}{cplx} * RESTRICT {name}"
+
+    split = context.get("dir_split", 1)
+    SPG = wgs // split  # sites a work-group takes
+
+    def edges(c):
+        """Whether the site of coordinates c[0..3] has a hop off the block ("" when nothing
+        is partitioned)."""
+        return " || ".join(f"{c[mu]} == 0u || {c[mu]} == {dims[mu] - 1}u"
+                           for mu in range(4) if dist["partitioned"][mu])
 %>\
 % if part == "head":
 KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
@@ -27,7 +40,10 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     GLOBAL const unsigned int * RESTRICT words, unsigned int nwords, unsigned int count)
 % endif
 {
-% if dist["region"] == "exterior":
+% if dist["region"] == "exterior" and split > 1:
+    const unsigned int e_ = get_group_id(0) * ${SPG}u + get_local_id(0) % ${SPG}u;
+    const unsigned int cb = e_ < nsites ? sites[e_] : 0xFFFFFFFFu;
+% elif dist["region"] == "exterior":
     if (get_global_id(0) >= nsites)
         return;
     const unsigned int cb = sites[get_global_id(0)];
@@ -64,26 +80,46 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     }
     BARRIER();  /* the group's ticket, and (boundary groups) the faces, for every work-item */
     const bool interior_ = ticket_ < ${dist["interior_groups"]}u;
+% if split > 1:
+    const unsigned int e_ = (interior_ ? ticket_ : ticket_ - ${dist["interior_groups"]}u) * ${SPG}u
+                            + get_local_id(0) % ${SPG}u;
+    unsigned int cb = e_ >= (interior_ ? VH : nsites) ? 0xFFFFFFFFu : interior_ ? e_ : sites[e_];
+% else:
     const unsigned int e_ = interior_ ? ticket_ * ${wgs}u + get_local_id(0)
                                       : (ticket_ - ${dist["interior_groups"]}u) * ${wgs}u + get_local_id(0);
     if (e_ >= (interior_ ? VH : nsites))
         return;
     const unsigned int cb = interior_ ? e_ : sites[e_];
+% endif
+% elif split > 1:
+    unsigned int cb = get_group_id(0) * ${SPG}u + get_local_id(0) % ${SPG}u;
 % else:
     const unsigned int cb = get_global_id(0);
     if (cb >= VH)
         return;
 % endif
+% if split > 1 and dist["region"] in ("interior", "fused") and edges("xyzt"):
+<% half_x = dims[0] // 2 %>\
+    if (cb < VH)
+    {   /* the site's coordinates, for the boundary skip below */
+        unsigned int r_ = cb / ${half_x}u;
+        const unsigned int xh_ = cb - r_ * ${half_x}u;
+        const unsigned int y_ = r_ % ${dims[1]}u;
+        r_ /= ${dims[1]}u;
+        const unsigned int z_ = r_ % ${dims[2]}u;
+        const unsigned int t_ = r_ / ${dims[2]}u;
+        const unsigned int x_ = 2 * xh_ + ((${parity}u + y_ + z_ + t_) & 1u);
+        if (${"interior_ && " if dist["region"] == "fused" else ""}(${edges(("x_", "y_", "z_", "t_"))}))
+            cb = 0xFFFFFFFFu;  /* a boundary site: the exterior update's */
+    }
+% endif
 % elif part == "skip":
-% if dist["region"] in ("interior", "fused"):
-<% edges = [f"{v} == 0u || {v} == {dims[mu] - 1}u" for mu, v in enumerate("xyzt") if dist["partitioned"][mu]] %>\
-% if edges:
+% if split == 1 and dist["region"] in ("interior", "fused") and edges("xyzt"):
 % if dist["region"] == "fused":
-    if (interior_ && (${" || ".join(edges)}))
+    if (interior_ && (${edges("xyzt")}))
 % else:
-    if (${" || ".join(edges)})
+    if (${edges("xyzt")})
 % endif
         return;  /* a boundary site: the exterior kernel's, once the ghosts have arrived */
-% endif
 % endif
 % endif

@@ -73,7 +73,8 @@ def main() -> None:
         else:
             if args.dims is None or args.grid is None:
                 parser.error("--dims and --grid (or --cases) are needed")
-            cases = [{name: getattr(args, name) for name in ("dims", "grid", *CASE_OPTIONS)}]
+            cases = [{name: getattr(args, name, CASE_OPTIONS.get(name))  # tuning: a case's only
+                      for name in ("dims", "grid", *CASE_OPTIONS)}]
         problems = [Problem(case) for case in cases]
         # the distributed operators first: a transport that cannot be had stops the run here
         many = [DistributedWilsonOperator(comm, context, p.u, p.kappa, p.grid, case["precision"],

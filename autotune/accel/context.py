@@ -297,9 +297,13 @@ class Context(ABC):
         return bytes(handle), as_shape(shape), dtype
 
     @abstractmethod
-    def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
+    def create_command_queue(self, *, timed: bool = False, priority: str = "normal") -> CommandQueue:
         """An in-order queue; ``timed``: its work can be timed by interval timers (on OpenCL
-        this enables profiling, which some drivers make slightly slower)."""
+        this enables profiling, which some drivers make slightly slower). ``priority``
+        "high": its work is scheduled ahead of other queues' pending work where the device
+        can (CUDA: the greatest stream priority; a kernel's waiting blocks start before those
+        of kernels on normal queues), else the queue is a normal one (OpenCL);
+        :attr:`CommandQueue.priority` says which it got. Not with ``timed``."""
 
     @abstractmethod
     def create_tuning_command_queue(self) -> CommandQueue:

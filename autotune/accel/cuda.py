@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from . import cuda_interop, nvrtc
+from . import cuda_interop, cuda_streams, nvrtc
 from .arrays import DeviceArray
 from .context import Context
 from .errors import AccelError, BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .kernels import Kernel, KernelLimits, Program
-from .queues import CommandQueue, IntervalTimer, Marker
+from .queues import CommandQueue, IntervalTimer, Marker, check_priority
 from .render import RenderedSource
 from .shapes import as_shape
 
@@ -148,6 +148,22 @@ class CudaKernel(Kernel):
         with self.program.context.thread_scope():
             self.handle.set_attribute(
                 drv.function_attribute.PREFERRED_SHARED_MEMORY_CARVEOUT, percent)
+            if self._raw is not None:
+                self._raw.set_carveout(percent)
+        self._carveout = percent
+
+    _raw: cuda_streams.RawFunction | None = None
+    _carveout: int | None = None
+
+    def raw(self) -> cuda_streams.RawFunction:
+        """This kernel loaded again through the driver API, for queues of raw streams (made
+        on first use, with the carve-out set on this one; the caller's context is current)."""
+        if self._raw is None:
+            raw = cuda_streams.RawFunction(self.program.binary, self.name)
+            if self._carveout is not None:
+                raw.set_carveout(self._carveout)
+            self._raw = raw
+        return self._raw
 
 
 class CudaProgram(Program):
@@ -211,25 +227,27 @@ class CudaArray(DeviceArray):
     def kernel_arg(self) -> Any:
         return self.pointer
 
+    # the copies go through the driver API on the queue's stream handle: one way for pycuda's
+    # streams and the raw ones of high-priority queues
     @_in_context
     def _upload(self, queue: CudaQueue, host: np.ndarray) -> Any:
-        drv.memcpy_htod_async(self.pointer, host, queue.stream)
+        cuda_streams.upload(self.pointer, host, queue.stream.handle)
 
     @_in_context
     def _download(self, queue: CudaQueue, host: np.ndarray) -> Any:
-        drv.memcpy_dtoh_async(host, self.pointer, queue.stream)
+        cuda_streams.download(host, self.pointer, queue.stream.handle)
 
     @_in_context
     def _download_range(self, queue: CudaQueue, host: np.ndarray, offset: int) -> Any:
-        drv.memcpy_dtoh_async(host, self.pointer + offset, queue.stream)
+        cuda_streams.download(host, self.pointer + offset, queue.stream.handle)
 
     @_in_context
     def _fill_zero(self, queue: CudaQueue) -> Any:
-        drv.memset_d8_async(self.pointer, 0, self.nbytes, queue.stream)
+        cuda_streams.zero(self.pointer, self.nbytes, queue.stream.handle)
 
     @_in_context
     def _copy_from(self, queue: CudaQueue, other: CudaArray) -> Any:
-        drv.memcpy_dtod_async(self.pointer, other.pointer, self.nbytes, queue.stream)
+        cuda_streams.copy(self.pointer, other.pointer, self.nbytes, queue.stream.handle)
 
 
 #: How long a gate holds its stream at most (seconds). Enqueuing takes microseconds; a gate
@@ -358,10 +376,11 @@ class CudaIntervalTimer(IntervalTimer):
 
 
 class CudaMarker(Marker):
-    """An event without timing recorded on the queue's stream. Events are reused: a marker's
-    goes back to its queue when the marker is collected (a stream that waited for it took the
-    record's state when it was told to wait, so recording the event again changes nothing for
-    it), which saves a hot loop the driver's event creation and destruction each mark."""
+    """An event without timing (a driver API handle: :mod:`cuda_streams`) recorded on the
+    queue's stream. Events are reused: a marker's goes back to its queue when the marker is
+    collected (a stream that waited for it took the record's state when it was told to wait,
+    so recording the event again changes nothing for it), which saves a hot loop the driver's
+    event creation and destruction each mark."""
 
     def __init__(self, queue: CudaQueue):
         self.queue = queue
@@ -371,22 +390,31 @@ class CudaMarker(Marker):
     @_in_context
     def _record(self) -> None:
         free = self.queue._free_events
-        self._event = free.pop() if free else drv.Event(drv.event_flags.DISABLE_TIMING)
-        self._event.record(self.queue.stream)
+        self._event = free.pop() if free else cuda_streams.new_event()
+        cuda_streams.record(self._event, self.queue.stream.handle)
 
     def __del__(self) -> None:
         event = self.__dict__.get("_event")
-        if event is not None and len(self.queue._free_events) < _FREE_EVENTS:
-            self.queue._free_events.append(event)
+        if event is not None:
+            if len(self.queue._free_events) < _FREE_EVENTS:
+                self.queue._free_events.append(event)
+            else:
+                cuda_streams.destroy_event(event)
 
     @_in_context
     def ready(self) -> bool:
-        return self._event.query()
+        return cuda_streams.event_done(self._event)
 
     @_in_context
     def wait(self) -> None:
         self.queue._before_waiting()  # a gate would hold the work before the marker
-        self._event.synchronize()
+        cuda_streams.event_wait(self._event)
+
+
+def _destroy_events(events: list[int]) -> None:
+    for event in events:
+        cuda_streams.destroy_event(event)
+    events.clear()
 
 
 #: events a queue keeps for its next markers
@@ -398,15 +426,23 @@ class CudaQueue(CommandQueue):
     #: the legacy default stream's earlier work (what other libraries' default streams are)
     blocking = True
 
-    def __init__(self, context: CudaContext, tuning: bool, timed: bool = False):
+    def __init__(self, context: CudaContext, tuning: bool, timed: bool = False,
+                 priority: str = "normal"):
         super().__init__(context, tuning, timed)
+        check_priority(priority, self.timed)
         with context.thread_scope():
-            self.stream = drv.Stream()
+            if priority == "high":  # pycuda makes streams of the default priority only
+                self.stream = cuda_streams.RawStream(cuda_streams.priority_range()[1])
+            else:
+                self.stream = drv.Stream()
             self._start = drv.Event() if tuning else None
             self._stop = drv.Event() if tuning else None
+        self.priority = priority
+        self._raw = priority != "normal"  #: launches through the driver API (a raw stream)
         self._gate: _Gate | None = None
         self._ungated = False  #: the gate could not be made here
-        self._free_events: list[Any] = []  #: markers' events to record again
+        self._free_events: list[int] = []  #: markers' events to record again
+        weakref.finalize(self, _destroy_events, self._free_events)
         context._queues.add(self)  # DLPack exports order the consumer after every live queue
 
     @_in_context
@@ -424,7 +460,13 @@ class CudaQueue(CommandQueue):
         block = tuple(local_size) + (1,) * (3 - len(local_size))
         grid = tuple(g // b for g, b in zip(global_size, local_size)) + (1,) * (3 - len(global_size))
         values = [a.pointer if c == "P" else a for a, c in zip(args, fmt)]
-        _enqueue(kernel.handle, grid, block, self.stream, fmt, values)
+        if self._raw:
+            if _pack_arguments is None:
+                raise AccelError("a high-priority queue launches with pycuda's argument "
+                                 "packing (pycuda._pvt_struct), which this pycuda lacks")
+            kernel.raw().launch(grid, block, self.stream.handle, _pack_arguments(fmt, *values))
+        else:
+            _enqueue(kernel.handle, grid, block, self.stream, fmt, values)
 
     @_in_context
     def _finish(self) -> None:
@@ -458,7 +500,7 @@ class CudaQueue(CommandQueue):
 
     @_in_context
     def _wait_for(self, marker: CudaMarker) -> None:
-        self.stream.wait_for_event(marker._event)
+        cuda_streams.wait_event(self.stream.handle, marker._event)
 
     @_in_context
     def _start_timing(self) -> None:
@@ -612,8 +654,8 @@ class CudaContext(Context):
         """A device array at another library's ``pointer``, keeping ``owner`` alive."""
         return CudaArray(self, shape, dtype, wrap=owner, pointer=pointer)
 
-    def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
-        return CudaQueue(self, tuning=False, timed=timed)
+    def create_command_queue(self, *, timed: bool = False, priority: str = "normal") -> CommandQueue:
+        return CudaQueue(self, tuning=False, timed=timed, priority=priority)
 
     def create_tuning_command_queue(self) -> CommandQueue:
         return CudaQueue(self, tuning=True)

@@ -18,7 +18,7 @@ from .context import Context
 from .errors import BackendUnavailableError, CompileError
 from .identity import DeviceIdentity
 from .kernels import Kernel, KernelLimits, Program
-from .queues import CommandQueue, IntervalTimer, Marker
+from .queues import CommandQueue, IntervalTimer, Marker, check_priority
 from .render import RenderedSource
 
 logger = logging.getLogger("autotune.accel")
@@ -426,7 +426,8 @@ class OpenCLContext(Context):
         byte ``offset``, where given)."""
         return OpenCLArray(self, shape, dtype, buffer=buffer, parent=parent, offset=offset)
 
-    def create_command_queue(self, *, timed: bool = False) -> CommandQueue:
+    def create_command_queue(self, *, timed: bool = False, priority: str = "normal") -> CommandQueue:
+        check_priority(priority, timed)  # OpenCL queues have no priority: a normal one
         return OpenCLQueue(self, tuning=False, timed=timed)
 
     def create_tuning_command_queue(self) -> CommandQueue:

@@ -212,6 +212,21 @@ class Marker(ABC):
         """Wait until the work enqueued before the marker has finished."""
 
 
+#: the priorities a queue can be asked for: "high" queues' work is scheduled ahead of the
+#: work of "normal" ones where the device can (CUDA stream priorities)
+PRIORITIES = ("normal", "high")
+
+
+def check_priority(priority: str, timed: bool) -> None:
+    """A ValueError unless ``priority`` is one of :data:`PRIORITIES` (and "normal" where the
+    queue is ``timed``: timed queues measure work as it runs beside the others')."""
+    if priority not in PRIORITIES:
+        raise ValueError(f"queue priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
+    if priority != "normal" and timed:
+        raise ValueError("a timed or tuning queue has normal priority; make the high-priority "
+                         "queue without timed=True")
+
+
 class CommandQueue(ABC):
     """An in-order queue of device work.
 
@@ -220,6 +235,9 @@ class CommandQueue(ABC):
     made it with ``timed=True`` (and every tuning queue) can also time intervals of its work
     without waiting for it (:meth:`interval_timer`), as online tuning does.
     """
+
+    #: the priority this queue's work has: "high" only where the device schedules it so
+    priority = "normal"
 
     def __init__(self, context: ContextRole, tuning: bool, timed: bool = False):
         self.context = context

@@ -179,7 +179,7 @@ class DistributedWilsonOperator(WilsonOperator):
                       "ghost_offsets": ghost_offsets, "link_offsets": link_offsets,
                       "face_sites": tuple(part.face_sites(mu) for mu in range(4))}
         self._kernels: dict[tuple, Any] = {}
-        self._packers: dict[int, Any] = {}
+        self._packers: dict[tuple, Any] = {}  # by (parity, queue)
         self._halo: HaloTemplate | None = None
         # per parity, the checkerboard indices of the block's sites with a hop off the block
         lat = self.lattice
@@ -195,8 +195,11 @@ class DistributedWilsonOperator(WilsonOperator):
             self._boundary.append((self.context.to_device(self.queue, sites if sites.size else
                                                           np.zeros(1, np.uint32)), sites.size))
 
-    def _packer(self, parity: int) -> Any:
-        launch = self._packers.get(parity)
+    def _packer(self, parity: int, queue: accel.CommandQueue | None = None) -> Any:
+        """The pack kernel's launcher for faces of parity ``parity`` on ``queue`` (default:
+        the operator's)."""
+        queue = self.queue if queue is None else queue
+        launch = self._packers.get((parity, queue))
         if launch is None:
             if self._halo is None:
                 local, cut = self.partition.local, self.partition.partitioned
@@ -204,7 +207,7 @@ class DistributedWilsonOperator(WilsonOperator):
                 with tune.collective(self.comm):
                     tuned = HaloTemplate.autotune(self.context, local, cut, self.precision)
                 self._halo = HaloTemplate(self.context, local, cut, self.precision, tuned)
-            launch = self._packers[parity] = self._halo.instantiate(self.queue, parity)
+            launch = self._packers[parity, queue] = self._halo.instantiate(queue, parity)
         return launch
 
     def _kernel(self, parity: int, dagger: bool, xpay: bool, region: str,
@@ -307,9 +310,18 @@ class DistributedWilsonOperator(WilsonOperator):
         # transport's queue: they travel while the interior update runs. Where the copies'
         # queue can wait for the neighbours' faces on the device, the exterior update runs
         # there, as soon as they arrive, beside the interior update's last blocks (it writes
-        # other sites of out; that queue waited for the packing, so for everything before)
-        packed = self._pack(inp, 1 - parity)
+        # other sites of out; that queue waited for the packing, so for everything before).
+        # Policy "overlap" packs on the copies' queue too, beside the interior update: that
+        # queue has high priority where the device has priorities (Transport.copies), so the
+        # packing's and the exterior update's blocks start ahead of the interior's waiting ones
         sites, count = self._boundary[parity]
+        if policy == "overlap":
+            copies = self.transport.copies
+            copies.wait_for(self.queue.mark())  # inp is written, out free
+            self._packer(1 - parity, copies)(self.transport.send, inp)
+            packed = copies.mark()
+        else:
+            packed = self._pack(inp, 1 - parity)
         if policy == "fused":
             self.transport.start(self.transport.send, packed)
             args[5] = self.transport.ghost

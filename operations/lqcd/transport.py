@@ -51,8 +51,10 @@ class Transport(ABC):
                  dtype: Any, routes: list[Route]):
         self.comm, self.context, self.queue = comm, context, queue
         self.size, self.dtype, self.routes = size, np.dtype(dtype), list(routes)
-        #: the copies' own queue: they run beside the caller's kernels
-        self.copies = context.create_command_queue()
+        #: the copies' own queue: they run beside the caller's kernels. High priority where
+        #: the device has priorities: the work the caller puts on it (the packing and the
+        #: exterior update, policy "overlap") starts ahead of the interior update's blocks
+        self.copies = context.create_command_queue(priority="high")
         #: the ghost zone that the exchange last started fills
         self.ghost: accel.DeviceArray
         #: the send buffers, used in turn (:attr:`send`)

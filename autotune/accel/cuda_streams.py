@@ -1,0 +1,193 @@
+"""CUDA streams, events, copies and launches through the driver API itself (libcuda by ctypes).
+
+pycuda makes streams of one priority only, and launches and records events on its own stream
+objects. What it cannot do is done here, on raw handles:
+
+- :class:`RawStream`: a stream of a chosen priority (``cuStreamCreateWithPriority``), for the
+  queues of :meth:`CudaContext.create_command_queue` with ``priority="high"``;
+- :class:`RawFunction`: a kernel's function loaded from its program's image a second time, so
+  that it can be launched on such a stream (``cuLaunchKernel`` with the arguments packed as
+  pycuda packs them);
+- events (markers) and the asynchronous copies, on any queue's stream handle, so that every
+  queue's markers and copies are one kind whatever its stream.
+
+Every call needs the stream's context current (the callers' ``_in_context``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import weakref
+from typing import Any
+
+from . import cuda_interop
+from .errors import AccelError
+
+_NOT_READY = 600  # CUDA_ERROR_NOT_READY
+_EVENT_DISABLE_TIMING = 2
+_CARVEOUT = 9  # CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT
+_BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0  # CU_LAUNCH_PARAM_*
+
+_P, _U, _I, _S = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
+_SIGNATURES = {
+    "cuCtxGetStreamPriorityRange": [ctypes.POINTER(_I), ctypes.POINTER(_I)],
+    "cuStreamCreateWithPriority": [ctypes.POINTER(_P), _U, _I],
+    "cuStreamSynchronize": [_P],
+    "cuStreamDestroy_v2": [_P],
+    "cuEventQuery": [_P],
+    "cuEventSynchronize": [_P],
+    "cuModuleLoadData": [ctypes.POINTER(_P), ctypes.c_char_p],
+    "cuModuleGetFunction": [ctypes.POINTER(_P), _P, ctypes.c_char_p],
+    "cuModuleUnload": [_P],
+    "cuFuncSetAttribute": [_P, _I, _I],
+    "cuLaunchKernel": [_P, _U, _U, _U, _U, _U, _U, _U, _P, _P, ctypes.POINTER(_P)],
+    "cuMemcpyHtoDAsync_v2": [ctypes.c_uint64, _P, _S, _P],
+    "cuMemcpyDtoHAsync_v2": [_P, ctypes.c_uint64, _S, _P],
+    "cuMemcpyDtoDAsync_v2": [ctypes.c_uint64, ctypes.c_uint64, _S, _P],
+    "cuMemsetD8Async": [ctypes.c_uint64, ctypes.c_ubyte, _S, _P],
+}
+_lib: Any = None
+
+
+def driver() -> Any:
+    """libcuda with the signatures this module calls (an AccelError where it cannot load)."""
+    global _lib
+    if _lib is None:
+        lib = cuda_interop._driver()
+        if not lib:
+            raise AccelError("CUDA streams of a priority need libcuda.so.1 through ctypes, "
+                             "which did not load")
+        for name, argtypes in _SIGNATURES.items():
+            getattr(lib, name).argtypes = argtypes
+        _lib = lib
+    return _lib
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise AccelError(f"{what} failed: CUDA error {status}")
+
+
+# Streams -------------------------------------------------------------------------------------
+def priority_range() -> tuple[int, int]:
+    """The current context's stream priorities: (least, greatest); the greatest is the lowest
+    number (-5 .. 0 on recent GPUs)."""
+    least, greatest = _I(), _I()
+    _check(driver().cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)),
+           "cuCtxGetStreamPriorityRange")
+    return least.value, greatest.value
+
+
+def _destroy_stream(lib: Any, handle: int) -> None:
+    try:
+        lib.cuStreamDestroy_v2(handle)
+    except Exception:  # pragma: no cover - at interpreter exit the driver may be gone
+        pass
+
+
+class RawStream:
+    """A blocking stream (it waits for the legacy default stream, as pycuda's do) of the
+    current context, made with ``priority`` (see :func:`priority_range`); destroyed with the
+    object."""
+
+    def __init__(self, priority: int):
+        lib = driver()
+        handle = _P()
+        _check(lib.cuStreamCreateWithPriority(ctypes.byref(handle), 0, priority),
+               "cuStreamCreateWithPriority")
+        self.handle = int(handle.value)
+        self.priority = priority
+        weakref.finalize(self, _destroy_stream, lib, self.handle)
+
+    def synchronize(self) -> None:
+        _check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+
+
+# Events --------------------------------------------------------------------------------------
+def new_event() -> int:
+    """A new event without timing (destroy it with :func:`destroy_event`)."""
+    handle = _P()
+    _check(driver().cuEventCreate(ctypes.byref(handle), _EVENT_DISABLE_TIMING), "cuEventCreate")
+    return int(handle.value)
+
+
+def destroy_event(handle: int) -> None:
+    cuda_interop._destroy_event(driver(), handle)
+
+
+def record(event: int, stream: int) -> None:
+    _check(driver().cuEventRecord(event, stream), "cuEventRecord")
+
+
+def wait_event(stream: int, event: int) -> None:
+    """``stream``'s later work waits for the work before ``event``'s record."""
+    _check(driver().cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+
+
+def event_done(event: int) -> bool:
+    status = driver().cuEventQuery(event)
+    if status == _NOT_READY:
+        return False
+    _check(status, "cuEventQuery")
+    return True
+
+
+def event_wait(event: int) -> None:
+    _check(driver().cuEventSynchronize(event), "cuEventSynchronize")
+
+
+# Copies --------------------------------------------------------------------------------------
+def upload(pointer: int, host: Any, stream: int) -> None:
+    """Host (a contiguous numpy array) to device, enqueued on ``stream``."""
+    _check(driver().cuMemcpyHtoDAsync_v2(pointer, host.ctypes.data, host.nbytes, stream),
+           "cuMemcpyHtoDAsync")
+
+
+def download(host: Any, pointer: int, stream: int) -> None:
+    """Device to host (a contiguous numpy array), enqueued on ``stream``."""
+    _check(driver().cuMemcpyDtoHAsync_v2(host.ctypes.data, pointer, host.nbytes, stream),
+           "cuMemcpyDtoHAsync")
+
+
+def copy(dest: int, source: int, nbytes: int, stream: int) -> None:
+    _check(driver().cuMemcpyDtoDAsync_v2(dest, source, nbytes, stream), "cuMemcpyDtoDAsync")
+
+
+def zero(pointer: int, nbytes: int, stream: int) -> None:
+    _check(driver().cuMemsetD8Async(pointer, 0, nbytes, stream), "cuMemsetD8Async")
+
+
+# Launches ------------------------------------------------------------------------------------
+def _unload(lib: Any, module: int) -> None:
+    try:
+        lib.cuModuleUnload(module)
+    except Exception:  # pragma: no cover - at interpreter exit the driver may be gone
+        pass
+
+
+class RawFunction:
+    """Kernel ``name`` of a module ``image`` (cubin or PTX) loaded in the current context, to
+    launch on raw streams; the module is unloaded with the object."""
+
+    def __init__(self, image: bytes, name: str):
+        lib = driver()
+        module, function = _P(), _P()
+        _check(lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+        weakref.finalize(self, _unload, lib, int(module.value))
+        _check(lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
+               f"cuModuleGetFunction({name})")
+        self.handle = int(function.value)
+
+    def set_carveout(self, percent: int) -> None:
+        _check(driver().cuFuncSetAttribute(self.handle, _CARVEOUT, percent), "cuFuncSetAttribute")
+
+    def launch(self, grid: tuple[int, ...], block: tuple[int, ...], stream: int,
+               packed: bytes) -> None:
+        """Enqueue on ``stream`` with the arguments ``packed`` as one buffer (pycuda's
+        ``_pvt_struct.pack`` of the launch format: each argument at its natural alignment)."""
+        size = _S(len(packed))
+        buffer = ctypes.create_string_buffer(packed, len(packed))
+        extra = (_P * 5)(_BUFFER_POINTER, ctypes.cast(buffer, _P), _BUFFER_SIZE,
+                         ctypes.cast(ctypes.pointer(size), _P), _END)
+        _check(driver().cuLaunchKernel(self.handle, *grid, *block, 0, stream, None, extra),
+               "cuLaunchKernel")

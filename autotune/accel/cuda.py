@@ -109,6 +109,22 @@ def _enqueue(function: Any, grid: tuple[int, ...], block: tuple[int, ...], strea
         function.prepared_async_call(grid, block, stream, *values)
 
 
+def _drop_in_context(owner: Any, *names: str) -> None:
+    """Drop ``owner``'s pycuda objects (its attributes ``names``) with its context current,
+    in whichever thread collects ``owner``: pycuda frees memory, streams, events and modules
+    only where their context is current, and where it cannot make it so (another thread's
+    context) it warns or ends the process ("terminate called recursively"). A daemon thread
+    or the garbage collector may drop the last reference anywhere."""
+    held = [owner.__dict__.pop(name, None) for name in names]
+    if drv is None or all(h is None for h in held):
+        return
+    try:
+        with owner.context.thread_scope():
+            held.clear()
+    except Exception:  # pragma: no cover - at exit, the context may be gone already
+        pass
+
+
 def _in_context(method: Callable) -> Callable:
     """Run a method of an array or queue with its context current: a process may hold contexts
     on several GPUs, and the driver applies a call to whichever is current on the thread."""
@@ -155,6 +171,13 @@ class CudaKernel(Kernel):
     _raw: cuda_streams.RawFunction | None = None
     _carveout: int | None = None
 
+    @property
+    def context(self) -> Any:
+        return self.program.context
+
+    def __del__(self) -> None:
+        _drop_in_context(self, "handle", "_raw")
+
     def raw(self) -> cuda_streams.RawFunction:
         """This kernel loaded again through the driver API, for queues of raw streams (made
         on first use, with the carve-out set on this one; the caller's context is current)."""
@@ -172,6 +195,9 @@ class CudaProgram(Program):
         super().__init__(context, source, seconds, log, compiler)
         self.binary = binary
         self._module = None
+
+    def __del__(self) -> None:
+        _drop_in_context(self, "_module")
 
     def _get_kernel(self, name: str) -> Kernel:
         # loading may wait for the device (lazy loading loads a kernel when first asked for:
@@ -200,6 +226,10 @@ class CudaArray(DeviceArray):
             self.allocation = None
             self.pointer = pointer
         self._owner = wrap  # keeps a wrapped foreign array alive
+
+    def __del__(self) -> None:
+        # the allocation, and a wrapped pycuda object (a peer's mapped memory)
+        _drop_in_context(self, "allocation", "_owner")
 
     def _view(self, offset: int, shape: tuple[int, ...]) -> CudaArray:
         return CudaArray(self.context, shape, self.dtype, wrap=self, pointer=self.pointer + offset)
@@ -444,6 +474,9 @@ class CudaQueue(CommandQueue):
         self._free_events: list[int] = []  #: markers' events to record again
         weakref.finalize(self, _destroy_events, self._free_events)
         context._queues.add(self)  # DLPack exports order the consumer after every live queue
+
+    def __del__(self) -> None:
+        _drop_in_context(self, "stream", "_start", "_stop", "_gate")
 
     @_in_context
     def _launch(self, kernel: CudaKernel, args: list[Any], global_size: tuple[int, ...],

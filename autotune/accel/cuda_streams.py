@@ -17,6 +17,7 @@ Every call needs the stream's context current (the callers' ``_in_context``).
 from __future__ import annotations
 
 import ctypes
+import threading
 import weakref
 from typing import Any
 
@@ -177,6 +178,9 @@ class RawFunction:
         _check(lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
                f"cuModuleGetFunction({name})")
         self.handle = int(function.value)
+        self._buffers: dict[int, tuple] = {}  # by size: (buffer, the launch's extra, its size)
+        self._launch = driver().cuLaunchKernel
+        self._lock = threading.Lock()  # one buffer a size: one launch at a time fills it
 
     def set_carveout(self, percent: int) -> None:
         _check(driver().cuFuncSetAttribute(self.handle, _CARVEOUT, percent), "cuFuncSetAttribute")
@@ -184,10 +188,18 @@ class RawFunction:
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], stream: int,
                packed: bytes) -> None:
         """Enqueue on ``stream`` with the arguments ``packed`` as one buffer (pycuda's
-        ``_pvt_struct.pack`` of the launch format: each argument at its natural alignment)."""
-        size = _S(len(packed))
-        buffer = ctypes.create_string_buffer(packed, len(packed))
-        extra = (_P * 5)(_BUFFER_POINTER, ctypes.cast(buffer, _P), _BUFFER_SIZE,
-                         ctypes.cast(ctypes.pointer(size), _P), _END)
-        _check(driver().cuLaunchKernel(self.handle, *grid, *block, 0, stream, None, extra),
-               "cuLaunchKernel")
+        ``_pvt_struct.pack`` of the launch format: each argument at its natural alignment).
+        The driver copies the arguments at the call, so one buffer a size is reused."""
+        kept = self._buffers.get(len(packed))
+        if kept is None:
+            buffer, size = ctypes.create_string_buffer(len(packed)), _S(len(packed))
+            extra = (_P * 5)(_BUFFER_POINTER, ctypes.cast(buffer, _P), _BUFFER_SIZE,
+                             ctypes.cast(ctypes.pointer(size), _P), _END)
+            kept = self._buffers[len(packed)] = (buffer, extra, size)
+        buffer, extra, _ = kept
+        with self._lock:
+            ctypes.memmove(buffer, packed, len(packed))
+            status = self._launch(self.handle, grid[0], grid[1], grid[2], block[0], block[1],
+                                  block[2], 0, stream, None, extra)
+        if status:
+            _check(status, "cuLaunchKernel")

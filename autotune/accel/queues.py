@@ -274,6 +274,8 @@ class CommandQueue(ABC):
             raise TypeError(f"expected a Marker from queue.mark(), not {type(marker).__name__}")
         if marker.queue.context is not self.context:
             raise AccelError("the marker belongs to a queue of another context")
+        if marker.queue is self:
+            return  # an in-order queue's later work comes after its earlier work anyway
         self._wait_turn()
         self._wait_for(marker)
 

@@ -12,7 +12,8 @@ work the queue then waits for before anything later.
 That is all the ordering the exchange needs, because every rank that sends to a neighbour
 also receives from it (both directions of each cut), and the ghost zones and send buffers are
 double-buffered. A rank's copies of exchange ``r`` (into the neighbour's ghost zone ``r % 2``)
-wait for its packing of ``r``, which its queue runs after its exterior update of ``r - 1``,
+wait for its packing of ``r``, which its queue runs after its exterior update of ``r - 1``
+(policy "overlap" packs and updates the exterior on its copies' queue, in that order too),
 which waited for the neighbour's count ``r - 1``, which the neighbour wrote after its copies of
 ``r - 1``, which waited for its packing of ``r - 1``, which its queue ran after its reads of
 ghost zone ``r % 2`` in exchange ``r - 2``: no face overwrites one still being read. Likewise a
@@ -153,6 +154,25 @@ class FlagSignals:
             self._watch.close()
 
 
+def _watch(watch_ref: Any, signals_ref: Any) -> None:
+    """The watch thread: :meth:`_Watch.run`, then its references dropped with the device's
+    context current (where they are the last, the watch's page-locked buffer and queue are
+    freed here, which needs it)."""
+    watch, signals = watch_ref(), signals_ref()
+    if watch is None or signals is None:
+        return
+    context = signals.context
+    del signals
+    try:
+        watch.run(signals_ref)
+    finally:
+        try:
+            with context.thread_scope():
+                del watch
+        except Exception:  # the process is ending: its contexts may be gone
+            pass
+
+
 class _Watch:
     """A daemon thread that reads a rank's counters and releases its streams from a
     neighbour that stopped (see the module's description)."""
@@ -166,7 +186,9 @@ class _Watch:
         # page-locked: the read is a copy on this queue alone, not one the driver orders
         # after other streams' work
         self.host = signals.context.empty_host(signals.comm.size, np.uint32)
-        self.thread = threading.Thread(target=self._run, args=(weakref.ref(signals),),
+        # the thread holds weak references only: were it to hold the last reference to this
+        # watch when it ends, the page-locked buffer and the queue would be freed there
+        self.thread = threading.Thread(target=_watch, args=(weakref.ref(self), weakref.ref(signals)),
                                        name="autotune-peer-watch", daemon=True)
         weakref.finalize(signals, self.stop.set)
         watch = weakref.ref(self)  # at exit, before the CUDA contexts go; not kept alive by it
@@ -179,13 +201,10 @@ class _Watch:
         if self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join(2 * WATCH_PERIOD + 1)
 
-    def _run(self, ref: Any) -> None:
-        signals = ref()
-        if signals is None:
-            return
+    def run(self, ref: Any) -> None:
+        """The watch's loop (in its thread) while the signals ``ref`` names live."""
         queue, host = self.queue, self.host
         moved: dict[int, tuple[int, float]] = {}  # word -> (value, when it last changed)
-        del signals
         while not self.stop.wait(WATCH_PERIOD):
             signals = ref()
             if signals is None or signals.failed is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import functools
 import logging
 import threading
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import cuda_interop, cuda_streams, nvrtc
+from .cuda_teardown import PageLocked, drop_in_context
 from .arrays import DeviceArray
 from .context import Context
 from .errors import AccelError, BackendUnavailableError, CompileError
@@ -109,22 +111,6 @@ def _enqueue(function: Any, grid: tuple[int, ...], block: tuple[int, ...], strea
         function.prepared_async_call(grid, block, stream, *values)
 
 
-def _drop_in_context(owner: Any, *names: str) -> None:
-    """Drop ``owner``'s pycuda objects (its attributes ``names``) with its context current,
-    in whichever thread collects ``owner``: pycuda frees memory, streams, events and modules
-    only where their context is current, and where it cannot make it so (another thread's
-    context) it warns or ends the process ("terminate called recursively"). A daemon thread
-    or the garbage collector may drop the last reference anywhere."""
-    held = [owner.__dict__.pop(name, None) for name in names]
-    if drv is None or all(h is None for h in held):
-        return
-    try:
-        with owner.context.thread_scope():
-            held.clear()
-    except Exception:  # pragma: no cover - at exit, the context may be gone already
-        pass
-
-
 def _in_context(method: Callable) -> Callable:
     """Run a method of an array or queue with its context current: a process may hold contexts
     on several GPUs, and the driver applies a call to whichever is current on the thread."""
@@ -176,7 +162,7 @@ class CudaKernel(Kernel):
         return self.program.context
 
     def __del__(self) -> None:
-        _drop_in_context(self, "handle", "_raw")
+        drop_in_context(self, "handle", "_raw")
 
     def raw(self) -> cuda_streams.RawFunction:
         """This kernel loaded again through the driver API, for queues of raw streams (made
@@ -197,7 +183,7 @@ class CudaProgram(Program):
         self._module = None
 
     def __del__(self) -> None:
-        _drop_in_context(self, "_module")
+        drop_in_context(self, "_module")
 
     def _get_kernel(self, name: str) -> Kernel:
         # loading may wait for the device (lazy loading loads a kernel when first asked for:
@@ -229,7 +215,7 @@ class CudaArray(DeviceArray):
 
     def __del__(self) -> None:
         # the allocation, and a wrapped pycuda object (a peer's mapped memory)
-        _drop_in_context(self, "allocation", "_owner")
+        drop_in_context(self, "allocation", "_owner")
 
     def _view(self, offset: int, shape: tuple[int, ...]) -> CudaArray:
         return CudaArray(self.context, shape, self.dtype, wrap=self, pointer=self.pointer + offset)
@@ -476,7 +462,7 @@ class CudaQueue(CommandQueue):
         context._queues.add(self)  # DLPack exports order the consumer after every live queue
 
     def __del__(self) -> None:
-        _drop_in_context(self, "stream", "_start", "_stop", "_gate")
+        drop_in_context(self, "stream", "_start", "_stop", "_gate")
 
     @_in_context
     def _launch(self, kernel: CudaKernel, args: list[Any], global_size: tuple[int, ...],
@@ -646,8 +632,16 @@ class CudaContext(Context):
         return CudaArray(self, shape, dtype)
 
     def empty_host(self, shape: int | Sequence[int], dtype: Any) -> np.ndarray:
+        shape, dtype = as_shape(shape), np.dtype(dtype)
         with self.thread_scope(), self._waiting_for_the_device():
-            return drv.pagelocked_empty(as_shape(shape), np.dtype(dtype))
+            memory = drv.pagelocked_empty(shape, dtype)
+        if not memory.nbytes:
+            return memory
+        # the array's memory is a ctypes view that keeps a holder alive, and the holder frees
+        # the page-locked memory with this context current in whichever thread drops it last
+        view = (ctypes.c_byte * memory.nbytes).from_address(memory.ctypes.data)
+        view.holder = PageLocked(self, memory)
+        return np.frombuffer(view, dtype).reshape(shape)
 
     SHARE_HANDLE_BYTES = 64  # a CUipcMemHandle
 

@@ -363,6 +363,9 @@ class CudaIntervalTimer(IntervalTimer):
         self._begin = drv.Event()
         self._end = drv.Event()
 
+    def __del__(self) -> None:
+        drop_in_context(self, "_begin", "_end")
+
     @_in_context
     def _start(self) -> None:
         gate = self.queue._gate

@@ -118,7 +118,7 @@ def _in_context(method: Callable) -> Callable:
     @functools.wraps(method)
     def run(self: Any, *args: Any) -> Any:
         context = self.context
-        if drv.Context.get_current() == context.cu_context:
+        if cuda_streams.current_context() == context.handle:  # the driver's: no pycuda object
             return method(self, *args)
         with context.thread_scope():
             return method(self, *args)
@@ -554,6 +554,7 @@ class CudaContext(Context):
             self.cu_context.push()
             if threading.current_thread() is threading.main_thread():
                 _pushed.append(self.cu_context)
+        self.handle = cuda_streams.current_context()  #: the context's raw handle (it is current)
         self.compiler = "nvrtc" if nvrtc.available() else "nvcc"
         self._gate_function: Any = None
         #: held around driver calls that may wait for all of the device's work (see _Gate)

@@ -72,10 +72,11 @@ def _stream_value_functions() -> tuple[Any, Any] | None:
     found = _stream_values
     if found == 0:
         found = None
+        fast = ctypes.PyDLL(lib._name)  # they only enqueue: called without releasing the GIL
         for suffix in ("_v2", ""):
             try:
-                write = getattr(lib, f"cuStreamWriteValue32{suffix}")
-                wait = getattr(lib, f"cuStreamWaitValue32{suffix}")
+                write = getattr(fast, f"cuStreamWriteValue32{suffix}")
+                wait = getattr(fast, f"cuStreamWaitValue32{suffix}")
             except AttributeError:
                 continue
             for function in (write, wait):

@@ -32,6 +32,7 @@ _BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0  # CU_LAUNCH_PARAM_*
 _P, _U, _I, _S = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
 _SIGNATURES = {
     "cuCtxGetStreamPriorityRange": [ctypes.POINTER(_I), ctypes.POINTER(_I)],
+    "cuCtxGetCurrent": [ctypes.POINTER(_P)],
     "cuStreamCreateWithPriority": [ctypes.POINTER(_P), _U, _I],
     "cuStreamSynchronize": [_P],
     "cuStreamDestroy_v2": [_P],
@@ -47,7 +48,13 @@ _SIGNATURES = {
     "cuMemcpyDtoDAsync_v2": [ctypes.c_uint64, ctypes.c_uint64, _S, _P],
     "cuMemsetD8Async": [ctypes.c_uint64, ctypes.c_ubyte, _S, _P],
 }
+#: calls that only enqueue or read a handle: made without releasing the GIL (ctypes.PyDLL),
+#: which saves a hot loop the GIL's hand-over on every call; blocking calls (synchronize,
+#: copies that may wait for the device) go through driver(), which releases it
+_FAST = ("cuCtxGetCurrent", "cuLaunchKernel", "cuEventRecord", "cuStreamWaitEvent",
+         "cuMemcpyDtoDAsync_v2", "cuMemsetD8Async")
 _lib: Any = None
+_fast: Any = None
 
 
 def driver() -> Any:
@@ -62,6 +69,31 @@ def driver() -> Any:
             getattr(lib, name).argtypes = argtypes
         _lib = lib
     return _lib
+
+
+def fast_driver() -> Any:
+    """libcuda's enqueuing calls (:data:`_FAST`), made without releasing the GIL."""
+    global _fast
+    if _fast is None:
+        slow = driver()
+        lib = ctypes.PyDLL(slow._name)
+        for name in _FAST:
+            function = getattr(lib, name)
+            function.argtypes = getattr(slow, name).argtypes
+        _fast = lib
+    return _fast
+
+
+_current = threading.local()
+
+
+def current_context() -> int:
+    """The raw handle of the context current on this thread (0: none)."""
+    out = getattr(_current, "out", None)
+    if out is None:
+        out = _current.out = _P()
+    _check(fast_driver().cuCtxGetCurrent(ctypes.byref(out)), "cuCtxGetCurrent")
+    return out.value or 0
 
 
 def _check(status: int, what: str) -> None:
@@ -117,12 +149,12 @@ def destroy_event(handle: int) -> None:
 
 
 def record(event: int, stream: int) -> None:
-    _check(driver().cuEventRecord(event, stream), "cuEventRecord")
+    _check(fast_driver().cuEventRecord(event, stream), "cuEventRecord")
 
 
 def wait_event(stream: int, event: int) -> None:
     """``stream``'s later work waits for the work before ``event``'s record."""
-    _check(driver().cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+    _check(fast_driver().cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
 
 
 def event_done(event: int) -> bool:
@@ -151,11 +183,11 @@ def download(host: Any, pointer: int, stream: int) -> None:
 
 
 def copy(dest: int, source: int, nbytes: int, stream: int) -> None:
-    _check(driver().cuMemcpyDtoDAsync_v2(dest, source, nbytes, stream), "cuMemcpyDtoDAsync")
+    _check(fast_driver().cuMemcpyDtoDAsync_v2(dest, source, nbytes, stream), "cuMemcpyDtoDAsync")
 
 
 def zero(pointer: int, nbytes: int, stream: int) -> None:
-    _check(driver().cuMemsetD8Async(pointer, 0, nbytes, stream), "cuMemsetD8Async")
+    _check(fast_driver().cuMemsetD8Async(pointer, 0, nbytes, stream), "cuMemsetD8Async")
 
 
 # Launches ------------------------------------------------------------------------------------
@@ -179,7 +211,7 @@ class RawFunction:
                f"cuModuleGetFunction({name})")
         self.handle = int(function.value)
         self._buffers: dict[int, tuple] = {}  # by size: (buffer, the launch's extra, its size)
-        self._launch = driver().cuLaunchKernel
+        self._launch = fast_driver().cuLaunchKernel
         self._lock = threading.Lock()  # one buffer a size: one launch at a time fills it
 
     def set_carveout(self, percent: int) -> None:

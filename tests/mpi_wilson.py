@@ -231,7 +231,13 @@ def kernels_alone(many: DistributedWilsonOperator, psi: np.ndarray) -> float:
     many.exchange(field.odd, 1)
     whole, parts, fused, again = (many.new_field() for _ in range(4))
     many.dslash_kernel(whole.even, field.odd, 0)()
+    parts.even.zero(many.queue)
     many.dslash_kernel(parts.even, field.odd, 0, "interior")()
+    # the interior update leaves the boundary sites (the exterior update's) alone
+    sites, count = many._boundary[0]
+    boundary = sites.get(many.queue)[:count]
+    if np.any(parts.even.get(many.queue).reshape(12, -1)[:, boundary]):
+        return float("inf")
     many.dslash_kernel(parts.even, field.odd, 0, "exterior")()
     many.dslash_kernel(fused.even, field.odd, 0, "fused")()
     many.dslash_kernel(again.even, field.odd, 0, "fused")()

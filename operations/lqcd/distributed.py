@@ -222,6 +222,11 @@ class DistributedWilsonOperator(WilsonOperator):
             # a site), but one site a slot and nothing staged: the block's kernels launch on
             # site lists and regions that those shapes do not cover
             render = {**t.render_arguments(), "sites": 1, "stage": False}
+            if region == "fused":
+                # one work-item a site: the tuned split made the fused kernel slower (two
+                # H200s, 32^4 a GPU, 2026-11-29: 93.7-94.0 us a dslash with 1, 99.5-100.0 with
+                # the tuned 4), while it makes the interior update faster (73.6 against 76.1 us)
+                render["dir_split"] = 1
             wgs = render["wgs"]
             whole = t.launch_size(render)  # the groups that cover every site, times wgs
             per_group = wgs // render.get("dir_split", 1)  # sites a group takes

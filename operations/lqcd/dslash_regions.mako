@@ -7,8 +7,9 @@
 ##             (dist["region"]: "all", "interior", "exterior" or "fused", see dslash.mako);
 ##             "skip": after the site's coordinates, the boundary sites an interior update
 ##             leaves to the exterior's.
-##             With dir_split > 1 (several work-items a site, whose sums meet at a barrier)
-##             no work-item returns early: the head gives a site that is not updated the
+##             With dir_split > 1 (several work-items a site, whose sums meet at a barrier;
+##             not the fused region, whose kernel takes one work-item a site) no work-item
+##             returns early: the head gives a site that is not updated the
 ##             index 0xFFFFFFFF (past every site: dslash.mako's "cb < VH" tests skip it), and
 ##             makes the skip itself, from the site's coordinates.
 ##   parity, dagger, xpay, bounds, G   (head) the variant, the kernel's bounds and link type
@@ -48,6 +49,7 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
         return;
     const unsigned int cb = sites[get_global_id(0)];
 % elif dist["region"] == "fused":
+<% assert split == 1, "the fused kernel takes one work-item a site" %>\
     /* interior and exterior in one launch: groups take tickets in the order they start; the
        first ${dist["interior_groups"]} update the interior sites, the rest the boundary
        sites once every word of arrivals named in words has reached count (the neighbours'
@@ -80,17 +82,11 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     }
     BARRIER();  /* the group's ticket, and (boundary groups) the faces, for every work-item */
     const bool interior_ = ticket_ < ${dist["interior_groups"]}u;
-% if split > 1:
-    const unsigned int e_ = (interior_ ? ticket_ : ticket_ - ${dist["interior_groups"]}u) * ${SPG}u
-                            + get_local_id(0) % ${SPG}u;
-    unsigned int cb = e_ >= (interior_ ? VH : nsites) ? 0xFFFFFFFFu : interior_ ? e_ : sites[e_];
-% else:
     const unsigned int e_ = interior_ ? ticket_ * ${wgs}u + get_local_id(0)
                                       : (ticket_ - ${dist["interior_groups"]}u) * ${wgs}u + get_local_id(0);
     if (e_ >= (interior_ ? VH : nsites))
         return;
     const unsigned int cb = interior_ ? e_ : sites[e_];
-% endif
 % elif split > 1:
     unsigned int cb = get_group_id(0) * ${SPG}u + get_local_id(0) % ${SPG}u;
 % else:
@@ -98,18 +94,16 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     if (cb >= VH)
         return;
 % endif
-% if split > 1 and dist["region"] in ("interior", "fused") and edges("xyzt"):
-<% half_x = dims[0] // 2 %>\
+% if split > 1 and dist["region"] == "interior" and edges("xyzt"):
+<%
+    X2, Y, Z = dims[0] // 2, dims[1], dims[2]
+    y, z, t = f"(r_ % {Y}u)", f"(r_ / {Y}u % {Z}u)", f"(r_ / {Y * Z}u)"
+    x = f"(2u * (cb - r_ * {X2}u) + (({parity}u + {y} + {z} + {t}) & 1u))"
+%>\
     if (cb < VH)
-    {   /* the site's coordinates, for the boundary skip below */
-        unsigned int r_ = cb / ${half_x}u;
-        const unsigned int xh_ = cb - r_ * ${half_x}u;
-        const unsigned int y_ = r_ % ${dims[1]}u;
-        r_ /= ${dims[1]}u;
-        const unsigned int z_ = r_ % ${dims[2]}u;
-        const unsigned int t_ = r_ / ${dims[2]}u;
-        const unsigned int x_ = 2 * xh_ + ((${parity}u + y_ + z_ + t_) & 1u);
-        if (${"interior_ && " if dist["region"] == "fused" else ""}(${edges(("x_", "y_", "z_", "t_"))}))
+    {   /* the boundary skip, from the site's coordinates */
+        const unsigned int r_ = cb / ${X2}u;
+        if (${edges((x, y, z, t))})
             cb = 0xFFFFFFFFu;  /* a boundary site: the exterior update's */
     }
 % endif

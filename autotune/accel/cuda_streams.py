@@ -111,9 +111,10 @@ def priority_range() -> tuple[int, int]:
     return least.value, greatest.value
 
 
-def _destroy_stream(lib: Any, handle: int) -> None:
+def _release(function: Any, handle: int) -> None:
+    """``function(handle)`` (a driver call that frees ``handle``), errors ignored."""
     try:
-        lib.cuStreamDestroy_v2(handle)
+        function(handle)
     except Exception:  # pragma: no cover - at interpreter exit the driver may be gone
         pass
 
@@ -130,7 +131,7 @@ class RawStream:
                "cuStreamCreateWithPriority")
         self.handle = int(handle.value)
         self.priority = priority
-        weakref.finalize(self, _destroy_stream, lib, self.handle)
+        weakref.finalize(self, _release, lib.cuStreamDestroy_v2, self.handle)
 
     def synchronize(self) -> None:
         _check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
@@ -191,13 +192,6 @@ def zero(pointer: int, nbytes: int, stream: int) -> None:
 
 
 # Launches ------------------------------------------------------------------------------------
-def _unload(lib: Any, module: int) -> None:
-    try:
-        lib.cuModuleUnload(module)
-    except Exception:  # pragma: no cover - at interpreter exit the driver may be gone
-        pass
-
-
 class RawFunction:
     """Kernel ``name`` of a module ``image`` (cubin or PTX) loaded in the current context, to
     launch on raw streams; the module is unloaded with the object."""
@@ -206,7 +200,7 @@ class RawFunction:
         lib = driver()
         module, function = _P(), _P()
         _check(lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
-        weakref.finalize(self, _unload, lib, int(module.value))
+        weakref.finalize(self, _release, lib.cuModuleUnload, int(module.value))
         _check(lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
                f"cuModuleGetFunction({name})")
         self.handle = int(function.value)

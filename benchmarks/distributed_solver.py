@@ -3,6 +3,7 @@
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_solver.py
     --dims X Y Z T --grid PX PY PZ PT [--kappa 0.2 ...] [--tol 1e-10] [--reconstruct 12]
     [--transport auto|peer|host] [--methods cg bicgstab gcr-schwarz] [--block BX BY BZ BT]
+    [--recurrence auto|classic|single_reduction ...]
     [--inner-iterations 10 ...] [--inner-precision half] [--nkrylov 16] [--delta 0.1 ...]
     [--repeat 1] [--json FILE]
 
@@ -60,6 +61,10 @@ def main() -> None:
     parser.add_argument("--reconstruct", type=int, default=12)
     parser.add_argument("--transport", default="auto", choices=["auto", "peer", "host"])
     parser.add_argument("--methods", nargs="+", default=["cg"], choices=METHODS)
+    parser.add_argument("--recurrence", nargs="+", default=["auto"],
+                        choices=["auto", *solvers.CG_RECURRENCES],
+                        help="CG's recurrences, each run (auto: the solver's choice, "
+                             "single_reduction across ranks)")
     parser.add_argument("--block", type=int, nargs=4,
                         help="Schwarz blocks (default: each rank's part)")
     parser.add_argument("--inner-iterations", type=int, nargs="+", default=[10])
@@ -99,7 +104,8 @@ def main() -> None:
                          f"{row['reliable_updates']} updates)"
                          if row["inner_iterations"] else "")
                 print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, "
-                      f"{high.transport.name} transport, kappa {kappa}: {row['method']} "
+                      f"{high.transport.name} transport, kappa {kappa}: {row['method']}"
+                      f"{' (' + row['recurrence'] + ')' if row['recurrence'] else ''} "
                       f"{row['iterations']} iterations{inner} in {row['seconds']:.3f} s "
                       f"(median of {len(row['seconds_all'])}: "
                       f"{min(row['seconds_all']):.3f}-{max(row['seconds_all']):.3f}) "
@@ -126,10 +132,11 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
     blocks = None
     for method in args.methods:
         gcr = method.startswith("gcr")
-        settings = ([(n, d, k) for n in args.inner_iterations for k in args.nkrylov for d in
-                     (args.delta if method.endswith("mixed") else args.delta[:1])]
-                    if gcr else [(0, 0.0, 0)])
-        for inner_steps, delta, nkrylov in settings:
+        settings = ([(n, d, k, None) for n in args.inner_iterations for k in args.nkrylov
+                     for d in (args.delta if method.endswith("mixed") else args.delta[:1])]
+                    if gcr else [(0, 0.0, 0, None if r == "auto" else r) for r in args.recurrence]
+                    if method == "cg" else [(0, 0.0, 0, None)])
+        for inner_steps, delta, nkrylov, recurrence in settings:
             K = None
             if gcr:
                 # the Schwarz preconditioner on the outer solver's vectors (its block operator
@@ -138,7 +145,8 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
                     "Mpc")
                 K = SchwarzPreconditioner(direct[1 if method.endswith("mixed") else 0], blocks,
                                           inner_steps)
-            solve = _solver(method, args, normal, direct, rhs, rhs_n, K, delta, nkrylov)
+            solve = _solver(method, args, normal, direct, rhs, rhs_n, K, delta, nkrylov,
+                            recurrence)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", RuntimeWarning)  # the short warm-up stops early
                 solve(5)  # warm-up: builds, tuning
@@ -149,6 +157,8 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
             seconds = float(np.median(times))
             info = solved[0]
             yield {"method": method, "converged": bool(info.converged),
+                   "recurrence": (solvers.check_recurrence(normal[0], recurrence)
+                                  if method == "cg" else None),
                    "iterations": info.iterations, "true_residual": info.true_residual,
                    "seconds": seconds, "seconds_all": times,
                    "seconds_per_iteration": seconds / max(info.iterations, 1),
@@ -160,11 +170,13 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
 
 def _solver(method: str, args: argparse.Namespace, normal: tuple[Any, Any],
             direct: tuple[Any, Any], rhs: Any, rhs_n: Any, K: SchwarzPreconditioner | None,
-            delta: float, nkrylov: int) -> Callable[[int], tuple[Any, Any]]:
+            delta: float, nkrylov: int,
+            recurrence: str | None = None) -> Callable[[int], tuple[Any, Any]]:
     """``solve(maxiter)`` for ``method`` (CG on the normal equations to a tenth of ``--tol``,
-    as ``WilsonOperator.solve`` asks)."""
+    as ``WilsonOperator.solve`` asks; ``recurrence`` CG's)."""
     if method == "cg":
-        return lambda maxiter: solvers.cg_mixed(*normal, rhs_n, args.tol * 0.1, maxiter=maxiter)
+        return lambda maxiter: solvers.cg_mixed(*normal, rhs_n, args.tol * 0.1, maxiter=maxiter,
+                                                recurrence=recurrence)
     if method == "bicgstab":
         return lambda maxiter: solvers.bicgstab_mixed(*direct, rhs, args.tol, maxiter=maxiter)
     if method == "gcr-schwarz":

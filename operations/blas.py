@@ -21,6 +21,8 @@ axpy_norm_ratio  y = a x + y, a = n / d[i] on the device  |y|^2
 caxpy_norm       y = a x + y, a of the data's field       |y|^2
 xmy_norm         y = x - y                                |y|^2
 axpy_zpbx        x = x + a p;  p = z + b p                -
+cg_update        p = r + b p;  s = w + b s;               -
+                 x = x + a p;  r = r - a s
 cdot_norm        -                                        <x, y>, |x|^2
 bicgstab_xs      x = x + a p + w s;  s = s - w t          <r0, s>, |s|^2
 bicgstab_p       p = r + b (p - w v)                      -
@@ -42,7 +44,8 @@ from .fused import DeviceRatio, FusedOp, FusedTemplate, Output
 from .host import host_call
 
 __all__ = ["BlasTemplate", "DeviceRatio", "OPS", "axpby", "axpy", "axpy_norm", "axpy_zpbx",
-           "bicgstab_p", "bicgstab_xs", "caxpy", "caxpy_norm", "cdot_norm", "xmy_norm", "xpay"]
+           "bicgstab_p", "bicgstab_xs", "caxpy", "caxpy_norm", "cdot_norm", "cg_update", "xmy_norm",
+           "xpay"]
 
 _NORM_Y = Output("real", ("NORM2(y)",))
 
@@ -83,6 +86,12 @@ def _ref_axpy_zpbx(v, s):
     return {"x": v["x"] + s["a"] * v["p"], "p": v["z"] + s["b"] * v["p"]}, ()
 
 
+def _ref_cg_update(v, s):
+    p = v["r"] + s["b"] * v["p"]
+    new_s = v["w"] + s["b"] * v["s"]
+    return {"p": p, "s": new_s, "x": v["x"] + s["a"] * p, "r": v["r"] - s["a"] * new_s}, ()
+
+
 def _ref_cdot_norm(v, s):
     return {}, (np.vdot(v["x"], v["y"]), _norm(v["x"]))
 
@@ -115,6 +124,10 @@ OPS = {op.name: op for op in (
     _op("xmy_norm", ("x", "y"), ("y",), (), "y = SUB(x, y);", (_NORM_Y,), _ref_xmy_norm),
     _op("axpy_zpbx", ("x", "p", "z"), ("x", "p"), (("a", "real"), ("b", "real")),
         "x = ADD(x, RSCALE(p, a)); p = ADD(z, RSCALE(p, b));", reference=_ref_axpy_zpbx),
+    _op("cg_update", ("x", "p", "r", "s", "w"), ("x", "p", "r", "s"),
+        (("a", "real"), ("b", "real")),
+        "p = ADD(r, RSCALE(p, b)); s = ADD(w, RSCALE(s, b)); "
+        "x = ADD(x, RSCALE(p, a)); r = SUB(r, RSCALE(s, a));", reference=_ref_cg_update),
     _op("cdot_norm", ("x", "y"), (), (), "",
         (Output("field", ("CDOT_RE(x, y)", "CDOT_IM(x, y)")), Output("real", ("NORM2(x)",))),
         _ref_cdot_norm),
@@ -176,6 +189,11 @@ def xmy_norm(x, y, *, context=None) -> float:
 def axpy_zpbx(a, p, x, z, b, *, context=None):
     """x = x + a p; p = z + b p (both in place)."""
     return _call("axpy_zpbx", (x, p, z), context, a=a, b=b)
+
+
+def cg_update(a, b, x, p, r, s, w, *, context=None):
+    """The single-reduction CG step: p = r + b p, s = w + b s, x += a p, r -= a s."""
+    return _call("cg_update", (x, p, r, s, w), context, a=a, b=b)
 
 
 def cdot_norm(x, y, *, context=None):

@@ -30,8 +30,51 @@ from .krylov import (POOL_SIZE, LinearOperator, SolveInfo, SolverBreakdown, Vect
 from .reduce import ReduceTemplate
 
 #: The solvers' face: the solvers, and what their callers name (errors, statistics, passes).
-__all__ = ["LinearOperator", "POOL_SIZE", "SolveInfo", "SolverBreakdown", "VectorOps", "bicgstab",
-           "bicgstab_mixed", "cg", "cg_mixed", "check_stopping", "gcr", "gcr_mixed", "vector_ops"]
+__all__ = ["CG_RECURRENCES", "LinearOperator", "POOL_SIZE", "SolveInfo", "SolverBreakdown",
+           "VectorOps", "bicgstab", "bicgstab_mixed", "cg", "cg_mixed", "check_recurrence",
+           "check_stopping", "gcr", "gcr_mixed", "vector_ops"]
+
+#: CG's recurrences: "classic" (Hestenes-Stiefel: <p, A p>, then |r|^2, two reductions a step)
+#: and "single_reduction" (Chronopoulos-Gear: s = A p kept by its own recurrence, so that
+#: <r, A r> and |r|^2 come from one pass after the operator, and one global sum a step across
+#: ranks). In exact arithmetic they make the same iterates.
+CG_RECURRENCES = ("classic", "single_reduction")
+
+
+def check_recurrence(A: LinearOperator, recurrence: str | None) -> str:
+    """The recurrence a CG solve of ``A`` uses: ``recurrence``, or where None,
+    "single_reduction" for an operator over several ranks (``A.comm``: each reduction is a
+    global sum, which every rank waits for) and "classic" otherwise; a ValueError names the
+    choices for anything else."""
+    if recurrence is None:
+        return "single_reduction" if getattr(A, "comm", None) is not None else "classic"
+    if recurrence not in CG_RECURRENCES:
+        raise ValueError(f"CG recurrence must be one of {', '.join(CG_RECURRENCES)} (or None: "
+                         f"chosen by the operator), got {recurrence!r}")
+    return recurrence
+
+
+class _SingleReduction:
+    """Chronopoulos-Gear CG's scalars: each step, from (<r, w>, |r|^2) with w = A r, the step
+    length alpha and the direction's beta, then p = r + beta p, s = w + beta s, x += alpha p,
+    r -= alpha s (``cg_update``, one pass). p and s start at 0."""
+
+    def __init__(self, solver: str):
+        self.solver = solver
+        self.gamma: float | None = None  # |r|^2 of the last step
+        self.alpha = 0.0
+
+    def step(self, ops: VectorOps, x: Any, p: Any, r: Any, s: Any, w: Any, rw: complex,
+             gamma: float, iterations: int) -> None:
+        beta = 0.0 if self.gamma is None else gamma / self.gamma
+        rw = rw.real if isinstance(rw, complex) else rw
+        denominator = rw - (beta * gamma / self.alpha if beta else 0.0)
+        if not denominator > 0:
+            raise SolverBreakdown(f"{self.solver}: <p, A p> = {denominator} at iteration "
+                                  f"{iterations}; the operator is not Hermitian positive-definite")
+        self.alpha = gamma / denominator
+        self.gamma = gamma
+        ops.blas("cg_update", x, p, r, s, w, a=self.alpha, b=beta)
 
 
 def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
@@ -55,10 +98,14 @@ def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
 
 @solver_entry
 def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int = 1000,
-       x0: accel.DeviceArray | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
-    """Conjugate gradients for a Hermitian positive-definite ``A``; stops at |r| / |b| < tol."""
+       x0: accel.DeviceArray | None = None, *,
+       recurrence: str | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
+    """Conjugate gradients for a Hermitian positive-definite ``A``; stops at |r| / |b| < tol.
+    ``recurrence``: one of :data:`CG_RECURRENCES` (None: :func:`check_recurrence`'s choice)."""
     tol, maxiter = check_stopping(tol, maxiter)
     check_system(A, b)
+    if check_recurrence(A, recurrence) == "single_reduction":
+        return _cg_single_reduction(A, b, tol, maxiter, x0)
     start = time.perf_counter()
     ops = vector_ops(A)
     ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
@@ -91,6 +138,48 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
             raise SolverBreakdown(f"CG: the residual became {rr} at iteration {iterations}")
         converged = history[-1] < tol
     return finish("CG", A, ops, b, x, bb, ap, converged, iterations, applications,
+                   history, start, maxiter)
+
+
+def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, maxiter: int,
+                         x0: accel.DeviceArray | None) -> tuple[accel.DeviceArray, SolveInfo]:
+    """CG with one reduction a step (:class:`_SingleReduction`): w = A r, then (<r, w>, |r|^2)
+    in one pass (one global sum across ranks), then the fused update. The solve applies the
+    operator once more than classic CG (w for the residual that converged)."""
+    start = time.perf_counter()
+    ops = vector_ops(A)
+    ops.prepare(blas=("xmy_norm", "cdot_norm", "cg_update"), reduce=("sumsq",))
+    x = ops.new()
+    r, p, s, w = ops.work(), ops.work(), ops.work(), ops.work()
+    b = flat(b)
+    bb = ops.reduce("sumsq", b)
+    if bb == 0:
+        return zero_solution(A.queue, x, start)
+    applications, rr = initial_residual(A, ops, b, bb, x0, x, r)
+    p.zero(A.queue)
+    s.zero(A.queue)
+    history = [math.sqrt(rr / bb)]
+    converged = history[-1] < tol
+    iterations = 0
+    steps = _SingleReduction("CG")
+    while not converged and iterations < maxiter:
+        A.apply(w, r)
+        applications += 1
+        rw, rr = ops.blas("cdot_norm", r, w)
+        if iterations:  # |r|^2 of the last step's residual: the stopping test
+            history.append(math.sqrt(rr / bb))
+            if not math.isfinite(rr):
+                raise SolverBreakdown(f"CG: the residual became {rr} at iteration {iterations}")
+            converged = history[-1] < tol
+            if converged:
+                break
+        steps.step(ops, x, p, r, s, w, rw, rr, iterations)
+        iterations += 1
+    if not converged and iterations == maxiter:  # the last step's residual, not yet measured
+        rr = ops.reduce("sumsq", r)
+        history.append(math.sqrt(rr / bb))
+        converged = history[-1] < tol
+    return finish("CG", A, ops, b, x, bb, w, converged, iterations, applications,
                    history, start, maxiter)
 
 
@@ -175,13 +264,17 @@ def bicgstab(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxite
 
 @solver_entry
 def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10,
-             maxiter: int = 10000, delta: float = 0.1) -> tuple[accel.DeviceArray, SolveInfo]:
+             maxiter: int = 10000, delta: float = 0.1, *,
+             recurrence: str | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
     """CG iterating in ``A_low``'s (single) precision with reliable updates in ``A``'s (double).
 
     Whenever the iterated residual has fallen by ``delta`` since the last update, the solution
     is accumulated in high precision, the true residual b - A x is recomputed there, and the
-    iteration continues from it with the same search direction.
+    iteration continues from it with the same search direction. ``recurrence``: as
+    :func:`cg`'s (single reduction: the low precision w = A r is made again after each update).
     """
+    if check_recurrence(A, recurrence) == "single_reduction":
+        return _cg_mixed_single_reduction(A, A_low, b, tol, maxiter, delta)
     start = time.perf_counter()
     tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta,
                                    ("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"))
@@ -224,6 +317,50 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         rr = rr_new
         if not math.isfinite(rr):
             raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
+    if not converged:
+        m.fold(queue)
+    return finish("mixed CG", A, hi, b, x, bb, tmp, converged, iterations, applications,
+                   history, start, maxiter, reliable_updates=updates)
+
+
+def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
+                               tol: float, maxiter: int,
+                               delta: float) -> tuple[accel.DeviceArray, SolveInfo]:
+    start = time.perf_counter()
+    tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta, ("cdot_norm", "cg_update"))
+    hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
+    queue = A.queue
+    if bb == 0:
+        return zero_solution(queue, x, start)
+    p, s, w = lo.work(), lo.work(), lo.work()
+    p.zero(queue)
+    s.zero(queue)
+    r_max = bb
+    history = [1.0]
+    iterations = applications = updates = 0
+    converged = False
+    steps = _SingleReduction("mixed CG")
+    while iterations < maxiter:
+        A_low.apply(w, rs)
+        applications += 1
+        rw, rr = lo.blas("cdot_norm", rs, w)
+        if iterations and (rr < delta ** 2 * r_max or rr / bb < tol ** 2):
+            r_max = m.reliable_update(A)  # x += x_low, r = b - A x in high precision
+            applications += 1
+            updates += 1
+            history.append(math.sqrt(r_max / bb))
+            if history[-1] < tol:
+                converged = True
+                break
+            A_low.apply(w, rs)  # w for the true residual
+            applications += 1
+            rw, rr = lo.blas("cdot_norm", rs, w)
+        elif iterations:
+            history.append(math.sqrt(rr / bb))
+        if not math.isfinite(rr):
+            raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
+        steps.step(lo, xs, p, rs, s, w, rw, rr, iterations)
+        iterations += 1
     if not converged:
         m.fold(queue)
     return finish("mixed CG", A, hi, b, x, bb, tmp, converged, iterations, applications,

@@ -120,6 +120,8 @@ class Problem:
         # the same blocks (each rank's part), with one MR step length for all of them
         extra = ({"preconditioner": "schwarz", "block": self.local, "inner_iterations": 6,
                   "inner_precision": "half"} if "schwarz" in rest else {})
+        if method == "cg":  # both sides run the same recurrence: across ranks its default
+            extra["cg_recurrence"] = "classic" if "classic" in rest else "single_reduction"
         return (method, self.tol, "eo" in rest, "mixed" if "mixed" in rest else None), extra
 
 

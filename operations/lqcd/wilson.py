@@ -345,8 +345,8 @@ class WilsonOperator:
               precision: str | None = None, maxiter: int = 10000, *,
               sloppy: str = "single", preconditioner: str | None = None,
               block: tuple[int, int, int, int] | None = None, inner_iterations: int = 10,
-              inner_precision: str = "half", nkrylov: int = 16,
-              delta: float = 0.1) -> tuple[np.ndarray, solvers.SolveInfo]:
+              inner_precision: str = "half", nkrylov: int = 16, delta: float = 0.1,
+              cg_recurrence: str | None = None) -> tuple[np.ndarray, solvers.SolveInfo]:
         """Solve M x = b (host arrays in and out); returns ``(x, info)``.
 
         ``method``: "cg" (on the normal equations), "bicgstab" or "gcr" (flexible, restarted
@@ -360,12 +360,16 @@ class WilsonOperator:
         "single" or "double"; :mod:`.schwarz`). ``info.true_residual`` is |b - M x| / |b| for
         the returned x, computed in double precision; with the preconditioner,
         ``info.inner_iterations`` and ``info.preconditioner_seconds`` (the rest of
-        ``info.seconds`` is the outer solver's).
+        ``info.seconds`` is the outer solver's). ``cg_recurrence`` (CG only): one of
+        :data:`operations.solvers.CG_RECURRENCES`; None: "single_reduction" on an operator over
+        several ranks (one global sum a step), else "classic".
         """
+        if cg_recurrence is not None and method != "cg":
+            raise ValueError(f"cg_recurrence is CG's option; method {method!r} takes none")
         schwarz = _schwarz_options(method, even_odd, preconditioner, block, inner_iterations,
                                    inner_precision)
         return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy, schwarz, nkrylov,
-                      delta)
+                      delta, cg_recurrence)
 
 
 class WilsonLinearOperator:
@@ -437,7 +441,8 @@ def _schwarz_options(method: str, even_odd: bool, preconditioner: Any, block: An
 
 def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd: bool,
            precision: str | None, maxiter: int, sloppy: str = "single", schwarz: tuple | None = None,
-           nkrylov: int = 16, delta: float = 0.1) -> tuple[np.ndarray, solvers.SolveInfo]:
+           nkrylov: int = 16, delta: float = 0.1,
+           cg_recurrence: str | None = None) -> tuple[np.ndarray, solvers.SolveInfo]:
     """:meth:`WilsonOperator.solve` (``schwarz``: :func:`_schwarz_options`'s): the right-hand
     side, the solver of ``(method, precision)`` (:data:`_SOLVERS`), the full solution."""
     precision = _check_solve_options(op, method, precision, sloppy)
@@ -453,12 +458,13 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     kind, rhs = _system_rhs(high, b_field, method, even_odd)
     A = high.linear_operator(kind)
     A_low = low.linear_operator(kind) if low is not None else None
+    recurrence = solvers.check_recurrence(A, cg_recurrence)
     # GCR's Schwarz preconditioner acts on the vectors GCR iterates on (mixed: the sloppy ones)
     K = _schwarz_preconditioner(high, A if A_low is None else A_low, schwarz)
     # The normal equations' residual bounds the true one only up to the condition number:
     # CG asks for a tenth of the tolerance, and the true residual of M x = b is checked below.
     system = _System(A, A_low, rhs, tol * 0.1 if method == "cg" else tol, maxiter, nkrylov, K,
-                     delta)
+                     delta, recurrence)
     x, info = _SOLVERS[method, precision](system)
     out = _full_solution(high, x, b_field, even_odd)
     result = high.from_device(out)
@@ -555,19 +561,21 @@ class _System:
     nkrylov: int
     preconditioner: schwarz_module.SchwarzPreconditioner | None
     delta: float
+    recurrence: str  #: CG's (solvers.CG_RECURRENCES)
 
 
 #: the methods :meth:`WilsonOperator.solve` takes
 _METHODS = ("cg", "bicgstab", "gcr")
 _Solver = Callable[[_System], tuple[accel.DeviceArray, solvers.SolveInfo]]
 _PLAIN: dict[str, _Solver] = {
-    "cg": lambda s: solvers.cg(s.A, s.rhs, s.tol, s.maxiter),
+    "cg": lambda s: solvers.cg(s.A, s.rhs, s.tol, s.maxiter, recurrence=s.recurrence),
     "bicgstab": lambda s: solvers.bicgstab(s.A, s.rhs, s.tol, s.maxiter),
     "gcr": lambda s: solvers.gcr(s.A, s.rhs, s.tol, s.maxiter, nkrylov=s.nkrylov,
                                  preconditioner=s.preconditioner),
 }
 _MIXED: dict[str, _Solver] = {
-    "cg": lambda s: solvers.cg_mixed(s.A, s.A_low, s.rhs, s.tol, s.maxiter, delta=s.delta),
+    "cg": lambda s: solvers.cg_mixed(s.A, s.A_low, s.rhs, s.tol, s.maxiter, delta=s.delta,
+                                     recurrence=s.recurrence),
     "bicgstab": lambda s: solvers.bicgstab_mixed(s.A, s.A_low, s.rhs, s.tol, s.maxiter,
                                                  delta=s.delta),
     "gcr": lambda s: solvers.gcr_mixed(s.A, s.A_low, s.rhs, s.tol, s.maxiter, nkrylov=s.nkrylov,

@@ -1,0 +1,97 @@
+"""CG's single-reduction recurrence (Chronopoulos-Gear): the same iterates as the classic one,
+one reduction a step; chosen by default where the operator spans several ranks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from operations import solvers
+from operations.lqcd import WilsonOperator, reference, weak_field
+
+KAPPA = 0.12
+
+
+def _b(dims, seed):
+    x, y, z, t = dims
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((t, z, y, x, 4, 3)) + 1j * rng.standard_normal((t, z, y, x, 4, 3))
+
+
+@pytest.fixture(scope="module")
+def weak8():
+    return weak_field((8, 8, 8, 8), 0.1, seed=3)
+
+
+class Dense:
+    """A dense Hermitian positive-definite matrix as a solver's operator."""
+
+    def __init__(self, context, matrix):
+        self.context, self.queue = context, context.create_command_queue()
+        self.dtype, self.size = np.dtype(np.complex128), matrix.shape[0]
+        self.matrix = matrix
+
+    def apply(self, out, inp):
+        out.set(self.queue, self.matrix @ inp.get(self.queue))
+
+
+def test_both_recurrences_solve_a_dense_system_in_the_same_steps(context):
+    rng = np.random.default_rng(7)
+    n = 60
+    a = rng.standard_normal((n, n)) + 1j * rng.standard_normal((n, n))
+    matrix = a @ a.conj().T + n * np.eye(n)  # Hermitian, condition number about 5
+    rhs = rng.standard_normal(n) + 1j * rng.standard_normal(n)
+    op = Dense(context, matrix)
+    b = context.to_device(op.queue, rhs)
+    want = np.linalg.solve(matrix, rhs)
+    runs = {r: solvers.cg(op, b, 1e-12, recurrence=r) for r in solvers.CG_RECURRENCES}
+    for recurrence, (x, info) in runs.items():
+        assert info.converged, recurrence
+        np.testing.assert_allclose(x.get(op.queue), want, rtol=1e-10, atol=1e-10)
+    classic, single = (runs[r][1] for r in ("classic", "single_reduction"))
+    assert single.iterations == classic.iterations
+    assert single.applications == classic.applications + 1  # w of the converged residual
+    np.testing.assert_allclose(single.history, classic.history, rtol=1e-4)  # rounding at 1e-13
+
+
+@pytest.mark.parametrize("precision", ["double", "mixed"])
+def test_the_wilson_solve_takes_either_recurrence(context, weak8, precision):
+    """Even-odd CG on the normal equations, plain and mixed (reliable updates: the single
+    reduction makes w = A r again after each): both recurrences reach the true residual in
+    the same iterations (mixed: within one) and updates."""
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    b = _b((8, 8, 8, 8), 2)
+    infos = {}
+    for recurrence in solvers.CG_RECURRENCES:
+        x, info = op.solve(b, "cg", 1e-10, True, precision, cg_recurrence=recurrence)
+        true = np.linalg.norm(b - reference.wilson(weak8, x, KAPPA, -1)) / np.linalg.norm(b)
+        assert info.converged and true < 1e-10, (recurrence, true)
+        infos[recurrence] = info
+    classic, single = infos["classic"], infos["single_reduction"]
+    assert abs(single.iterations - classic.iterations) <= (1 if precision == "mixed" else 0)
+    assert single.reliable_updates == classic.reliable_updates
+
+
+def test_the_recurrence_is_chosen_by_the_operator_and_checked(context, weak8):
+    class Ranks:
+        comm = object()
+
+    assert solvers.check_recurrence(Ranks(), None) == "single_reduction"
+    assert solvers.check_recurrence(object(), None) == "classic"
+    assert solvers.check_recurrence(Ranks(), "classic") == "classic"
+    with pytest.raises(ValueError, match="must be one of classic, single_reduction"):
+        solvers.check_recurrence(object(), "pipelined")
+    op = WilsonOperator(context, weak8, KAPPA, "double", 12)
+    with pytest.raises(ValueError, match="cg_recurrence is CG's option"):
+        op.solve(_b((8, 8, 8, 8), 1), "bicgstab", cg_recurrence="classic")
+
+
+def test_a_single_reduction_breakdown_is_reported(context):
+    class Negative(Dense):
+        def apply(self, out, inp):
+            out.set(self.queue, -inp.get(self.queue))
+
+    op = Negative(context, np.eye(20))
+    b = context.to_device(op.queue, np.ones(20, np.complex128))
+    with pytest.raises(solvers.SolverBreakdown, match="<p, A p> = -"):
+        solvers.cg(op, b, recurrence="single_reduction")

@@ -12,11 +12,19 @@
 #                                                     from $DB with 100 launches a batch
 #   benchmarks/quda_side_by_side.sh solvers           double-half and double-single CG at 32^4, kappa 0.2:
 #                                                     ours (benchmarks/solvers.py) and invert_test
+#   benchmarks/quda_side_by_side.sh build-mpi         QUDA built with MPI (QUDA_MPI=ON, against the mpich
+#                                                     wheel's mpicc/mpicxx, which must be on PATH) instead
+#   benchmarks/quda_side_by_side.sh grid [N]          on N GPUs (default 2), a t cut at 32^3 x 64 (32^4 a
+#                                                     GPU): QUDA's dslash_test and its double-single CG
+#                                                     (invert_test) with --gridsize, and on one GPU at
+#                                                     32^4 and 32^3 x 64; then ours the same way
+#                                                     (distributed_dslash.py, distributed_solver.py with
+#                                                     both CG recurrences). Needs build-mpi.
 #
 # QUDA_SRC: the folder of QUDA's build script (default .gpu/quda, a copy of ../shared/quda);
 # its binaries land in /tmp/qb/tests. DB: default /tmp/side-by-side/tune.db.
 set -u
-cmd=${1:?"give build, tune, dslash or solvers"}; shift
+cmd=${1:?"give build, build-mpi, tune, dslash, solvers or grid"}; shift
 OUT=${OUT:?"set OUT to a folder for the results"}
 QUDA_SRC=${QUDA_SRC:-.gpu/quda}
 DB=${DB:-/tmp/side-by-side/tune.db}
@@ -60,5 +68,41 @@ case $cmd in
         --niter 20000 --nsrc 4 > "$OUT/invert_$S.log" 2>&1
       echo "QUDA double-$S (the last source is the one compared): $(grep -E 'Done:' "$OUT/invert_$S.log" | tail -1)"
     done ;;
-  *) echo "unknown command $cmd: give build, tune, dslash or solvers"; exit 2 ;;
+  build-mpi)
+    command -v mpicxx >/dev/null || { echo "mpicxx is not on PATH (the mpich wheel's bin)"; exit 2; }
+    [ -x $QUDA_BIN/dslash_test ] && grep -q "QUDA_MPI:BOOL=ON" /tmp/qb/CMakeCache.txt 2>/dev/null || \
+      (QUDA_MPI=ON CC=mpicc CXX=mpicxx setsid nohup bash "$QUDA_SRC/build.sh" > /tmp/qb.out 2>&1 &) ;;
+  grid)
+    ensure_db; wait_for_quda
+    N=${1:-2}
+    M=$(python -c "import sys; sys.path.insert(0, 'tests'); from processes import mpiexec; print(mpiexec())")
+    # QUDA: --dim is each rank's block; the t cut over N ranks gives 32^3 x (32 N) in all
+    for run in "1 32 1" "1 $((32 * N)) 1" "$N 32 $N"; do
+      set -- $run
+      QUDA_RESOURCE_PATH=/tmp/qres $M -n "$1" $QUDA_BIN/dslash_test --dslash-type wilson --prec single \
+        --recon 12 --dim 32 32 32 "$2" --gridsize 1 1 1 "$3" --niter 1000 --verify false \
+        --gtest_filter='*benchmark*' > "$OUT/quda_grid_n$1_t$2.log" 2>&1
+      echo "QUDA dslash, $1 rank(s), 32^3 x $2 each: $(grep -E 'GFLOPS' "$OUT/quda_grid_n$1_t$2.log" | tail -1)"
+      QUDA_RESOURCE_PATH=/tmp/qres $M -n "$1" $QUDA_BIN/invert_test --dslash-type wilson --inv-type cg \
+        --solve-type normop-pc --prec double --prec-sloppy single --recon 12 --recon-sloppy 12 \
+        --dim 32 32 32 "$2" --gridsize 1 1 1 "$3" --kappa 0.2 --tol 1e-10 --niter 20000 --nsrc 2 \
+        > "$OUT/quda_invert_n$1_t$2.log" 2>&1
+      echo "QUDA double-single CG, $1 rank(s): $(grep -E 'Done:' "$OUT/quda_invert_n$1_t$2.log" | tail -1)"
+    done
+    cd benchmarks
+    for run in "1 32 1" "1 $((32 * N)) 1" "$N $((32 * N)) $N"; do
+      set -- $run
+      AUTOTUNE_DB="$DB" $M -n "$1" python distributed_dslash.py --dims 32 32 32 "$2" --grid 1 1 1 "$3" \
+        --policy overlap overlap_in_order fused --rounds 3 --json "$OUT/ours_grid_n$1_t$2.json" \
+        > "$OUT/ours_grid_n$1_t$2.log" 2>&1
+      echo "ours, $1 rank(s), 32^3 x $2: $(grep -E '^dslash by' "$OUT/ours_grid_n$1_t$2.log")"
+    done
+    for run in "1 1" "$N $N"; do
+      set -- $run
+      AUTOTUNE_DB="$DB" $M -n "$1" python distributed_solver.py --dims 32 32 32 $((32 * N)) \
+        --grid 1 1 1 "$2" --kappa 0.2 --recurrence classic single_reduction \
+        --json "$OUT/ours_cg_n$1.json" > "$OUT/ours_cg_n$1.log" 2>&1
+      grep -E "rank\(s\)" "$OUT/ours_cg_n$1.log"
+    done ;;
+  *) echo "unknown command $cmd: give build, build-mpi, tune, dslash, solvers or grid"; exit 2 ;;
 esac

@@ -1,0 +1,135 @@
+"""Every two- (or N-) GPU figure of the "Many GPUs" targets in one run, with the scaling worked
+out: the distributed dslash's policies in several processes (the spread between runs is large),
+one GPU at the block's size (weak scaling) and at the whole lattice's (strong scaling), and the
+mixed CG's time to solution with each recurrence on one GPU and on N.
+
+Usage (the GPU machine, after ../shared/device's setup with mpi4py and mpich):
+    python benchmarks/many_gpus.py --out DIR [--gpus 2] [--runs 3] [--db tune.db]
+        [--dims 32 32 32 32] [--solver]
+
+``--dims`` is one GPU's block; the lattice is cut in t over ``--gpus`` GPUs. Each step is one
+``mpiexec`` of ``distributed_dslash.py`` or ``distributed_solver.py`` (their JSON files and logs
+go to DIR); the summary (``summary.json`` and a Markdown table on the screen) takes, per policy,
+the median and the best of the runs' medians. Weak scaling is one GPU's dslash at the block
+over N GPUs' at N blocks; strong scaling one GPU's at the whole lattice over N GPUs'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+POLICIES = ("overlap", "overlap_in_order", "fused")
+
+
+def mpiexec() -> str:
+    sys.path.insert(0, str(ROOT / "tests"))
+    from processes import mpiexec as found
+
+    return found()
+
+
+def run(command: list[str], log: Path, env: dict, timeout: float) -> int:
+    with log.open("w") as out:
+        try:
+            return subprocess.run(command, cwd=HERE, stdout=out, stderr=subprocess.STDOUT,
+                                  env=env, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            out.write(f"\n(timed out after {timeout:g} s)\n")
+            return 124
+
+
+def dslash(out: Path, env: dict, ranks: int, dims: list[int], grid: list[int], tag: str,
+           policies: tuple[str, ...]) -> dict[str, float] | None:
+    """One distributed_dslash.py run: seconds per policy (None where it failed)."""
+    path = out / f"dslash_{tag}.json"
+    command = [mpiexec(), "-n", str(ranks), sys.executable, "distributed_dslash.py",
+               "--dims", *map(str, dims), "--grid", *map(str, grid), "--policy", *policies,
+               "--rounds", "3", "--json", str(path)]
+    if run(command, out / f"dslash_{tag}.log", env, 300) != 0 or not path.exists():
+        return None
+    return json.loads(path.read_text())[0]["dslash_seconds_by_policy"]
+
+
+def solver(out: Path, env: dict, ranks: int, dims: list[int], grid: list[int],
+           tag: str) -> dict[str, float] | None:
+    """One distributed_solver.py run of the mixed CG with both recurrences: seconds each."""
+    path = out / f"cg_{tag}.json"
+    command = [mpiexec(), "-n", str(ranks), sys.executable, "distributed_solver.py",
+               "--dims", *map(str, dims), "--grid", *map(str, grid), "--kappa", "0.2",
+               "--recurrence", "classic", "single_reduction", "--json", str(path)]
+    if run(command, out / f"cg_{tag}.log", env, 540) != 0 or not path.exists():
+        return None
+    return {row["recurrence"]: row["seconds"] for row in json.loads(path.read_text())["runs"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--gpus", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3, help="N-GPU dslash processes")
+    parser.add_argument("--db", help="AUTOTUNE_DB for every step (default: as set)")
+    parser.add_argument("--dims", type=int, nargs=4, default=[32, 32, 32, 32])
+    parser.add_argument("--solver", action="store_true", help="the mixed CG too")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    if args.db:
+        env["AUTOTUNE_DB"] = str(Path(args.db).resolve())
+    n = args.gpus
+    block = list(args.dims)
+    whole = block[:3] + [block[3] * n]
+    one, cut = [1, 1, 1, 1], [1, 1, 1, n]
+    summary: dict = {"date": time.strftime("%Y-%m-%d"), "gpus": n, "block": block, "lattice": whole}
+    summary["one_gpu_block"] = dslash(args.out, env, 1, block, one, "1_block", ("overlap",))
+    summary["one_gpu_lattice"] = dslash(args.out, env, 1, whole, one, "1_lattice", ("overlap",))
+    runs = [dslash(args.out, env, n, whole, cut, f"{n}_run{i}", POLICIES) for i in range(args.runs)]
+    summary["runs"] = runs
+    good = [r for r in runs if r]
+    t_block = (summary["one_gpu_block"] or {}).get("overlap")
+    t_whole = (summary["one_gpu_lattice"] or {}).get("overlap")
+    rows = []
+    for policy in POLICIES:
+        times = [r[policy] for r in good if policy in r]
+        if not times:
+            continue
+        median, best = statistics.median(times), min(times)
+        row = {"policy": policy, "median_us": median * 1e6, "best_us": best * 1e6,
+               "all_us": [t * 1e6 for t in times]}
+        if t_block and t_whole:
+            row.update(weak_median=t_block / median, weak_best=t_block / best,
+                       strong_median=t_whole / median, strong_best=t_whole / best)
+        rows.append(row)
+    summary["policies"] = rows
+    if args.solver:
+        cg_one = solver(args.out, env, 1, whole, one, "1")
+        cg_n = solver(args.out, env, n, whole, cut, str(n))
+        summary["cg"] = {"one_gpu": cg_one, f"{n}_gpus": cg_n,
+                         "strong": {k: cg_one[k] / cg_n[k] for k in (cg_one or {})
+                                    if cg_n and k in cg_n}}
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(f"one GPU: block {t_block and t_block * 1e6:.1f} us, lattice "
+          f"{t_whole and t_whole * 1e6:.1f} us" if t_block and t_whole else "one GPU: failed")
+    print("| policy | median | best | runs | weak (median / best) | strong (median / best) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for row in rows:
+        scaling = (f"{row['weak_median']:.1%} / {row['weak_best']:.1%} | "
+                   f"{row['strong_median']:.2f}x / {row['strong_best']:.2f}x"
+                   if "weak_median" in row else "- | -")
+        print(f"| {row['policy']} | {row['median_us']:.1f} us | {row['best_us']:.1f} us | "
+              f"{', '.join(f'{t:.1f}' for t in row['all_us'])} | {scaling} |")
+    if args.solver:
+        print(f"mixed CG seconds, one GPU {summary['cg']['one_gpu']}, {n} GPUs "
+              f"{summary['cg'][f'{n}_gpus']}, strong scaling {summary['cg']['strong']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -55,6 +55,27 @@ def test_a_high_priority_queue_runs_kernels_copies_and_markers_with_the_others(c
     assert not np.any(x.get(normal))
 
 
+def test_a_queue_waits_for_the_work_another_queue_has_so_far(context):
+    """``wait_for_queue``: a copy on one queue reads what a long kernel on another wrote, and
+    a kernel enqueued on the other queue after the wait is not waited for (the high-priority
+    queue of the multi-GPU dslash hands over work so every step)."""
+    kernel = context.build(BUSY).get_kernel("busy")
+    first, second = context.create_command_queue(), context.create_command_queue(priority="high")
+    n = 1 << 16
+    reps = 20000 if context.device.is_gpu else 200
+    host = np.linspace(-1, 1, n, dtype=np.float32)
+    x = context.to_device(first, host)
+    y, z = context.allocate(n, np.float32), context.allocate(n, np.float32)
+    first.finish()
+    first.enqueue_kernel(kernel, [y, x, np.uint32(n), np.uint32(reps)], n, 64)
+    second.wait_for_queue(first)
+    first.enqueue_kernel(kernel, [x, x, np.uint32(n), np.uint32(reps)], n, 64)  # after the wait
+    second.wait_for_queue(second)  # its own work: nothing to wait for
+    z.copy_from(second, y)
+    np.testing.assert_allclose(z.get(second), _expected(host, reps), rtol=1e-3, atol=1e-3)
+    first.finish()
+
+
 def test_queue_priorities_are_checked(context):
     with pytest.raises(ValueError, match="must be one of normal, high, got 'urgent'"):
         context.create_command_queue(priority="urgent")

@@ -525,6 +525,14 @@ class CudaQueue(CommandQueue):
         cuda_streams.wait_event(self.stream.handle, marker._event)
 
     @_in_context
+    def _wait_for_queue(self, other: CudaQueue) -> None:
+        # the other queue's reusable ordering event: a stream that waits takes the record's
+        # state when it is told to, so recording it again for the next hand-over is safe
+        event = other.__dict__.get("_order_event") or cuda_interop.queue_event(other)
+        cuda_streams.record(event, other.stream.handle)
+        cuda_streams.wait_event(self.stream.handle, event)
+
+    @_in_context
     def _start_timing(self) -> None:
         self._start.record(self.stream)
 

@@ -282,6 +282,21 @@ class CommandQueue(ABC):
     @abstractmethod
     def _wait_for(self, marker: Marker) -> None: ...
 
+    def wait_for_queue(self, other: CommandQueue) -> None:
+        """Make work enqueued on this queue from now on wait (on the device) for the work
+        enqueued on ``other`` (a queue of the same context) so far: ``wait_for(other.mark())``,
+        where a backend can, without a marker to make and collect (two queues that hand over
+        work every step of a hot loop)."""
+        if other is self:
+            return
+        if other.context is not self.context:
+            raise AccelError("the queue belongs to another context")
+        self._wait_turn()
+        self._wait_for_queue(other)
+
+    def _wait_for_queue(self, other: CommandQueue) -> None:
+        self._wait_for(other._mark())
+
     @property
     def stream_values(self) -> bool:
         """Whether :meth:`write_value` and :meth:`wait_value` work on this queue (CUDA)."""

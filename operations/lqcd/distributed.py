@@ -322,7 +322,7 @@ class DistributedWilsonOperator(WilsonOperator):
         sites, count = self._boundary[parity]
         if policy == "overlap":
             copies = self.transport.copies
-            copies.wait_for(self.queue.mark())  # inp is written, out free
+            copies.wait_for_queue(self.queue)  # inp is written, out free
             self._packer(1 - parity, copies)(self.transport.send, inp)
             packed = copies.mark()
         else:
@@ -342,8 +342,7 @@ class DistributedWilsonOperator(WilsonOperator):
             ready = self.queue
         args[-2:] = [sites, np.uint32(count)]
         self._kernel(*variant, "exterior", ready)(args)
-        if ready is not self.queue:
-            self.queue.wait_for(ready.mark())
+        self.queue.wait_for_queue(ready)  # (nothing where ready is the queue itself)
 
     def _fused(self, args: list, variant: tuple[int, bool, bool], sites: accel.DeviceArray,
                count: int) -> None:

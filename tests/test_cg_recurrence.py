@@ -54,16 +54,19 @@ def test_both_recurrences_solve_a_dense_system_in_the_same_steps(context):
     np.testing.assert_allclose(single.history, classic.history, rtol=1e-4)  # rounding at 1e-13
 
 
-@pytest.mark.parametrize("precision", ["double", "mixed"])
-def test_the_wilson_solve_takes_either_recurrence(context, weak8, precision):
-    """Even-odd CG on the normal equations, plain and mixed (reliable updates: the single
-    reduction makes w = A r again after each): both recurrences reach the true residual in
-    the same iterations (mixed: within one) and updates."""
+@pytest.mark.parametrize("precision,sloppy", [("double", "single"), ("mixed", "single"),
+                                              ("mixed", "half")])
+def test_the_wilson_solve_takes_either_recurrence(context, weak8, precision, sloppy):
+    """Even-odd CG on the normal equations, plain and mixed with single or half precision
+    iterations (reliable updates: the single reduction makes w = A r again after each): both
+    recurrences reach the true residual in the same iterations (mixed: within one) and
+    updates."""
     op = WilsonOperator(context, weak8, KAPPA, "double", 12)
     b = _b((8, 8, 8, 8), 2)
     infos = {}
     for recurrence in solvers.CG_RECURRENCES:
-        x, info = op.solve(b, "cg", 1e-10, True, precision, cg_recurrence=recurrence)
+        x, info = op.solve(b, "cg", 1e-10, True, precision, sloppy=sloppy,
+                           cg_recurrence=recurrence)
         true = np.linalg.norm(b - reference.wilson(weak8, x, KAPPA, -1)) / np.linalg.norm(b)
         assert info.converged and true < 1e-10, (recurrence, true)
         infos[recurrence] = info

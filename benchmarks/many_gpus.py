@@ -17,6 +17,7 @@ over N GPUs' at N blocks; strong scaling one GPU's at the whole lattice over N G
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -30,7 +31,9 @@ ROOT = HERE.parent
 POLICIES = ("overlap", "overlap_in_order", "fused")
 
 
+@functools.cache
 def mpiexec() -> str:
+    """The mpiexec the tests use (found once)."""
     sys.path.insert(0, str(ROOT / "tests"))
     from processes import mpiexec as found
 

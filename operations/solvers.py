@@ -175,7 +175,7 @@ def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, ma
                 break
         steps.step(ops, x, p, r, s, w, rw, rr, iterations)
         iterations += 1
-    if not converged and iterations == maxiter:  # the last step's residual, not yet measured
+    if not converged:  # stopped by maxiter: the last step's residual, not yet measured
         rr = ops.reduce("sumsq", r)
         history.append(math.sqrt(rr / bb))
         converged = history[-1] < tol

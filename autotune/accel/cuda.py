@@ -457,7 +457,7 @@ class CudaQueue(CommandQueue):
             self._start = drv.Event() if tuning else None
             self._stop = drv.Event() if tuning else None
         self.priority = priority
-        self._raw = priority != "normal"  #: launches through the driver API (a raw stream)
+        self._raw = isinstance(self.stream, cuda_streams.RawStream)  #: pycuda cannot launch there
         self._gate: _Gate | None = None
         self._ungated = False  #: the gate could not be made here
         self._free_events: list[int] = []  #: markers' events to record again

@@ -33,12 +33,12 @@ import weakref
 from collections.abc import Hashable
 from typing import Any
 
-from . import dlpack
+from . import cuda_streams, dlpack
+from .errors import AccelError
 from .interop import (CudaArrayInterface, Foreign, check_c_contiguous, elsewhere_error,
                       read_cuda_array_interface, type_name)
 
 _POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-_EVENT_DISABLE_TIMING = 2  # CU_EVENT_DISABLE_TIMING
 LEGACY_STREAM = 1  # CU_STREAM_LEGACY / cudaStreamLegacy, as in both protocols
 PER_THREAD_STREAM = 2  # CU_STREAM_PER_THREAD
 _libcuda: Any = None
@@ -46,18 +46,13 @@ _stream_values: Any = 0  # (write, wait) functions, None where missing, 0 before
 
 
 def _driver() -> Any:
-    """libcuda through ctypes (False where it cannot be loaded)."""
+    """libcuda through ctypes, as :func:`cuda_streams.driver` loads it (False where it cannot
+    be loaded)."""
     global _libcuda
     if _libcuda is None:
         try:
-            lib = ctypes.CDLL("libcuda.so.1")
-            lib.cuPointerGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint64]
-            lib.cuEventCreate.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint]
-            lib.cuEventRecord.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-            lib.cuStreamWaitEvent.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint]
-            lib.cuEventDestroy_v2.argtypes = [ctypes.c_void_p]
-            _libcuda = lib
-        except (OSError, AttributeError):
+            _libcuda = cuda_streams.driver()
+        except AccelError:
             _libcuda = False
     return _libcuda
 
@@ -97,7 +92,7 @@ def stream_write_value(stream: int, address: int, value: int) -> None:
     """Enqueue on ``stream``: the 32-bit word at device ``address`` becomes ``value`` (after a
     memory barrier: the stream's earlier writes are visible first)."""
     write, _ = _stream_value_functions()
-    _check(write(stream, address, value, 0), "cuStreamWriteValue32")
+    cuda_streams.check(write(stream, address, value, 0), "cuStreamWriteValue32")
 
 
 _WAIT_VALUE_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ: (int32_t)(*addr - value) >= 0
@@ -107,14 +102,7 @@ def stream_wait_value(stream: int, address: int, value: int) -> None:
     """Enqueue on ``stream``: later work waits until the 32-bit word at ``address`` has reached
     ``value`` (a cyclic comparison: counters may wrap around)."""
     _, wait = _stream_value_functions()
-    _check(wait(stream, address, value, _WAIT_VALUE_GEQ), "cuStreamWaitValue32")
-
-
-def _check(status: int, what: str) -> None:
-    if status != 0:
-        from .errors import AccelError
-
-        raise AccelError(f"{what} failed with CUDA error {status}")
+    cuda_streams.check(wait(stream, address, value, _WAIT_VALUE_GEQ), "cuStreamWaitValue32")
 
 
 def pointer_device(pointer: int) -> int | None:
@@ -130,28 +118,13 @@ def pointer_device(pointer: int) -> int | None:
     return ordinal.value if ordinal.value >= 0 else None
 
 
-def _destroy_event(lib: Any, handle: int) -> None:
-    try:
-        lib.cuEventDestroy_v2(handle)
-    except Exception:  # pragma: no cover - at interpreter exit the driver may be gone
-        pass
-
-
 def queue_event(queue: Any) -> int:
     """The queue's reusable ordering event (made on first use, destroyed with the queue)."""
     event = getattr(queue, "_order_event", None)
     if event is None:
-        lib = _driver()
-        if not lib:
-            from .errors import AccelError
-
-            raise AccelError("stream ordering needs libcuda.so.1 through ctypes, which did not "
-                             "load")
-        handle = ctypes.c_void_p()
         with queue.context.thread_scope():
-            _check(lib.cuEventCreate(ctypes.byref(handle), _EVENT_DISABLE_TIMING), "cuEventCreate")
-        event = queue._order_event = int(handle.value)
-        weakref.finalize(queue, _destroy_event, lib, event)
+            event = queue._order_event = cuda_streams.new_event()
+        weakref.finalize(queue, cuda_streams.destroy_event, event)
     return event
 
 
@@ -184,8 +157,8 @@ def wait_for_stream(queue: Any, stream: int, seen: set | None = None) -> None:
             status = lib.cuEventRecord(event, stream)
     else:
         status = lib.cuEventRecord(event, stream)
-    _check(status, "cuEventRecord")
-    _check(lib.cuStreamWaitEvent(ours, event, 0), "cuStreamWaitEvent")
+    cuda_streams.check(status, "cuEventRecord")
+    cuda_streams.check(lib.cuStreamWaitEvent(ours, event, 0), "cuStreamWaitEvent")
 
 
 def stream_waits_for_queues(context: Any, stream: int) -> None:
@@ -197,9 +170,9 @@ def stream_waits_for_queues(context: Any, stream: int) -> None:
         if ours == stream:
             continue
         event = queue_event(queue)
-        _check(lib.cuEventRecord(event, ours), "cuEventRecord")
+        cuda_streams.check(lib.cuEventRecord(event, ours), "cuEventRecord")
         with _in_context_of(context, stream):
-            _check(lib.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+            cuda_streams.check(lib.cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
 
 
 # In ------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import threading
 import weakref
 from typing import Any
 
-from . import cuda_interop
 from .errors import AccelError
 
 _NOT_READY = 600  # CUDA_ERROR_NOT_READY
@@ -31,6 +30,11 @@ _BUFFER_POINTER, _BUFFER_SIZE, _END = 1, 2, 0  # CU_LAUNCH_PARAM_*
 
 _P, _U, _I, _S = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_size_t
 _SIGNATURES = {
+    "cuPointerGetAttribute": [_P, _I, ctypes.c_uint64],
+    "cuEventCreate": [ctypes.POINTER(_P), _U],
+    "cuEventRecord": [_P, _P],
+    "cuStreamWaitEvent": [_P, _P, _U],
+    "cuEventDestroy_v2": [_P],
     "cuCtxGetStreamPriorityRange": [ctypes.POINTER(_I), ctypes.POINTER(_I)],
     "cuCtxGetCurrent": [ctypes.POINTER(_P)],
     "cuStreamCreateWithPriority": [ctypes.POINTER(_P), _U, _I],
@@ -61,12 +65,12 @@ def driver() -> Any:
     """libcuda with the signatures this module calls (an AccelError where it cannot load)."""
     global _lib
     if _lib is None:
-        lib = cuda_interop._driver()
-        if not lib:
-            raise AccelError("CUDA streams of a priority need libcuda.so.1 through ctypes, "
-                             "which did not load")
-        for name, argtypes in _SIGNATURES.items():
-            getattr(lib, name).argtypes = argtypes
+        try:
+            lib = ctypes.CDLL("libcuda.so.1")
+            for name, argtypes in _SIGNATURES.items():
+                getattr(lib, name).argtypes = argtypes
+        except (OSError, AttributeError) as exc:
+            raise AccelError(f"the CUDA driver API needs libcuda.so.1 through ctypes: {exc}") from exc
         _lib = lib
     return _lib
 
@@ -92,11 +96,12 @@ def current_context() -> int:
     out = getattr(_current, "out", None)
     if out is None:
         out = _current.out = _P()
-    _check(fast_driver().cuCtxGetCurrent(ctypes.byref(out)), "cuCtxGetCurrent")
+    check(fast_driver().cuCtxGetCurrent(ctypes.byref(out)), "cuCtxGetCurrent")
     return out.value or 0
 
 
-def _check(status: int, what: str) -> None:
+def check(status: int, what: str) -> None:
+    """An AccelError naming the driver call ``what`` unless ``status`` is CUDA_SUCCESS."""
     if status != 0:
         raise AccelError(f"{what} failed: CUDA error {status}")
 
@@ -106,7 +111,7 @@ def priority_range() -> tuple[int, int]:
     """The current context's stream priorities: (least, greatest); the greatest is the lowest
     number (-5 .. 0 on recent GPUs)."""
     least, greatest = _I(), _I()
-    _check(driver().cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)),
+    check(driver().cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)),
            "cuCtxGetStreamPriorityRange")
     return least.value, greatest.value
 
@@ -127,68 +132,68 @@ class RawStream:
     def __init__(self, priority: int):
         lib = driver()
         handle = _P()
-        _check(lib.cuStreamCreateWithPriority(ctypes.byref(handle), 0, priority),
+        check(lib.cuStreamCreateWithPriority(ctypes.byref(handle), 0, priority),
                "cuStreamCreateWithPriority")
         self.handle = int(handle.value)
         self.priority = priority
         weakref.finalize(self, _release, lib.cuStreamDestroy_v2, self.handle)
 
     def synchronize(self) -> None:
-        _check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+        check(driver().cuStreamSynchronize(self.handle), "cuStreamSynchronize")
 
 
 # Events --------------------------------------------------------------------------------------
 def new_event() -> int:
     """A new event without timing (destroy it with :func:`destroy_event`)."""
     handle = _P()
-    _check(driver().cuEventCreate(ctypes.byref(handle), _EVENT_DISABLE_TIMING), "cuEventCreate")
+    check(driver().cuEventCreate(ctypes.byref(handle), _EVENT_DISABLE_TIMING), "cuEventCreate")
     return int(handle.value)
 
 
 def destroy_event(handle: int) -> None:
-    cuda_interop._destroy_event(driver(), handle)
+    _release(driver().cuEventDestroy_v2, handle)
 
 
 def record(event: int, stream: int) -> None:
-    _check(fast_driver().cuEventRecord(event, stream), "cuEventRecord")
+    check(fast_driver().cuEventRecord(event, stream), "cuEventRecord")
 
 
 def wait_event(stream: int, event: int) -> None:
     """``stream``'s later work waits for the work before ``event``'s record."""
-    _check(fast_driver().cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
+    check(fast_driver().cuStreamWaitEvent(stream, event, 0), "cuStreamWaitEvent")
 
 
 def event_done(event: int) -> bool:
     status = driver().cuEventQuery(event)
     if status == _NOT_READY:
         return False
-    _check(status, "cuEventQuery")
+    check(status, "cuEventQuery")
     return True
 
 
 def event_wait(event: int) -> None:
-    _check(driver().cuEventSynchronize(event), "cuEventSynchronize")
+    check(driver().cuEventSynchronize(event), "cuEventSynchronize")
 
 
 # Copies --------------------------------------------------------------------------------------
 def upload(pointer: int, host: Any, stream: int) -> None:
     """Host (a contiguous numpy array) to device, enqueued on ``stream``."""
-    _check(driver().cuMemcpyHtoDAsync_v2(pointer, host.ctypes.data, host.nbytes, stream),
+    check(driver().cuMemcpyHtoDAsync_v2(pointer, host.ctypes.data, host.nbytes, stream),
            "cuMemcpyHtoDAsync")
 
 
 def download(host: Any, pointer: int, stream: int) -> None:
     """Device to host (a contiguous numpy array), enqueued on ``stream``."""
-    _check(driver().cuMemcpyDtoHAsync_v2(host.ctypes.data, pointer, host.nbytes, stream),
+    check(driver().cuMemcpyDtoHAsync_v2(host.ctypes.data, pointer, host.nbytes, stream),
            "cuMemcpyDtoHAsync")
 
 
 def copy(dest: int, source: int, nbytes: int, stream: int) -> None:
-    _check(fast_driver().cuMemcpyDtoDAsync_v2(dest, source, nbytes, stream), "cuMemcpyDtoDAsync")
+    check(fast_driver().cuMemcpyDtoDAsync_v2(dest, source, nbytes, stream), "cuMemcpyDtoDAsync")
 
 
 def zero(pointer: int, nbytes: int, stream: int) -> None:
-    _check(fast_driver().cuMemsetD8Async(pointer, 0, nbytes, stream), "cuMemsetD8Async")
+    check(fast_driver().cuMemsetD8Async(pointer, 0, nbytes, stream), "cuMemsetD8Async")
 
 
 # Launches ------------------------------------------------------------------------------------
@@ -199,9 +204,9 @@ class RawFunction:
     def __init__(self, image: bytes, name: str):
         lib = driver()
         module, function = _P(), _P()
-        _check(lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
+        check(lib.cuModuleLoadData(ctypes.byref(module), image), "cuModuleLoadData")
         weakref.finalize(self, _release, lib.cuModuleUnload, int(module.value))
-        _check(lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
+        check(lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
                f"cuModuleGetFunction({name})")
         self.handle = int(function.value)
         self._buffers: dict[int, tuple] = {}  # by size: (buffer, the launch's extra, its size)
@@ -209,7 +214,7 @@ class RawFunction:
         self._lock = threading.Lock()  # one buffer a size: one launch at a time fills it
 
     def set_carveout(self, percent: int) -> None:
-        _check(driver().cuFuncSetAttribute(self.handle, _CARVEOUT, percent), "cuFuncSetAttribute")
+        check(driver().cuFuncSetAttribute(self.handle, _CARVEOUT, percent), "cuFuncSetAttribute")
 
     def launch(self, grid: tuple[int, ...], block: tuple[int, ...], stream: int,
                packed: bytes) -> None:
@@ -228,4 +233,4 @@ class RawFunction:
             status = self._launch(self.handle, grid[0], grid[1], grid[2], block[0], block[1],
                                   block[2], 0, stream, None, extra)
         if status:
-            _check(status, "cuLaunchKernel")
+            check(status, "cuLaunchKernel")

@@ -155,22 +155,12 @@ class FlagSignals:
 
 
 def _watch(watch_ref: Any, signals_ref: Any) -> None:
-    """The watch thread: :meth:`_Watch.run`, then its references dropped with the device's
-    context current (where they are the last, the watch's page-locked buffer and queue are
-    freed here, which needs it)."""
-    watch, signals = watch_ref(), signals_ref()
-    if watch is None or signals is None:
-        return
-    context = signals.context
-    del signals
-    try:
+    """The watch thread: :meth:`_Watch.run` while the watch lives. Where this thread drops the
+    last reference to it, its page-locked buffer and queue free themselves with their context
+    current (the device layer's objects do so in any thread)."""
+    watch = watch_ref()
+    if watch is not None:
         watch.run(signals_ref)
-    finally:
-        try:
-            with context.thread_scope():
-                del watch
-        except Exception:  # the process is ending: its contexts may be gone
-            pass
 
 
 class _Watch:
@@ -186,8 +176,7 @@ class _Watch:
         # page-locked: the read is a copy on this queue alone, not one the driver orders
         # after other streams' work
         self.host = signals.context.empty_host(signals.comm.size, np.uint32)
-        # the thread holds weak references only: were it to hold the last reference to this
-        # watch when it ends, the page-locked buffer and the queue would be freed there
+        # the thread holds weak references only: the watch lives as long as its signals
         self.thread = threading.Thread(target=_watch, args=(weakref.ref(self), weakref.ref(signals)),
                                        name="autotune-peer-watch", daemon=True)
         weakref.finalize(signals, self.stop.set)

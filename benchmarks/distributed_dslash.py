@@ -2,7 +2,8 @@
 
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_dslash.py
     --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12]
-    [--policy overlap|overlap_in_order|fused|serial ...] [--rounds 3] [--transport auto|peer|host] [--json FILE]
+    [--policy overlap|overlap_in_order|fused|serial ...] [--rounds 3] [--transport auto|peer|host]
+    [--graphs both|auto|off] [--json FILE]
 
 One rank per GPU (``rank_context``); the operator's dslash of one parity (D_oe) is timed over
 ``--launches`` launches after a warm-up, every rank synchronised before and after; the exchange
@@ -74,21 +75,33 @@ def main() -> None:
                         help="one or more: each timed, in alternating rounds (--rounds)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--transport", default="auto", choices=["auto", "peer", "host"])
+    parser.add_argument("--graphs", default="both", choices=["both", "auto", "off"],
+                        help="record each dslash once and launch it again (CUDA graphs): both "
+                             "times the recorded policies with and without (\"+graph\" labels)")
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    op = block_operator(comm, args, policy=args.policy[0], transport=args.transport)
+    op = block_operator(comm, args, policy=args.policy[0], transport=args.transport,
+                        graphs=False if args.graphs == "off" else None)
+    recordings = op.recordings  # None where not possible (one GPU, host transport, no graphs)
+    labels = [(p, False) for p in args.policy]
+    if recordings is not None and args.graphs == "both":
+        labels += [(p, True) for p in args.policy if p in op.RECORDED_POLICIES]
+    elif recordings is not None:
+        labels = [(p, p in op.RECORDED_POLICIES) for p in args.policy]
     context, dims = op.context, tuple(args.dims)
     inp, out = spinors(context, op)
     half = op.lattice.half_volume
-    by_policy: dict[str, list[float]] = {p: [] for p in args.policy}
-    for _ in range(args.rounds if len(args.policy) > 1 else 1):
-        for policy in args.policy:
+    by_policy: dict[str, list[float]] = {p + "+graph" * g: [] for p, g in labels}
+    for _ in range(args.rounds if len(labels) > 1 else 1):
+        for policy, graph in labels:
             op.policy = policy  # the next dslash meets its exchange this way
-            by_policy[policy].append(timed(comm, op.queue, lambda: op.dslash_parity(out, inp, 0),
-                                           args.launches))
+            op.recordings = recordings if graph else None  # (every rank waits between runs)
+            by_policy[policy + "+graph" * graph].append(
+                timed(comm, op.queue, lambda: op.dslash_parity(out, inp, 0), args.launches))
+    op.recordings = recordings
     medians = {p: statistics.median(v) for p, v in by_policy.items()}
-    whole = medians[args.policy[0]]
+    whole = medians[args.policy[0] + "+graph" * labels[0][1]]
     exchange = timed(comm, op.queue, lambda: op.exchange(inp, 1), args.launches)
     alone = timed(comm, op.queue, op.dslash_kernel(out, inp, 0), args.launches)
     pack = 0.0

@@ -73,6 +73,9 @@ def main() -> None:
     parser.add_argument("--delta", type=float, nargs="+", default=[0.1])
     parser.add_argument("--repeat", type=int, default=1,
                         help="time each solve this many times; the median is reported")
+    parser.add_argument("--graphs", nargs="+", default=["auto"], choices=["auto", "off"],
+                        help="record each dslash once and launch it again (CUDA graphs): "
+                             "auto where possible, off never; each setting solved in turn")
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
@@ -89,14 +92,16 @@ def main() -> None:
         "reconstruct": args.reconstruct, "inner_iterations": args.inner_iterations,
         "inner_precision": args.inner_precision, "nkrylov": args.nkrylov, "delta": args.delta,
         "date": time.strftime("%Y-%m-%d"), "runs": []}
-    for kappa in args.kappa:
+    for kappa, graphs in ((k, g) for k in args.kappa for g in args.graphs):
         high = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), "double",
-                                         args.reconstruct, check=False, transport=args.transport)
+                                         args.reconstruct, check=False, transport=args.transport,
+                                         graphs=None if graphs == "auto" else False)
         result.update(local=list(high.partition.local), transport=high.transport.name)
         block = tuple(args.block) if args.block else high.partition.local
         result["block"] = list(block)
         for row in _runs(args, comm, high, high.to_device(b), block):
             row["kappa"] = kappa
+            row["graphs"] = high.recordings is not None and high.recordings.launched > 0
             result["runs"].append(row)
             if comm.rank == 0:  # each as it finishes: a run cut short keeps what it measured
                 inner = (f" ({row['inner_iterations']} inner, {row['inner_steps']} per step, "
@@ -104,7 +109,9 @@ def main() -> None:
                          f"{row['reliable_updates']} updates)"
                          if row["inner_iterations"] else "")
                 print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, "
-                      f"{high.transport.name} transport, kappa {kappa}: {row['method']}"
+                      f"{high.transport.name} transport"
+                      f"{', recorded dslashes' if row['graphs'] else ''}, kappa {kappa}: "
+                      f"{row['method']}"
                       f"{' (' + row['recurrence'] + ')' if row['recurrence'] else ''} "
                       f"{row['iterations']} iterations{inner} in {row['seconds']:.3f} s "
                       f"(median of {len(row['seconds_all'])}: "

@@ -68,10 +68,12 @@ def solver(out: Path, env: dict, ranks: int, dims: list[int], grid: list[int],
     path = out / f"cg_{tag}.json"
     command = [mpiexec(), "-n", str(ranks), sys.executable, "distributed_solver.py",
                "--dims", *map(str, dims), "--grid", *map(str, grid), "--kappa", "0.2",
-               "--recurrence", "classic", "single_reduction", "--json", str(path)]
+               "--recurrence", "classic", "single_reduction", "--graphs", "auto", "off",
+               "--json", str(path)]
     if run(command, out / f"cg_{tag}.log", env, 540) != 0 or not path.exists():
         return None
-    return {row["recurrence"]: row["seconds"] for row in json.loads(path.read_text())["runs"]}
+    return {row["recurrence"] + "+graph" * row["graphs"]: row["seconds"]
+            for row in json.loads(path.read_text())["runs"]}
 
 
 def main() -> None:
@@ -100,7 +102,7 @@ def main() -> None:
     t_block = (summary["one_gpu_block"] or {}).get("overlap")
     t_whole = (summary["one_gpu_lattice"] or {}).get("overlap")
     rows = []
-    for policy in POLICIES:
+    for policy in [p + g for p in POLICIES for g in ("", "+graph")]:
         times = [r[policy] for r in good if policy in r]
         if not times:
             continue
@@ -116,8 +118,8 @@ def main() -> None:
         cg_one = solver(args.out, env, 1, whole, one, "1")
         cg_n = solver(args.out, env, n, whole, cut, str(n))
         summary["cg"] = {"one_gpu": cg_one, f"{n}_gpus": cg_n,
-                         "strong": {k: cg_one[k] / cg_n[k] for k in (cg_one or {})
-                                    if cg_n and k in cg_n}}
+                         "strong": {k: cg_one[k.split("+")[0]] / t for k, t in (cg_n or {}).items()
+                                    if cg_one and k.split("+")[0] in cg_one}}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(f"one GPU: block {t_block and t_block * 1e6:.1f} us, lattice "
           f"{t_whole and t_whole * 1e6:.1f} us" if t_block and t_whole else "one GPU: failed")

@@ -198,6 +198,10 @@ def compare(comm, context, problem: Problem, many: DistributedWilsonOperator,
                              "inner_iterations": [info.inner_iterations, inner_iterations],
                              "true_residual": [info.true_residual, true_residual],
                              "difference": float(np.max(np.abs(xs - x1)) / np.max(np.abs(x1)))}
+    recordings = many.recordings
+    result["recordings"] = None if recordings is None else {
+        "recorded": recordings.recorded, "launched": recordings.launched,
+        "failed": recordings.failed}
     if any("schwarz" in label for label in case["solves"]):
         # a block that spans two ranks' parts is refused by name, on every rank
         wide = tuple(2 * n if g > 1 else n for n, g in zip(many.partition.local, problem.grid))

@@ -4,21 +4,13 @@ packs its faces and updates its boundary on one, beside the interior update."""
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from autotune import accel
+from busy_kernel import BUSY, busy_reference as _expected
 
-BUSY = Path(__file__).with_name("kernels") / "busy.mako"
-
-
-def _expected(x: np.ndarray, reps: int) -> np.ndarray:
-    v = x.astype(np.float32)
-    for _ in range(reps):
-        v = v * np.float32(0.999) + np.float32(0.001)
-    return v
 
 
 def test_a_high_priority_queue_runs_kernels_copies_and_markers_with_the_others(context):

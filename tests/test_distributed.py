@@ -139,6 +139,18 @@ def _check_case(context, case, ranks):
         assert rank["face_elements"] == sum(
             2 * 12 * math.prod(expected_local) // (2 * n)
             for n, g in zip(expected_local, grid) if g > 1), (name, rank["face_elements"])
+        # the overlapped dslashes are recorded and launched again with one call (CUDA graphs)
+        # where the exchange waits for nothing on the host: the peer transport's flags
+        if expected == "peer":
+            recordings = rank["recordings"]
+            assert recordings["failed"] is None, (name, recordings)
+            if case["policy"] in ("overlap", "overlap_in_order"):
+                assert recordings["recorded"] > 0 and recordings["launched"] >= 2 * \
+                    recordings["recorded"], (name, recordings)
+            else:
+                assert recordings["launched"] == 0, (name, recordings)
+        else:
+            assert rank["recordings"] is None, name
         assert sorted(k for k in rank if k.startswith(("cg", "bicgstab", "gcr"))) == sorted(solves)
         for label in solves:
             solve = rank[label]
@@ -175,6 +187,23 @@ def test_the_peer_transport_goes_device_to_device_or_says_why_not(context):
         assert out.returncode != 0
         assert "peer transport cannot be used" in out.stderr
         assert "only CUDA" in out.stderr and "transport='host'" in out.stderr
+
+
+def test_a_dslash_is_recorded_only_where_the_host_waits_for_nothing(context):
+    """Recording a dslash (a CUDA graph) needs a device that records a queue's work and an
+    exchange the host never waits in: the host transport (MPI on the host) is never recorded,
+    and devices without graphs say so."""
+    import numpy as np
+
+    from operations.lqcd.recordings import DslashRecordings
+    from operations.lqcd.transport import HostStaged
+
+    queue = context.create_command_queue()
+    why = DslashRecordings.usable(queue, HostStaged(None, context, queue, 12, np.float64, []))
+    if context.device.backend == "cuda":
+        assert "host transport's host waits" in why, why
+    else:
+        assert "CUDA graphs" in why, why
 
 
 def test_a_grid_that_does_not_fit_is_a_clear_error(context):

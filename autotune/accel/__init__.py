@@ -23,7 +23,7 @@ from .helpers import builds_in_helpers
 from .identity import DeviceIdentity
 from .interop import LastViews
 from .kernels import Kernel, KernelLimits, Program
-from .queues import PRIORITIES, CommandQueue, IntervalTimer, Marker, timing_listener, tuning_turn
+from .queues import PRIORITIES, CapturedWork, CommandQueue, IntervalTimer, Marker, timing_listener, tuning_turn
 from .render import RenderedSource, render
 from .sources import SourceFile, recording, template_sources
 from .selection import (ENV_DEVICE, DeviceSpec, all_devices, create_some_context,
@@ -32,6 +32,7 @@ from .selection import (ENV_DEVICE, DeviceSpec, all_devices, create_some_context
 __all__ = [
     "C_TYPES",
     "AccelError",
+    "CapturedWork",
     "BackendUnavailableError",
     "CommandQueue",
     "CompileError",

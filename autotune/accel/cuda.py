@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from . import cuda_interop, cuda_streams, nvrtc
+from .cuda_graphs import DriverStreamOps
+from .cuda_streams import in_context as _in_context
 from .cuda_teardown import PageLocked, drop_in_context
 from .arrays import DeviceArray
 from .context import Context
@@ -109,21 +111,6 @@ def _enqueue(function: Any, grid: tuple[int, ...], block: tuple[int, ...], strea
         function._launch_kernel(grid, block, _pack_arguments(fmt, *values), 0, stream)
     else:
         function.prepared_async_call(grid, block, stream, *values)
-
-
-def _in_context(method: Callable) -> Callable:
-    """Run a method of an array or queue with its context current: a process may hold contexts
-    on several GPUs, and the driver applies a call to whichever is current on the thread."""
-
-    @functools.wraps(method)
-    def run(self: Any, *args: Any) -> Any:
-        context = self.context
-        if cuda_streams.current_context() == context.handle:  # the driver's: no pycuda object
-            return method(self, *args)
-        with context.thread_scope():
-            return method(self, *args)
-
-    return run
 
 
 class CudaKernel(Kernel):
@@ -440,7 +427,7 @@ def _destroy_events(events: list[int]) -> None:
 _FREE_EVENTS = 64
 
 
-class CudaQueue(CommandQueue):
+class CudaQueue(DriverStreamOps, CommandQueue):
     #: its stream is made without CU_STREAM_NON_BLOCKING: the device makes its work wait for
     #: the legacy default stream's earlier work (what other libraries' default streams are)
     blocking = True
@@ -493,18 +480,6 @@ class CudaQueue(CommandQueue):
     @_in_context
     def _finish(self) -> None:
         self.stream.synchronize()
-
-    @property
-    def stream_values(self) -> bool:
-        return cuda_interop.stream_values_available()
-
-    @_in_context
-    def _write_value(self, array: DeviceArray, index: int, value: int) -> None:
-        cuda_interop.stream_write_value(self.stream.handle, array.pointer + 4 * index, value)
-
-    @_in_context
-    def _wait_value(self, array: DeviceArray, index: int, value: int) -> None:
-        cuda_interop.stream_wait_value(self.stream.handle, array.pointer + 4 * index, value)
 
     def _interval_timer(self) -> IntervalTimer:
         if self._gate is None and not self._ungated:

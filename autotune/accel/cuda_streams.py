@@ -17,8 +17,10 @@ Every call needs the stream's context current (the callers' ``_in_context``).
 from __future__ import annotations
 
 import ctypes
+import functools
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from .errors import AccelError
@@ -98,6 +100,21 @@ def current_context() -> int:
         out = _current.out = _P()
     check(fast_driver().cuCtxGetCurrent(ctypes.byref(out)), "cuCtxGetCurrent")
     return out.value or 0
+
+
+def in_context(method: Callable) -> Callable:
+    """Run a method of an array or queue with its context current: a process may hold contexts
+    on several GPUs, and the driver applies a call to whichever is current on the thread."""
+
+    @functools.wraps(method)
+    def run(self: Any, *args: Any) -> Any:
+        context = self.context
+        if current_context() == context.handle:  # the driver's: no pycuda object
+            return method(self, *args)
+        with context.thread_scope():
+            return method(self, *args)
+
+    return run
 
 
 def check(status: int, what: str) -> None:

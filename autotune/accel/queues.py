@@ -217,6 +217,30 @@ class Marker(ABC):
 PRIORITIES = ("normal", "high")
 
 
+class CapturedWork(ABC):
+    """Work recorded by :meth:`CommandQueue.capture` (a CUDA graph): :meth:`launch` enqueues
+    all of it again with one call."""
+
+    queue: CommandQueue  #: the queue it was recorded on, where it is enqueued
+    value_operations: int  #: the value writes and waits in it (:meth:`CommandQueue.write_value`)
+
+    def launch(self, value: int | None = None) -> None:
+        """Enqueue the recorded work on its queue again. With ``value``, every value write and
+        wait in it (:meth:`CommandQueue.write_value`, :meth:`CommandQueue.wait_value`) takes
+        ``value`` (modulo 2^32) instead of the value recorded: counters move on each launch."""
+        self.queue._wait_turn()
+        self._launch(None if value is None else int(value) & 0xFFFFFFFF)
+
+    @abstractmethod
+    def _launch(self, value: int | None) -> None: ...
+
+
+class Capture:
+    """What :meth:`CommandQueue.capture` yields: :attr:`work` once its block has ended."""
+
+    work: CapturedWork | None = None
+
+
 def check_priority(priority: str, timed: bool) -> None:
     """A ValueError unless ``priority`` is one of :data:`PRIORITIES` (and "normal" where the
     queue is ``timed``: timed queues measure work as it runs beside the others')."""
@@ -352,6 +376,39 @@ class CommandQueue(ABC):
         raise NotImplementedError
 
     def _wait_value(self, array: DeviceArray, index: int, value: int) -> None:
+        raise NotImplementedError
+
+    @property
+    def can_capture(self) -> bool:
+        """Whether :meth:`capture` works on this queue (CUDA graphs)."""
+        return False
+
+    @contextlib.contextmanager
+    def capture(self) -> Iterator[Capture]:
+        """Within the block, the work enqueued on this queue is recorded, not run: with it, the
+        work of other queues made to wait for it (:meth:`wait_for_queue`, :meth:`wait_for`),
+        which this queue must wait for again before the block ends. After the block,
+        ``capture.work`` (:class:`CapturedWork`) enqueues all of it with one call; none of it
+        has run. Within the block the host must not wait for the queue or its markers, nor
+        allocate or copy from the host. Only where :attr:`can_capture` (CUDA); an AccelError
+        where the driver refuses the recording."""
+        if not self.can_capture:
+            raise AccelError(f"{self.context.device.name}: this queue cannot record its work "
+                             "for replay (CUDA graphs); enqueue it each time instead")
+        self._wait_turn()
+        captured = Capture()
+        self._begin_capture()
+        try:
+            yield captured
+        except BaseException:
+            self._end_capture(False)
+            raise
+        captured.work = self._end_capture(True)
+
+    def _begin_capture(self) -> None:
+        raise NotImplementedError
+
+    def _end_capture(self, keep: bool) -> CapturedWork | None:
         raise NotImplementedError
 
     def enqueue_kernel(self, kernel: Kernel, args: Sequence[Any],

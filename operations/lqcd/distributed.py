@@ -35,6 +35,7 @@ from .halo import HaloTemplate
 from .halo import sections as halo_sections
 from .lattice import Lattice
 from .partition import Partition
+from .recordings import DslashRecordings
 from .transport import Route, Transport, make_transport
 from .transport import check_kind as check_transport
 from .wilson import SpinorField, WilsonOperator, check_links, host_spinor, link_array
@@ -66,7 +67,9 @@ class DistributedWilsonOperator(WilsonOperator):
     each rank's device holds its block. ``policy``: how a dslash meets its exchange
     (:attr:`POLICIES`, or "tuned"); ``transport``: how the faces travel ("peer": device to
     device, "host": through page-locked host memory, "auto": peer where every rank can have it;
-    see :mod:`.transport`). Other arguments as for :class:`WilsonOperator`."""
+    see :mod:`.transport`); ``graphs``: record each overlapped dslash once and launch it again
+    with one call (:mod:`.recordings`; None: where the device and transport allow, True:
+    required, False: never). Other arguments as for :class:`WilsonOperator`."""
 
     _half_allowed = False  # the exchange carries single and double precision faces only
 
@@ -86,13 +89,17 @@ class DistributedWilsonOperator(WilsonOperator):
     REGIONS = ("all", "interior", "exterior", "fused")
     #: the name of the collective online tuner that chooses the policy (``policy="tuned"``)
     POLICY_TUNER = "operations.lqcd.DistributedWilsonOperator.policy"
+    #: the policies whose dslash can be recorded (a graph): their work differs from call to
+    #: call only by the counts of their value operations ("fused" passes its count to the
+    #: kernel; "serial" waits on the host where the transport does)
+    RECORDED_POLICIES = ("overlap", "overlap_in_order")
 
     def __init__(self, comm: Any, context: accel.Context, U: np.ndarray, kappa: float,
                  grid: tuple[int, int, int, int] = (1, 1, 1, 1), precision: str = "double",
                  reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
                  unitarity_tol: float = 1e-8, queue: Any = None,
                  tuning: dict[str, Any] | str | None = None, policy: str = "overlap",
-                 transport: str = "auto"):
+                 transport: str = "auto", graphs: bool | None = None):
         check_transport(transport)  # before anything is built
         if policy not in self.POLICIES + ("tuned",):
             raise ValueError(f"policy must be one of {', '.join(self.POLICIES)} or 'tuned', "
@@ -119,6 +126,14 @@ class DistributedWilsonOperator(WilsonOperator):
         super().__init__(context, block, kappa, precision, reconstruct, t_boundary, check=False,
                          queue=queue, tuning=tuning)
         self._setup_halo(transport)
+        self._graphs_asked = graphs
+        why = DslashRecordings.usable(self.queue, self.transport)
+        if graphs and why is not None:
+            raise ValueError(f"graphs=True, but the dslash cannot be recorded here: {why}; "
+                             "pass graphs=None (where possible) or False")
+        #: the recorded dslashes (None where not recorded: ``graphs`` False, or not possible)
+        self.recordings = (DslashRecordings(self.queue, self.transport)
+                           if graphs is not False and why is None else None)
         self.policy_tuner: tune.OnlineTuner | None = None
         if policy == "tuned":
             # every rank times its own dslash; the slowest rank's time decides, for all
@@ -304,6 +319,15 @@ class DistributedWilsonOperator(WilsonOperator):
                 self.transport.ghost, self._ghost_links, self._no_sites, np.uint32(0)]
 
     def _dslash_with(self, args: list, variant: tuple[int, bool, bool], policy: str) -> None:
+        if self.recordings is None or policy not in self.RECORDED_POLICIES or not self._sections:
+            self._enqueue_dslash(args, variant, policy)
+            return
+        out, inp, x = args[0], args[1], args[3]
+        key = (variant, policy, self.transport.phase, out.pointer, out.size, inp.pointer,
+               inp.size, x.pointer, x.size, float(args[4]))
+        self.recordings.run(key, lambda: self._enqueue_dslash(args, variant, policy))
+
+    def _enqueue_dslash(self, args: list, variant: tuple[int, bool, bool], policy: str) -> None:
         parity = variant[0]
         inp = args[1]
         if not self._sections or policy == "serial":
@@ -417,4 +441,5 @@ class DistributedWilsonOperator(WilsonOperator):
         return DistributedWilsonOperator(
             self.comm, self.context, self._global_links, self.kappa, self.partition.grid,
             precision, self.reconstruct, self.t_boundary, check=False, queue=self.queue,
-            tuning=self.tuning, policy=self.policy, transport=self.transport.name)
+            tuning=self.tuning, policy=self.policy, transport=self.transport.name,
+            graphs=self._graphs_asked)

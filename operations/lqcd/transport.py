@@ -92,6 +92,37 @@ class Transport(ABC):
         return None
 
     @property
+    def replayable(self) -> bool:
+        """Whether an exchange's work can be recorded once and enqueued again (a CUDA graph:
+        ``accel.CommandQueue.capture``): the host waits for nothing in it, and it differs from
+        one exchange to the next only by :attr:`phase` and :attr:`count`."""
+        return False
+
+    @property
+    def phase(self) -> int:
+        """Which of the buffers used in turn the next exchange takes: a recording of an
+        exchange is made for each phase."""
+        return 0
+
+    @property
+    def count(self) -> int:
+        """The value of the last started exchange's value writes and waits (a recording
+        launched for a later exchange takes that exchange's)."""
+        return 0
+
+    def advance(self) -> int:
+        """For a recorded exchange launched again: move on as :meth:`start` does, without
+        enqueuing anything; returns the new exchange's :attr:`count`."""
+        raise NotImplementedError(f"the {self.name} transport's exchanges are not replayable")
+
+    def position(self) -> tuple:
+        """Where the exchanges stand, for :meth:`rewind` (a recording that failed)."""
+        return ()
+
+    def rewind(self, position: tuple) -> None:
+        """Back to ``position`` (:meth:`position`): the exchanges started since never ran."""
+
+    @property
     @abstractmethod
     def description(self) -> str:
         """How the faces travel, for people."""
@@ -212,12 +243,43 @@ class PeerCopy(Transport):
                 else "arrival told by an MPI message")
         return f"device to device: CUDA IPC copies into the neighbours' ghost zones, {told}"
 
-    def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
+    @property
+    def replayable(self) -> bool:
+        return self._flags is not None  # the token is waited for by the host
+
+    @property
+    def phase(self) -> int:
+        return self._round
+
+    @property
+    def count(self) -> int:
+        return self._flags.round if self._flags is not None else 0
+
+    def _advance(self) -> None:
         if self._flags is not None:
             self._flags.start()
             self._next_send = 1 - self._next_send  # the other buffer next time
         self._round ^= 1
         self.ghost = self._ghosts[self._round]
+
+    def advance(self) -> int:
+        if self._flags is None:
+            return super().advance()
+        self._advance()
+        return self._flags.round
+
+    def position(self) -> tuple:
+        return (self._flags.round if self._flags is not None else 0, self._next_send,
+                self._round)
+
+    def rewind(self, position: tuple) -> None:
+        count, self._next_send, self._round = position
+        if self._flags is not None:
+            self._flags.round = count
+        self.ghost = self._ghosts[self._round]
+
+    def start(self, send: accel.DeviceArray, packed: accel.Marker) -> None:
+        self._advance()
         self.copies.wait_for(packed)
         pairs = self._pairs.get((id(send), self._round))
         if pairs is None:

@@ -101,7 +101,7 @@ def main() -> None:
         result["block"] = list(block)
         for row in _runs(args, comm, high, high.to_device(b), block):
             row["kappa"] = kappa
-            row["graphs"] = high.recordings is not None and high.recordings.launched > 0
+            row["graphs"] = high.recordings is not None
             result["runs"].append(row)
             if comm.rank == 0:  # each as it finishes: a run cut short keeps what it measured
                 inner = (f" ({row['inner_iterations']} inner, {row['inner_steps']} per step, "
@@ -110,7 +110,9 @@ def main() -> None:
                          if row["inner_iterations"] else "")
                 print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, "
                       f"{high.transport.name} transport"
-                      f"{', recorded dslashes' if row['graphs'] else ''}, kappa {kappa}: "
+                      f"{', dslashes recorded' if row['graphs'] else ''}"
+                      f" ({row['recorded']} recorded, {row['launched']} launched)"
+                      f", kappa {kappa}: "
                       f"{row['method']}"
                       f"{' (' + row['recurrence'] + ')' if row['recurrence'] else ''} "
                       f"{row['iterations']} iterations{inner} in {row['seconds']:.3f} s "
@@ -158,9 +160,11 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
                 warnings.simplefilter("ignore", RuntimeWarning)  # the short warm-up stops early
                 solve(5)  # warm-up: builds, tuning
             inner_before, pre_before = (K.inner_iterations, K.seconds) if K else (0, 0.0)
+            recorded_before = _recorded(high, low)
             solved = []
             times = [ranks_time(comm, high.queue, lambda: solved.append(solve(20000)[1]))
                      for _ in range(args.repeat)]
+            recorded = [a - b for a, b in zip(_recorded(high, low), recorded_before)]
             seconds = float(np.median(times))
             info = solved[0]
             yield {"method": method, "converged": bool(info.converged),
@@ -172,7 +176,15 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
                    "inner_steps": inner_steps, "delta": delta, "nkrylov": nkrylov,
                    "inner_iterations": (K.inner_iterations - inner_before) // args.repeat if K else 0,
                    "preconditioner_seconds": (K.seconds - pre_before) / args.repeat if K else 0.0,
-                   "reliable_updates": info.reliable_updates}
+                   "reliable_updates": info.reliable_updates,
+                   # dslashes recorded and launched from recordings in the timed solves
+                   "recorded": recorded[0], "launched": recorded[1]}
+
+
+def _recorded(*ops: DistributedWilsonOperator) -> tuple[int, int]:
+    """The dslashes the operators recorded and launched from recordings so far."""
+    return (sum(op.recordings.recorded for op in ops if op.recordings is not None),
+            sum(op.recordings.launched for op in ops if op.recordings is not None))
 
 
 def _solver(method: str, args: argparse.Namespace, normal: tuple[Any, Any],

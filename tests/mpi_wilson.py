@@ -80,7 +80,8 @@ def main() -> None:
         many = [DistributedWilsonOperator(comm, context, p.u, p.kappa, p.grid, case["precision"],
                                           case["reconstruct"], case["t_boundary"],
                                           tuning=block_tuning(context, p, case),
-                                          policy=case["policy"], transport=case["transport"])
+                                          policy=case["policy"], transport=case["transport"],
+                                          graphs=case.get("graphs", False))
                 for p, case in zip(problems, cases)]
         single = single_process_results(comm, context, problems)
         everyone = [comm.gather(compare(comm, context, *args))

@@ -441,7 +441,7 @@ def test_workers_build_candidates_in_helper_processes(context, tmp_path):
     assert all(t.status == "ok" for t in result.trials)
 
 
-def test_warm_resume_goes_on_from_an_interrupted_search(capsys, tmp_path):
+def test_warm_resume_goes_on_from_an_interrupted_search(capsys, tmp_path, context):
     db = tmp_path / "r.db"
     argv = ["warm", "--db", str(db), "--template", "toy_templates:InterruptedTemplate",
             "InterruptedTemplate"]
@@ -459,7 +459,13 @@ def test_warm_resume_goes_on_from_an_interrupted_search(capsys, tmp_path):
     # runner-up (block 5, resumed; the search's two fastest are always timed again), not block
     # 4 (resumed, clearly slower than block 6)
     assert calls["interrupted"] == 3 + 2
-    assert json.loads(ResultStore.open(db).records()[0].search)["resumed"] == 5
+    # every candidate measured before the interrupt is taken as measured: all five where
+    # candidates are generated one at a time; where the next is generated while one is timed
+    # (a GPU), the sixth's interrupt may come before the fifth's timing ends, and the fifth is
+    # then built again as the search goes on (the calls come to 4 + 1: test= alone is built
+    # again, the runner-up is still built)
+    resumed = json.loads(ResultStore.open(db).records()[0].search)["resumed"]
+    assert resumed == 5 or (resumed == 4 and context.device.is_gpu), resumed
 
 
 # -- consistency under measurement noise (issue 41) ---------------------------------------------

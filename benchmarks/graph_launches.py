@@ -10,7 +10,8 @@ rest (the wait is met at once: what is timed is the operations, not a neighbour)
 ``--launches`` back to back (the host far ahead), microseconds a launch, four ways: enqueued
 call by call with a new count each time; the recording launched with a new count each time
 (its value nodes updated before each launch); the recording launched with the same count; and
-the kernels alone, enqueued.
+the kernels alone, enqueued. Then whether new values wait for the launch in flight: the host's
+time for a second launch of a recording whose first (one long kernel) still runs.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=2000)
     parser.add_argument("--kernels", type=int, default=3)
     parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--long-reps", type=int, default=2000000,
+                        help="steps of the long kernel of the in-flight case")
     args = parser.parse_args()
     context = accel.create_some_context(args.device)
     queue = context.create_command_queue()
@@ -77,6 +80,25 @@ def main() -> None:
           f"one value written and waited for; us a launch over {args.launches}:")
     for name, us in results.items():
         print(f"  {name}: {us:.2f}")
+    # does giving new values wait for the graph's launch in flight? One launch of long kernels,
+    # then the host's time for a second launch, with new values and without
+    long = [y, x, np.uint32(n), np.uint32(args.long_reps)]
+    with queue.capture() as captured:
+        launch(long)
+        write(1)
+        wait(1)
+    slow = captured.work
+    for values in (None, "new"):
+        queue.finish()
+        slow.launch(counter[0])
+        start = time.perf_counter()
+        counter[0] += 1
+        slow.launch(counter[0] if values else None)
+        host = time.perf_counter() - start
+        queue.finish()
+        whole = time.perf_counter() - start
+        print(f"  a second launch behind one in flight ({'new' if values else 'the same'} "
+              f"values): the host's call took {host * 1e6:.1f} us, both ran in {whole * 1e3:.2f} ms")
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ LAUNCHES = {
         # (a t cut, antiperiodic; every solver)
         dict(id="t-cut-2-antiperiodic", dims=(4, 4, 4, 8), grid=(1, 1, 1, 2), t_boundary=-1,
              reconstruct=18, precision="double", solves=EVERY_SOLVE, policy="overlap",
-             transport="auto", graphs=None),
+             transport="auto"),
         dict(id="x-cut-2-unequal-periodic-serial-host", dims=(8, 6, 4, 4), grid=(2, 1, 1, 1),
              t_boundary=1, reconstruct=12, precision="double",
              solves=["cg_eo", "bicgstab_eo", "gcr_eo"], policy="serial", transport="host"),
@@ -96,7 +96,8 @@ LAUNCHES = {
     "4-ranks": [
         dict(id="yt-cut-4-fused", dims=(4, 8, 6, 8), grid=(1, 2, 1, 2), t_boundary=-1,
              reconstruct=8, precision="double", solves=["cg_eo", "bicgstab_eo", "gcr_eo_schwarz"],
-             policy="fused", transport="auto", tuning={"wgs": 128, "dir_split": 4}),
+             policy="fused", transport="auto", tuning={"wgs": 128, "dir_split": 4},
+             graphs=False),
         dict(id="xt-cut-4-single-in-order", dims=(8, 4, 4, 8), grid=(2, 1, 1, 2),
              t_boundary=1, reconstruct=12, precision="single", solves=["cg_eo"],
              policy="overlap_in_order", transport="auto", tuning={"wgs": 64, "dir_split": 2},
@@ -140,10 +141,10 @@ def _check_case(context, case, ranks):
         assert rank["face_elements"] == sum(
             2 * 12 * math.prod(expected_local) // (2 * n)
             for n, g in zip(expected_local, grid) if g > 1), (name, rank["face_elements"])
-        # graphs=None: the overlapped dslashes are recorded and launched again with one call
-        # (CUDA graphs) where the exchange waits for nothing on the host: the peer transport's
-        # flags (graphs=False, the default: never)
-        if expected == "peer" and case.get("graphs", False) is not False:
+        # graphs=None (the default): the overlapped dslashes are recorded and launched again
+        # with one call (CUDA graphs) where the exchange waits for nothing on the host: the
+        # peer transport's flags (graphs=False: never)
+        if expected == "peer" and case.get("graphs") is not False:
             recordings = rank["recordings"]
             assert recordings["failed"] is None, (name, recordings)
             if case["policy"] in ("overlap", "overlap_in_order"):

@@ -38,6 +38,7 @@ _SIGNATURES = {
 _FAST = {"cuGraphLaunch": [_P, _P], "cuGraphExecBatchMemOpNodeSetParams": [_P, _P, _P]}
 _CAPTURE_RELAXED = 2  # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' calls stay legal
 _BATCH_MEM_OP = 12  # CU_GRAPH_NODE_TYPE_BATCH_MEM_OP
+_USE_NODE_PRIORITY = 8  # CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
 _WAIT_VALUE_32, _WRITE_VALUE_32 = 1, 2  # CU_STREAM_MEM_OP_*: the operations with a 32-bit value
 _OP_BYTES, _VALUE_OFFSET = 48, 16  # CUstreamBatchMemOpParams: its size, and its value's place
 _functions: Any = 0  # (slow, fast) libcuda with the signatures set, None where missing
@@ -77,7 +78,12 @@ class CudaGraph(CapturedWork):
         slow, fast = _driver()
         self.queue, self.context = queue, queue.context
         executable = _P()
-        status = slow.cuGraphInstantiateWithFlags(ctypes.byref(executable), graph, 0)
+        # each kernel keeps the priority of the stream it was recorded on (a high-priority
+        # queue's blocks still start ahead of the others'), where the driver can
+        status = slow.cuGraphInstantiateWithFlags(ctypes.byref(executable), graph,
+                                                  _USE_NODE_PRIORITY)
+        if status:
+            status = slow.cuGraphInstantiateWithFlags(ctypes.byref(executable), graph, 0)
         if status:
             cuda_streams._release(slow.cuGraphDestroy, graph)
             cuda_streams.check(status, "cuGraphInstantiateWithFlags")

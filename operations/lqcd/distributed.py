@@ -68,10 +68,8 @@ class DistributedWilsonOperator(WilsonOperator):
     (:attr:`POLICIES`, or "tuned"); ``transport``: how the faces travel ("peer": device to
     device, "host": through page-locked host memory, "auto": peer where every rank can have it;
     see :mod:`.transport`); ``graphs``: record each overlapped dslash once and launch it again
-    with one call (:mod:`.recordings`; None: where the device and transport allow, True:
-    required, False: never, the default: on two H200s the recorded dslash alone was as fast as
-    the best call-by-call one and steadier, but the mixed CG took 11% longer with it).
-    Other arguments as for :class:`WilsonOperator`."""
+    with one call (:mod:`.recordings`; None, the default: where the device and transport
+    allow, True: required, False: never). Other arguments as for :class:`WilsonOperator`."""
 
     _half_allowed = False  # the exchange carries single and double precision faces only
 
@@ -101,7 +99,7 @@ class DistributedWilsonOperator(WilsonOperator):
                  reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
                  unitarity_tol: float = 1e-8, queue: Any = None,
                  tuning: dict[str, Any] | str | None = None, policy: str = "overlap",
-                 transport: str = "auto", graphs: bool | None = False):
+                 transport: str = "auto", graphs: bool | None = None):
         check_transport(transport)  # before anything is built
         if policy not in self.POLICIES + ("tuned",):
             raise ValueError(f"policy must be one of {', '.join(self.POLICIES)} or 'tuned', "

@@ -3,7 +3,7 @@
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_solver.py
     --dims X Y Z T --grid PX PY PZ PT [--kappa 0.2 ...] [--tol 1e-10] [--reconstruct 12]
     [--transport auto|peer|host] [--methods cg bicgstab gcr-schwarz] [--block BX BY BZ BT]
-    [--recurrence auto|classic|single_reduction ...]
+    [--recurrence auto|classic|single_reduction|pipelined ...]
     [--inner-iterations 10 ...] [--inner-precision half] [--nkrylov 16] [--delta 0.1 ...]
     [--repeat 1] [--json FILE]
 

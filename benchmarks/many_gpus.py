@@ -68,7 +68,7 @@ def solver(out: Path, env: dict, ranks: int, dims: list[int], grid: list[int],
     path = out / f"cg_{tag}.json"
     command = [mpiexec(), "-n", str(ranks), sys.executable, "distributed_solver.py",
                "--dims", *map(str, dims), "--grid", *map(str, grid), "--kappa", "0.2",
-               "--recurrence", "classic", "single_reduction", "--graphs", "auto", "off",
+               "--recurrence", "classic", "single_reduction", "pipelined", "--graphs", "auto", "off",
                "--json", str(path)]
     if run(command, out / f"cg_{tag}.log", env, 540) != 0 or not path.exists():
         return None

@@ -306,6 +306,7 @@ class FusedPass:
         self._launch_finish = None
         self._reduction_args: list[Any] = [self.partials]
         self._fetched = False  # whether the last enqueue also enqueued the copy of its results
+        self._copied: accel.Marker | None = None  # the copy of the last results, where marked
         if template.components:
             self.out = ctx.allocate(template.components, template.acc_dtype)
             self._host = ctx.empty_host(template.components, template.acc_dtype)
@@ -370,12 +371,15 @@ class FusedPass:
                                            numerator, np.float64, np.dtype(np.float64))
         return [np.float64(numerator), den, np.uint32(value.at)]
 
-    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any], *, fetch: bool = True) -> None:
+    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any], *, fetch: bool = True,
+                mark: bool = False) -> None:
         """Enqueue the pass (asynchronously); :meth:`result` then reads the reductions.
 
         With ``fetch`` the copy of the results to the host is enqueued right behind the kernel,
         so that :meth:`result` only waits; without it (to time the kernels alone) :meth:`result`
-        enqueues the copy itself.
+        enqueues the copy itself. With ``mark`` (and ``fetch``), :meth:`result` waits for that
+        copy alone, not for work enqueued after the pass (a pipelined solver's next operator
+        application runs while the host reads the sums).
         """
         vectors = tuple(vectors)
         arrays = self._last.get(vectors, self.queue)  # ordered after foreign producers again
@@ -387,8 +391,11 @@ class FusedPass:
         if self._launch_finish is not None:
             self._launch_finish(self._finish_args)
         self._fetched = fetch and bool(self.template.components)
+        self._copied = None
         if self._fetched:
             self.out.get(self.queue, self._host, wait=False)
+            if mark:
+                self._copied = self.queue.mark()
 
     def _checked(self, vectors: tuple) -> list[accel.DeviceArray]:
         """Validate (and for CuPy/PyTorch, wrap) the vectors of a call."""
@@ -416,7 +423,11 @@ class FusedPass:
         if not self._fetched:
             self.out.get(self.queue, self._host, wait=False)
             self._fetched = True
-        self.queue.finish()
+        copied, self._copied = self._copied, None
+        if copied is not None:
+            copied.wait()
+        else:
+            self.queue.finish()
         return unpack_outputs(self.template.op, self._host, self.template.is_complex,
                               self.template.dtype)
 
@@ -473,11 +484,12 @@ class OnlineFusedPass:
     def out(self) -> accel.DeviceArray:
         return self._last.out
 
-    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any], *, fetch: bool = True) -> None:
+    def enqueue(self, vectors: Sequence[Any], scalars: dict[str, Any], *, fetch: bool = True,
+                mark: bool = False) -> None:
         with self.tuner.measure(self.queue) as params:
             memo = self._memo  # locked, the tuner gives the same mapping every launch
             chosen = memo[1] if memo[0] is params else self._choose(params)
-            chosen.enqueue(vectors, scalars, fetch=fetch)
+            chosen.enqueue(vectors, scalars, fetch=fetch, mark=mark)
         self._last = chosen
 
     def _choose(self, params: Any) -> FusedPass:

@@ -22,7 +22,7 @@ import numpy as np
 
 from autotune import accel
 
-from .blas import DeviceRatio
+from .blas import BlasTemplate, DeviceRatio
 from .gcr import gcr, gcr_mixed
 from .krylov import (POOL_SIZE, LinearOperator, SolveInfo, SolverBreakdown, VectorOps,
                      check_stopping, check_system, finish, flat, initial_residual, mixed_start,
@@ -37,8 +37,10 @@ __all__ = ["CG_RECURRENCES", "LinearOperator", "POOL_SIZE", "SolveInfo", "Solver
 #: CG's recurrences: "classic" (Hestenes-Stiefel: <p, A p>, then |r|^2, two reductions a step)
 #: and "single_reduction" (Chronopoulos-Gear: s = A p kept by its own recurrence, so that
 #: <r, A r> and |r|^2 come from one pass after the operator, and one global sum a step across
-#: ranks). In exact arithmetic they make the same iterates.
-CG_RECURRENCES = ("classic", "single_reduction")
+#: ranks), and "pipelined" (Ghysels-Vanroose: also z = A s by recurrence, so that the next
+#: operator application, q = A w, runs while the host waits for that one sum). In exact
+#: arithmetic they make the same iterates.
+CG_RECURRENCES = ("classic", "single_reduction", "pipelined")
 
 
 def check_recurrence(A: LinearOperator, recurrence: str | None) -> str:
@@ -64,8 +66,8 @@ class _SingleReduction:
         self.gamma: float | None = None  # |r|^2 of the last step
         self.alpha = 0.0
 
-    def step(self, ops: VectorOps, x: Any, p: Any, r: Any, s: Any, w: Any, rw: complex,
-             gamma: float, iterations: int) -> None:
+    def scalars(self, rw: complex, gamma: float, iterations: int) -> tuple[float, float]:
+        """(alpha, beta) of the step from <r, w> and |r|^2 = ``gamma``."""
         beta = 0.0 if self.gamma is None else gamma / self.gamma
         rw = rw.real if isinstance(rw, complex) else rw
         denominator = rw - (beta * gamma / self.alpha if beta else 0.0)
@@ -74,7 +76,27 @@ class _SingleReduction:
                                   f"{iterations}; the operator is not Hermitian positive-definite")
         self.alpha = gamma / denominator
         self.gamma = gamma
-        ops.blas("cg_update", x, p, r, s, w, a=self.alpha, b=beta)
+        return self.alpha, beta
+
+    def step(self, ops: VectorOps, x: Any, p: Any, r: Any, s: Any, w: Any, rw: complex,
+             gamma: float, iterations: int, q: Any = None, z: Any = None) -> None:
+        """The step's update; pipelined (``q`` = A w and ``z`` given): also z = q + beta z and
+        w -= alpha z, so that w stays A r and z stays A s without applying the operator."""
+        alpha, beta = self.scalars(rw, gamma, iterations)
+        ops.blas("cg_update", x, p, r, s, w, a=alpha, b=beta)
+        if q is not None:
+            ops.blas("xpay", q, z, a=beta)  # z = q + beta z
+            ops.blas("axpy", z, w, a=-alpha)  # w = w - alpha z
+
+
+def _sums(ops: VectorOps, r: Any, w: Any, apply: Any) -> tuple[complex, float]:
+    """(<r, w>, |r|^2), with ``apply()`` (the next operator application) enqueued behind the
+    pass that sums them, so that it runs while the host waits for the sums (and, across ranks,
+    their global sum)."""
+    sums = ops.fused(BlasTemplate, "cdot_norm")
+    sums.enqueue([r, w], {}, mark=True)
+    apply()
+    return ops.global_sum(sums.result())
 
 
 def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
@@ -104,8 +126,9 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
     ``recurrence``: one of :data:`CG_RECURRENCES` (None: :func:`check_recurrence`'s choice)."""
     tol, maxiter = check_stopping(tol, maxiter)
     check_system(A, b)
-    if check_recurrence(A, recurrence) == "single_reduction":
-        return _cg_single_reduction(A, b, tol, maxiter, x0)
+    chosen = check_recurrence(A, recurrence)
+    if chosen != "classic":
+        return _cg_single_reduction(A, b, tol, maxiter, x0, chosen == "pipelined")
     start = time.perf_counter()
     ops = vector_ops(A)
     ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
@@ -142,30 +165,41 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
 
 
 def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, maxiter: int,
-                         x0: accel.DeviceArray | None) -> tuple[accel.DeviceArray, SolveInfo]:
+                         x0: accel.DeviceArray | None,
+                         pipelined: bool = False) -> tuple[accel.DeviceArray, SolveInfo]:
     """CG with one reduction a step (:class:`_SingleReduction`): w = A r, then (<r, w>, |r|^2)
     in one pass (one global sum across ranks), then the fused update. The solve applies the
-    operator once more than classic CG (w for the residual that converged)."""
+    operator once more than classic CG (w for the residual that converged). ``pipelined``:
+    w = A r is kept by recurrence instead, and the step's one application, q = A w, runs while
+    the host waits for the sums."""
     start = time.perf_counter()
     ops = vector_ops(A)
-    ops.prepare(blas=("xmy_norm", "cdot_norm", "cg_update"), reduce=("sumsq",))
+    ops.prepare(blas=("xmy_norm", "cdot_norm", "cg_update") + (("xpay", "axpy") if pipelined
+                                                               else ()), reduce=("sumsq",))
     x = ops.new()
     r, p, s, w = ops.work(), ops.work(), ops.work(), ops.work()
+    q, z = (ops.work(), ops.work()) if pipelined else (None, None)
     b = flat(b)
     bb = ops.reduce("sumsq", b)
     if bb == 0:
         return zero_solution(A.queue, x, start)
     applications, rr = initial_residual(A, ops, b, bb, x0, x, r)
-    p.zero(A.queue)
-    s.zero(A.queue)
+    for v in (p, s, z) if pipelined else (p, s):
+        v.zero(A.queue)
+    if pipelined:
+        A.apply(w, r)
+        applications += 1
     history = [math.sqrt(rr / bb)]
     converged = history[-1] < tol
     iterations = 0
     steps = _SingleReduction("CG")
     while not converged and iterations < maxiter:
-        A.apply(w, r)
+        if pipelined:
+            rw, rr = _sums(ops, r, w, lambda: A.apply(q, w))
+        else:
+            A.apply(w, r)
+            rw, rr = ops.blas("cdot_norm", r, w)
         applications += 1
-        rw, rr = ops.blas("cdot_norm", r, w)
         if iterations:  # |r|^2 of the last step's residual: the stopping test
             history.append(math.sqrt(rr / bb))
             if not math.isfinite(rr):
@@ -173,7 +207,7 @@ def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, ma
             converged = history[-1] < tol
             if converged:
                 break
-        steps.step(ops, x, p, r, s, w, rw, rr, iterations)
+        steps.step(ops, x, p, r, s, w, rw, rr, iterations, q, z)
         iterations += 1
     if not converged:  # stopped by maxiter: the last step's residual, not yet measured
         rr = ops.reduce("sumsq", r)
@@ -273,8 +307,10 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
     iteration continues from it with the same search direction. ``recurrence``: as
     :func:`cg`'s (single reduction: the low precision w = A r is made again after each update).
     """
-    if check_recurrence(A, recurrence) == "single_reduction":
-        return _cg_mixed_single_reduction(A, A_low, b, tol, maxiter, delta)
+    chosen = check_recurrence(A, recurrence)
+    if chosen != "classic":
+        return _cg_mixed_single_reduction(A, A_low, b, tol, maxiter, delta,
+                                          chosen == "pipelined")
     start = time.perf_counter()
     tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta,
                                    ("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"))
@@ -324,26 +360,42 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
 
 
 def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
-                               tol: float, maxiter: int,
-                               delta: float) -> tuple[accel.DeviceArray, SolveInfo]:
+                               tol: float, maxiter: int, delta: float,
+                               pipelined: bool = False) -> tuple[accel.DeviceArray, SolveInfo]:
+    """Mixed CG with one reduction a step (``pipelined``: the next application runs while the
+    host waits for it, as in :func:`_cg_single_reduction`; after a reliable update w = A r is
+    applied again, and the q applied beside the sums is made again from it)."""
     start = time.perf_counter()
-    tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta, ("cdot_norm", "cg_update"))
+    tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta, ("cdot_norm", "cg_update")
+                                  + (("xpay", "axpy") if pipelined else ()))
     hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
     queue = A.queue
     if bb == 0:
         return zero_solution(queue, x, start)
     p, s, w = lo.work(), lo.work(), lo.work()
-    p.zero(queue)
-    s.zero(queue)
+    q, z = (lo.work(), lo.work()) if pipelined else (None, None)
+    for v in (p, s, z) if pipelined else (p, s):
+        v.zero(queue)
     r_max = bb
     history = [1.0]
     iterations = applications = updates = 0
     converged = False
     steps = _SingleReduction("mixed CG")
-    while iterations < maxiter:
+
+    def sums() -> tuple[complex, float]:
+        """w = A r where not kept by recurrence, then (<r, w>, |r|^2); pipelined, q = A w
+        beside the sums."""
+        if pipelined:
+            return _sums(lo, rs, w, lambda: A_low.apply(q, w))
+        A_low.apply(w, rs)
+        return lo.blas("cdot_norm", rs, w)
+
+    if pipelined:
         A_low.apply(w, rs)
         applications += 1
-        rw, rr = lo.blas("cdot_norm", rs, w)
+    while iterations < maxiter:
+        rw, rr = sums()
+        applications += 1
         if iterations and (rr < delta ** 2 * r_max or rr / bb < tol ** 2):
             r_max = m.reliable_update(A)  # x += x_low, r = b - A x in high precision
             applications += 1
@@ -352,14 +404,16 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
             if history[-1] < tol:
                 converged = True
                 break
-            A_low.apply(w, rs)  # w for the true residual
+            if pipelined:  # w = A r for the true residual, then the sums and q from it
+                A_low.apply(w, rs)
+                applications += 1
+            rw, rr = sums()
             applications += 1
-            rw, rr = lo.blas("cdot_norm", rs, w)
         elif iterations:
             history.append(math.sqrt(rr / bb))
         if not math.isfinite(rr):
             raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
-        steps.step(lo, xs, p, rs, s, w, rw, rr, iterations)
+        steps.step(lo, xs, p, rs, s, w, rw, rr, iterations, q, z)
         iterations += 1
     if not converged:
         m.fold(queue)

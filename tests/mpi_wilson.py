@@ -122,7 +122,8 @@ class Problem:
         extra = ({"preconditioner": "schwarz", "block": self.local, "inner_iterations": 6,
                   "inner_precision": "half"} if "schwarz" in rest else {})
         if method == "cg":  # both sides run the same recurrence: across ranks its default
-            extra["cg_recurrence"] = "classic" if "classic" in rest else "single_reduction"
+            extra["cg_recurrence"] = next((r for r in ("classic", "pipelined") if r in rest),
+                                          "single_reduction")
         return (method, self.tol, "eo" in rest, "mixed" if "mixed" in rest else None), extra
 
 

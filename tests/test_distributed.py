@@ -78,8 +78,9 @@ def _run_cases(context, cases: list[dict]) -> list[list[dict]]:
     return results
 
 
-EVERY_SOLVE = ["cg_eo", "cg_eo_classic", "cg", "bicgstab_eo", "cg_eo_mixed",
-               "cg_eo_mixed_classic", "bicgstab_eo_mixed", "gcr_eo_schwarz", "gcr_eo_mixed_schwarz"]
+EVERY_SOLVE = ["cg_eo", "cg_eo_classic", "cg_eo_pipelined", "cg", "bicgstab_eo", "cg_eo_mixed",
+               "cg_eo_mixed_classic", "cg_eo_mixed_pipelined", "bicgstab_eo_mixed",
+               "gcr_eo_schwarz", "gcr_eo_mixed_schwarz"]
 #: The cases of one launch share its rank count: one launch of two ranks, one of four (each
 #: mpiexec starts its ranks and builds their kernels anew).
 LAUNCHES = {

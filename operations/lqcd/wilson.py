@@ -361,8 +361,9 @@ class WilsonOperator:
         the returned x, computed in double precision; with the preconditioner,
         ``info.inner_iterations`` and ``info.preconditioner_seconds`` (the rest of
         ``info.seconds`` is the outer solver's). ``cg_recurrence`` (CG only): one of
-        :data:`operations.solvers.CG_RECURRENCES`; None: "single_reduction" on an operator over
-        several ranks (one global sum a step), else "classic".
+        :data:`operations.solvers.CG_RECURRENCES` ("pipelined": the step's operator
+        application runs while the host waits for its one sum); None: "single_reduction" on an
+        operator over several ranks (one global sum a step), else "classic".
         """
         if cg_recurrence is not None and method != "cg":
             raise ValueError(f"cg_recurrence is CG's option; method {method!r} takes none")

@@ -269,6 +269,8 @@ class DistributedWilsonOperator(WilsonOperator):
         if self._sections:
             self.transport.start(self.transport.send, self._pack(inp, parity))
             self.transport.finish()
+            if self.recordings is not None:
+                self.recordings.enqueued_directly()
 
     def pack_faces(self, inp: accel.DeviceArray, parity: int) -> None:
         """Enqueue the packing of the faces of ``inp`` (a block of parity ``parity``) that the
@@ -321,6 +323,8 @@ class DistributedWilsonOperator(WilsonOperator):
     def _dslash_with(self, args: list, variant: tuple[int, bool, bool], policy: str) -> None:
         if self.recordings is None or policy not in self.RECORDED_POLICIES or not self._sections:
             self._enqueue_dslash(args, variant, policy)
+            if self.recordings is not None:
+                self.recordings.enqueued_directly()
             return
         out, inp, x = args[0], args[1], args[3]
         key = (variant, policy, self.transport.phase, out.pointer, out.size, inp.pointer,

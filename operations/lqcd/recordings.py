@@ -40,6 +40,12 @@ class DslashRecordings:
         self.launched = 0  #: recorded dslashes launched
         self._enqueued = False  #: a dslash was enqueued call by call since the last launch
 
+    def enqueued_directly(self) -> None:
+        """Say that an exchange was enqueued call by call outside :meth:`run` (another policy,
+        or the exchange alone): the next recording launched waits for what it left on the
+        copies' queue first."""
+        self._enqueued = True
+
     def _after_enqueued(self) -> None:
         """Before a recording runs after work enqueued call by call: the queue waits for what
         that work left on the copies' queue, so that a count it writes there cannot land

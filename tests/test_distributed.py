@@ -210,6 +210,19 @@ def test_a_dslash_is_recorded_only_where_the_host_waits_for_nothing(context):
         assert "CUDA graphs" in why, why
 
 
+def test_bad_options_are_refused_before_anything_is_built(context):
+    """The policy, the transport and ``graphs`` are checked first, each with a one-line error
+    that names the choices (no communicator is touched)."""
+    from operations.lqcd import DistributedWilsonOperator, weak_field
+
+    u = weak_field((4, 4, 4, 4), 0.1, seed=1)
+    for options, message in (({"policy": "eager"}, "policy must be one of overlap"),
+                             ({"transport": "nccl"}, "transport must be one of peer, host"),
+                             ({"graphs": "yes"}, "graphs must be None")):
+        with pytest.raises(ValueError, match=message):
+            DistributedWilsonOperator(None, context, u, 0.1, **options)
+
+
 def test_a_grid_that_does_not_fit_is_a_clear_error(context):
     from operations.lqcd.partition import Partition
 

@@ -101,6 +101,9 @@ class DistributedWilsonOperator(WilsonOperator):
                  tuning: dict[str, Any] | str | None = None, policy: str = "overlap",
                  transport: str = "auto", graphs: bool | None = None):
         check_transport(transport)  # before anything is built
+        if graphs not in (None, True, False):
+            raise ValueError(f"graphs must be None (record where possible), True or False, "
+                             f"got {graphs!r}")
         if policy not in self.POLICIES + ("tuned",):
             raise ValueError(f"policy must be one of {', '.join(self.POLICIES)} or 'tuned', "
                              f"got {policy!r}")

@@ -67,7 +67,7 @@ def _stream_value_functions() -> tuple[Any, Any] | None:
     found = _stream_values
     if found == 0:
         found = None
-        fast = ctypes.PyDLL(lib._name)  # they only enqueue: called without releasing the GIL
+        fast = cuda_streams.fast_driver()  # they only enqueue: called without releasing the GIL
         for suffix in ("_v2", ""):
             try:
                 write = getattr(fast, f"cuStreamWriteValue32{suffix}")

@@ -97,6 +97,7 @@ class DslashRecordings:
             enqueue()
             return
         self._graphs[key] = captured.work
+        self._seen.discard(key)  # the recordings hold it now (seen again if dropped)
         self.recorded += 1
         if len(self._graphs) > self.capacity:
             self._graphs.popitem(last=False)

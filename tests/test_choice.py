@@ -350,8 +350,11 @@ def test_a_machine_too_noisy_to_rank_gets_one_warning_with_the_figure(db, caplog
         NoisyTemplate.autotune.retune(NoisyTemplate, StandIn(), 2)
     warned = [r.getMessage() for r in caplog.records if "too noisy to rank" in r.getMessage()]
     assert len(warned) == 1
-    spread_now = ResultStore.open(db).records()[0].spread
-    assert f"spread {100 * spread_now:.1f}%" in warned[0] and "(more than 5%)" in warned[0]
+    # the figure is the stored spread of the search that warned: the first whose winner's
+    # batches spread more than 5% (with noise this large, either of the two may be the first)
+    spreads = [f"spread {100 * r.spread:.1f}%" for r in ResultStore.open(db).records()]
+    assert any(s in warned[0] for s in spreads), (spreads, warned[0])
+    assert "(more than 5%)" in warned[0]
 
 
 def test_an_invalid_statistic_makes_a_row_invalid(db):

@@ -13,13 +13,15 @@
 #   benchmarks/quda_side_by_side.sh solvers           double-half and double-single CG at 32^4, kappa 0.2:
 #                                                     ours (benchmarks/solvers.py) and invert_test
 #   benchmarks/quda_side_by_side.sh build-mpi         QUDA built with MPI (QUDA_MPI=ON, against the mpich
-#                                                     wheel's mpicc/mpicxx, which must be on PATH) instead
+#                                                     wheel's mpicc/mpicxx, found beside python3) instead;
+#                                                     about 8 minutes on 32 cores
 #   benchmarks/quda_side_by_side.sh grid [N]          on N GPUs (default 2), a t cut at 32^3 x 64 (32^4 a
 #                                                     GPU): QUDA's dslash_test and its double-single CG
 #                                                     (invert_test) with --gridsize, and on one GPU at
 #                                                     32^4 and 32^3 x 64; then ours the same way
 #                                                     (distributed_dslash.py, distributed_solver.py with
-#                                                     both CG recurrences). Needs build-mpi.
+#                                                     the three CG recurrences). Needs build-mpi; more
+#                                                     than one 10-minute command: split ours off if cut
 #
 # QUDA_SRC: the folder of QUDA's build script (default .gpu/quda, a copy of ../shared/quda);
 # its binaries land in /tmp/qb/tests. DB: default /tmp/side-by-side/tune.db.
@@ -69,6 +71,8 @@ case $cmd in
       echo "QUDA double-$S (the last source is the one compared): $(grep -E 'Done:' "$OUT/invert_$S.log" | tail -1)"
     done ;;
   build-mpi)
+    # the mpich wheel puts its compiler wrappers beside the interpreter, which may not be on PATH
+    PATH="$(dirname "$(python3 -c 'import sys; print(sys.executable)')"):$PATH"
     command -v mpicxx >/dev/null || { echo "mpicxx is not on PATH (the mpich wheel's bin)"; exit 2; }
     [ -x $QUDA_BIN/dslash_test ] && grep -q "QUDA_MPI:BOOL=ON" /tmp/qb/CMakeCache.txt 2>/dev/null || \
       (QUDA_MPI=ON CC=mpicc CXX=mpicxx setsid nohup bash "$QUDA_SRC/build.sh" > /tmp/qb.out 2>&1 &) ;;
@@ -100,7 +104,7 @@ case $cmd in
     for run in "1 1" "$N $N"; do
       set -- $run
       AUTOTUNE_DB="$DB" $M -n "$1" python distributed_solver.py --dims 32 32 32 $((32 * N)) \
-        --grid 1 1 1 "$2" --kappa 0.2 --recurrence classic single_reduction \
+        --grid 1 1 1 "$2" --kappa 0.2 --recurrence classic single_reduction pipelined --repeat 3 \
         --json "$OUT/ours_cg_n$1.json" > "$OUT/ours_cg_n$1.log" 2>&1
       grep -E "rank\(s\)" "$OUT/ours_cg_n$1.log"
     done ;;

@@ -5,14 +5,15 @@ Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_solver
     [--transport auto|peer|host] [--methods cg bicgstab gcr-schwarz] [--block BX BY BZ BT]
     [--recurrence auto|classic|single_reduction|pipelined ...]
     [--inner-iterations 10 ...] [--inner-precision half] [--nkrylov 16] [--delta 0.1 ...]
-    [--repeat 1] [--json FILE]
+    [--sloppy single|half] [--repeat 1] [--json FILE]
 
 One rank per GPU (``rank_context``). The right-hand side is one global Gaussian field (the
 same for every grid, so 1 and N GPUs solve the same system); each rank takes its block. The
 even-odd system M_pc x_e = b_e + kappa D_eo b_o is solved at the device level, as
 ``WilsonOperator.solve`` runs it: "cg" is CG on the normal equations in single precision with
 reliable updates in double (``solvers.cg_mixed``, to a tenth of ``--tol`` on the normal
-equations, as ``solve`` asks), "bicgstab" mixed BiCGstab on M_pc (``solvers.bicgstab_mixed``),
+equations, as ``solve`` asks; ``--sloppy half``: in half precision, 16-bit links and fields
+between the dslashes, 16-bit faces), "bicgstab" mixed BiCGstab on M_pc (``solvers.bicgstab_mixed``),
 "gcr-schwarz" double precision flexible GCR on M_pc preconditioned by additive Schwarz with
 ``--block`` blocks (default: each rank's part; the preconditioner communicates nothing) and
 ``--inner-iterations`` MR steps in ``--inner-precision``, restarted every ``--nkrylov`` steps,
@@ -69,6 +70,8 @@ def main() -> None:
                         help="Schwarz blocks (default: each rank's part)")
     parser.add_argument("--inner-iterations", type=int, nargs="+", default=[10])
     parser.add_argument("--inner-precision", default="half")
+    parser.add_argument("--sloppy", default="single", choices=["single", "half"],
+                        help="the mixed solvers' sloppy precision")
     parser.add_argument("--nkrylov", type=int, nargs="+", default=[16])
     parser.add_argument("--delta", type=float, nargs="+", default=[0.1])
     parser.add_argument("--repeat", type=int, default=1,
@@ -90,7 +93,7 @@ def main() -> None:
         "device": context.device.describe(), "ranks": comm.size, "dims": list(dims),
         "grid": list(args.grid), "kappa": args.kappa, "tol": args.tol,
         "reconstruct": args.reconstruct, "inner_iterations": args.inner_iterations,
-        "inner_precision": args.inner_precision, "nkrylov": args.nkrylov, "delta": args.delta,
+        "inner_precision": args.inner_precision, "sloppy": args.sloppy, "nkrylov": args.nkrylov, "delta": args.delta,
         "date": time.strftime("%Y-%m-%d"), "runs": []}
     for kappa, graphs in ((k, g) for k in args.kappa for g in args.graphs):
         high = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), "double",
@@ -129,7 +132,7 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
           block: tuple[int, ...]) -> Iterator[dict[str, Any]]:
     """Each requested solve at ``high``'s kappa, timed after a warm-up: one row per method, and
     per (inner iterations, delta) for the GCR methods."""
-    low = high.with_precision("single")
+    low = high.with_precision(args.sloppy)
     # the even-odd system M_pc x_e = b_e + kappa D_eo b_o: CG on its normal equations, BiCGstab
     # and GCR on it directly
     rhs = high.context.allocate(12 * high.lattice.half_volume, high.dtype)

@@ -121,6 +121,8 @@ class Problem:
         # the same blocks (each rank's part), with one MR step length for all of them
         extra = ({"preconditioner": "schwarz", "block": self.local, "inner_iterations": 6,
                   "inner_precision": "half"} if "schwarz" in rest else {})
+        if "half" in rest:  # the sloppy operator in 16 bits (across ranks: 16-bit faces)
+            extra["sloppy"] = "half"
         if method == "cg":  # both sides run the same recurrence: across ranks its default
             extra["cg_recurrence"] = next((r for r in ("classic", "pipelined") if r in rest),
                                           "single_reduction")

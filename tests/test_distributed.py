@@ -87,8 +87,12 @@ LAUNCHES = {
     "2-ranks": [
         # (a t cut, antiperiodic; every solver)
         dict(id="t-cut-2-antiperiodic", dims=(4, 4, 4, 8), grid=(1, 1, 1, 2), t_boundary=-1,
-             reconstruct=18, precision="double", solves=EVERY_SOLVE, policy="overlap",
-             transport="auto"),
+             reconstruct=18, precision="double", solves=EVERY_SOLVE + ["cg_eo_mixed_half"],
+             policy="overlap", transport="auto"),
+        # (16-bit fields and links: 16-bit faces where a field is 16-bit, the ghost links
+        # rounded as the block's are)
+        dict(id="z-cut-2-half-8", dims=(4, 4, 8, 4), grid=(1, 1, 2, 1), t_boundary=-1,
+             reconstruct=8, precision="half", solves=[], policy="overlap", transport="auto"),
         dict(id="x-cut-2-unequal-periodic-serial-host", dims=(8, 6, 4, 4), grid=(2, 1, 1, 1),
              t_boundary=1, reconstruct=12, precision="double",
              solves=["cg_eo", "bicgstab_eo", "gcr_eo"], policy="serial", transport="host"),
@@ -126,6 +130,9 @@ def _check_case(context, case, ranks):
     name, dims, grid, solves = case["id"], case["dims"], case["grid"], case["solves"]
     precision, transport = case["precision"], case["transport"]
     tol = 1e-12 if precision == "double" else 1e-6
+    # half: the same 16-bit numbers as one process, and float arithmetic in the same order but
+    # for the ghost hops; between M_pc^dag and M_pc a value may round one 16-bit step apart
+    loose = {"apply_pc_normal": 1e-4} if precision == "half" else {}
     # "auto" goes device to device where the devices can map each other's memory (CUDA)
     expected = transport if transport != "auto" else (
         "peer" if context.device.backend == "cuda" else "host")
@@ -135,7 +142,7 @@ def _check_case(context, case, ranks):
         assert rank["local"] == expected_local, name
         for op in ("dslash", "apply", "apply_dagger", "apply_pc", "apply_pc_dagger",
                    "apply_pc_normal", "kernels_alone"):
-            assert rank[op] <= tol, (name, op, rank[op])
+            assert rank[op] <= loose.get(op, tol), (name, op, rank[op])
         # the block's kernels run the dslash's tuned shape (the case's, where it names one)
         assert rank["dir_split"] == (case.get("tuning") or {}).get("dir_split", 1), name
         # both faces of each cut direction, 12 components a site of one parity
@@ -148,9 +155,13 @@ def _check_case(context, case, ranks):
         if expected == "peer" and case.get("graphs") is not False:
             recordings = rank["recordings"]
             assert recordings["failed"] is None, (name, recordings)
-            if case["policy"] in ("overlap", "overlap_in_order"):
+            if case["policy"] in ("overlap", "overlap_in_order") and solves:
+                # (a solve launches its dslashes many times; the operators alone, each on new
+                # arrays, may record one and launch it once)
                 assert recordings["recorded"] > 0 and recordings["launched"] >= 2 * \
                     recordings["recorded"], (name, recordings)
+            elif case["policy"] in ("overlap", "overlap_in_order"):
+                assert recordings["launched"] >= 1, (name, recordings)
             else:
                 assert recordings["launched"] == 0, (name, recordings)
         else:

@@ -27,6 +27,7 @@ from autotune import accel, parallel, tune
 from ..scalars import finite_real_scalar
 
 from . import gauge as gauge_fields
+from . import half as half_storage
 from .dslash import REGIONS_TEMPLATE
 from .dslash import TEMPLATE as DSLASH_TEMPLATE
 from .dslash import DslashTemplate
@@ -69,9 +70,10 @@ class DistributedWilsonOperator(WilsonOperator):
     device, "host": through page-locked host memory, "auto": peer where every rank can have it;
     see :mod:`.transport`); ``graphs``: record each overlapped dslash once and launch it again
     with one call (:mod:`.recordings`; None, the default: where the device and transport
-    allow, True: required, False: never). Other arguments as for :class:`WilsonOperator`."""
-
-    _half_allowed = False  # the exchange carries single and double precision faces only
+    allow, True: required, False: never). Other arguments as for :class:`WilsonOperator`;
+    with precision="half" a 16-bit field's faces travel in 16 bits (its words and norms, as
+    they are), a single precision one's in single precision, and the ghost links are kept in
+    single precision, rounded as the block's 16-bit links are."""
 
     #: How a dslash meets its exchange: "overlap" updates the sites that need no neighbour
     #: data while the faces travel, then the boundary sites as soon as the faces are in (on the
@@ -166,6 +168,8 @@ class DistributedWilsonOperator(WilsonOperator):
             below = Partition(part.dims, part.grid, part.neighbour(mu, -1))
             packed = gauge_fields.pack(below.block(self._global_links, site_axis=1),
                                        self.reconstruct)
+            if self.precision == "half":  # single precision, but the values the block's 16 bits hold
+                packed = half_storage.links_as_stored(packed, self.reconstruct, axis=-1)
             theirs = below.lattice.links_to_device(packed, self.template.real_dtype if real
                                                    else self.dtype)
             for link_parity in (0, 1):
@@ -213,26 +217,33 @@ class DistributedWilsonOperator(WilsonOperator):
             self._boundary.append((self.context.to_device(self.queue, sites if sites.size else
                                                           np.zeros(1, np.uint32)), sites.size))
 
-    def _packer(self, parity: int, queue: accel.CommandQueue | None = None) -> Any:
+    def _packer(self, parity: int, queue: accel.CommandQueue | None = None,
+                sixteen: bool = False) -> Any:
         """The pack kernel's launcher for faces of parity ``parity`` on ``queue`` (default:
-        the operator's)."""
+        the operator's); ``sixteen``: of a 16-bit field (``pack(send, values, norms)``)."""
         queue = self.queue if queue is None else queue
-        launch = self._packers.get((parity, queue))
+        launch = self._packers.get((parity, queue, sixteen))
         if launch is None:
             if self._halo is None:
                 local, cut = self.partition.local, self.partition.partitioned
+                # a half operator's single precision fields are packed as a single one's (its
+                # 16-bit ones with the same tuned work-group size)
+                precision = "single" if self.precision == "half" else self.precision
                 # one rank tunes the pack kernel (or reads the store) and tells the others
                 with tune.collective(self.comm):
-                    tuned = HaloTemplate.autotune(self.context, local, cut, self.precision)
-                self._halo = HaloTemplate(self.context, local, cut, self.precision, tuned)
-            launch = self._packers[parity, queue] = self._halo.instantiate(queue, parity)
+                    tuned = HaloTemplate.autotune(self.context, local, cut, precision)
+                self._halo = HaloTemplate(self.context, local, cut, precision, tuned)
+            launch = self._packers[parity, queue, sixteen] = self._halo.instantiate(
+                queue, parity, sixteen)
         return launch
 
-    def _kernel(self, parity: int, dagger: bool, xpay: bool, region: str,
-                queue: accel.CommandQueue | None = None) -> Any:
-        """The launcher of one of the block's kernels on ``queue`` (default: the operator's)."""
+    def _kernel(self, variant: tuple, region: str, queue: accel.CommandQueue | None = None) -> Any:
+        """The launcher of one of the block's kernels on ``queue`` (default: the operator's):
+        ``variant`` (parity, dagger, xpay), and for half precision the arguments' storage
+        (:func:`.half.kernel_args`' codes of out, in and x, e.g. "shs")."""
         queue = self.queue if queue is None else queue
-        key = (parity, dagger, xpay, region, queue)
+        parity, dagger, xpay = variant[:3]
+        key = (variant, region, queue)
         launch = self._kernels.get(key)
         if launch is None:
             t = self.template
@@ -253,9 +264,9 @@ class DistributedWilsonOperator(WilsonOperator):
             if region == "fused":
                 dist["interior_groups"] = whole // wgs
             program = self.context.build(DSLASH_TEMPLATE, {
-                **render, "variants": [(parity, dagger, xpay)], "dist": dist})
+                **render, "variants": [variant], "dist": dist})
             name = (f"dslash_dist_p{parity}{'_dag' if dagger else ''}"
-                    f"{'_xpay' if xpay else ''}_{region}")
+                    f"{'_xpay' if xpay else ''}{''.join('_' + c for c in variant[3:])}_{region}")
             size = {"exterior": boundary, "fused": whole + boundary}.get(region, whole)
             launch = self._kernels[key] = queue.launcher(program.get_kernel(name), size, wgs)
         return launch
@@ -270,77 +281,88 @@ class DistributedWilsonOperator(WilsonOperator):
         """Fill the ghost zone with the neighbours' faces of ``inp`` (a block of parity
         ``parity``): pack them, and ship them (:attr:`transport`)."""
         if self._sections:
-            self.transport.start(self.transport.send, self._pack(inp, parity))
+            self.pack_faces(inp, parity)
+            self.transport.start(self.transport.send, self.queue.mark())
             self.transport.finish()
             if self.recordings is not None:
                 self.recordings.enqueued_directly()
 
-    def pack_faces(self, inp: accel.DeviceArray, parity: int) -> None:
-        """Enqueue the packing of the faces of ``inp`` (a block of parity ``parity``) that the
-        neighbours need into the send buffer: the first half of :meth:`exchange`."""
-        self._packer(parity)(self.transport.send, inp)
-
-    def _pack(self, inp: accel.DeviceArray, parity: int) -> accel.Marker:
-        """Enqueue the packing of the faces of ``inp``; the marker says when it is done."""
-        self.pack_faces(inp, parity)
-        return self.queue.mark()
+    def pack_faces(self, inp: Any, parity: int, queue: accel.CommandQueue | None = None) -> None:
+        """Enqueue the packing of the faces of ``inp`` (a block of parity ``parity``; a half
+        operator's may be a 16-bit :class:`.half.HalfSpinor`) that the neighbours need into
+        the send buffer, on ``queue`` (default: the operator's): the first half of
+        :meth:`exchange`."""
+        if isinstance(inp, half_storage.HalfSpinor):
+            self._packer(parity, queue, True)(self.transport.send, inp.values, inp.norms)
+        else:
+            self._packer(parity, queue)(self.transport.send, inp)
 
     # Device operations ---------------------------------------------------------------------
-    def dslash_parity(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int, *,
-                      dagger: bool = False, x: accel.DeviceArray | None = None, a: float = 0.0) -> None:
+    def dslash_parity(self, out: Any, inp: Any, parity: int, *, dagger: bool = False,
+                      x: Any = None, a: float = 0.0) -> None:
         """out = D_{parity,1-parity} inp on this rank's block (x + a D inp with ``x``), the
-        neighbours' faces of ``inp`` exchanged first."""
-        args = self._arguments(out, inp, x, a)
-        variant = (parity, bool(dagger), x is not None)
+        neighbours' faces of ``inp`` exchanged first. A half operator's fields may each be a
+        16-bit :class:`.half.HalfSpinor` or single precision."""
+        args, spinors, storage = self._arguments(out, inp, x, a)
+        variant = (parity, bool(dagger), x is not None, *storage)
         if self.policy_tuner is not None and self._sections:
             with self.policy_tuner.measure(self.queue, variant) as params:
-                self._dslash_with(args, variant, params["policy"])
+                self._dslash_with(args, inp, spinors, variant, params["policy"])
         else:
-            self._dslash_with(args, variant, self.policy)
+            self._dslash_with(args, inp, spinors, variant, self.policy)
 
-    def dslash_kernel(self, out: accel.DeviceArray, inp: accel.DeviceArray, parity: int,
-                      region: str = "all", *, dagger: bool = False,
-                      x: accel.DeviceArray | None = None, a: float = 0.0) -> Callable[[], None]:
+    def dslash_kernel(self, out: Any, inp: Any, parity: int, region: str = "all", *,
+                      dagger: bool = False, x: Any = None, a: float = 0.0) -> Callable[[], None]:
         """One dslash kernel on its own, to time it apart from the exchange: a call enqueues
         out = D_{parity,1-parity} inp (x + a D inp with ``x``) on the ``region`` of the block
         ("all" its sites, "interior" those with no hop off the block, "exterior" the others),
         reading the ghost zone as it stands (nothing is exchanged)."""
         if region not in self.REGIONS:
             raise ValueError(f"region must be one of {', '.join(self.REGIONS)}, got {region!r}")
-        args = self._arguments(out, inp, x, a)
+        args, _, storage = self._arguments(out, inp, x, a)
         if region in ("exterior", "fused"):
             sites, count = self._boundary[parity]
             args[-2:] = [sites, np.uint32(count)]
         if region == "fused":  # nothing awaited: the ghost zone as it stands
             args += [self._tickets, *self._no_arrival]
-        kernel = self._kernel(parity, bool(dagger), x is not None, region)
+        kernel = self._kernel((parity, bool(dagger), x is not None, *storage), region)
         return lambda: kernel(args)
 
-    def _arguments(self, out: accel.DeviceArray, inp: accel.DeviceArray,
-                   x: accel.DeviceArray | None, a: float) -> list:
-        """A dslash kernel's arguments, the whole block's sites (``a`` checked)."""
+    def _arguments(self, out: Any, inp: Any, x: Any, a: float) -> tuple[list, list, tuple]:
+        """A dslash kernel's arguments, ``a`` checked: the spinors and links, then ``a``, the
+        ghost zone (at [-4]) and links, and the sites to update with their count (at [-2:];
+        here the whole block's). Also the spinors' device arrays, and their storage codes
+        (half precision: one string, e.g. "shs"; else none)."""
         a = finite_real_scalar("dslash", "a", a, self.template.real_dtype.type)
-        return [out, inp, self.gauge, x if x is not None else inp, self.template.real_dtype.type(a),
-                self.transport.ghost, self._ghost_links, self._no_sites, np.uint32(0)]
+        x = inp if x is None else x
+        if self.template.half:
+            sites = self.lattice.half_volume
+            codes, (o, i, xs) = zip(*(half_storage.kernel_args(f, sites) for f in (out, inp, x)))
+            spinors, storage = [*o, *i, *xs], ("".join(codes),)
+            args = [*o, *i, self.gauge, *xs]
+        else:
+            spinors, storage = [out, inp, x], ()
+            args = [out, inp, self.gauge, x]
+        return args + [self.template.real_dtype.type(a), self.transport.ghost, self._ghost_links,
+                       self._no_sites, np.uint32(0)], spinors, storage
 
-    def _dslash_with(self, args: list, variant: tuple[int, bool, bool], policy: str) -> None:
+    def _dslash_with(self, args: list, inp: Any, spinors: list, variant: tuple,
+                     policy: str) -> None:
         if self.recordings is None or policy not in self.RECORDED_POLICIES or not self._sections:
-            self._enqueue_dslash(args, variant, policy)
+            self._enqueue_dslash(args, inp, variant, policy)
             if self.recordings is not None:
                 self.recordings.enqueued_directly()
             return
-        out, inp, x = args[0], args[1], args[3]
-        key = (variant, policy, self.transport.phase, out.pointer, out.size, inp.pointer,
-               inp.size, x.pointer, x.size, float(args[4]))
-        self.recordings.run(key, lambda: self._enqueue_dslash(args, variant, policy))
+        key = (variant, policy, self.transport.phase,
+               *((s.pointer, s.size) for s in spinors), float(args[-5]))
+        self.recordings.run(key, lambda: self._enqueue_dslash(args, inp, variant, policy))
 
-    def _enqueue_dslash(self, args: list, variant: tuple[int, bool, bool], policy: str) -> None:
+    def _enqueue_dslash(self, args: list, inp: Any, variant: tuple, policy: str) -> None:
         parity = variant[0]
-        inp = args[1]
         if not self._sections or policy == "serial":
             self.exchange(inp, 1 - parity)
-            args[5] = self.transport.ghost
-            self._kernel(*variant, "all")(args)
+            args[-4] = self.transport.ghost
+            self._kernel(variant, "all")(args)
             return
         # the faces packed, the interior update enqueued at once, then the faces shipped on the
         # transport's queue: they travel while the interior update runs. Where the copies'
@@ -354,29 +376,29 @@ class DistributedWilsonOperator(WilsonOperator):
         if policy == "overlap":
             copies = self.transport.copies
             copies.wait_for_queue(self.queue)  # inp is written, out free
-            self._packer(1 - parity, copies)(self.transport.send, inp)
+            self.pack_faces(inp, 1 - parity, copies)
             packed = copies.mark()
         else:
-            packed = self._pack(inp, 1 - parity)
+            self.pack_faces(inp, 1 - parity)
+            packed = self.queue.mark()
         if policy == "fused":
             self.transport.start(self.transport.send, packed)
-            args[5] = self.transport.ghost
+            args[-4] = self.transport.ghost
             self._fused(args, variant, sites, count)
             return
-        self._kernel(*variant, "interior")(args)  # reads no ghost (args[5] is last round's)
+        self._kernel(variant, "interior")(args)  # reads no ghost (args[-4] is last round's)
         self.transport.start(self.transport.send, packed)
-        args[5] = self.transport.ghost
+        args[-4] = self.transport.ghost
         if policy == "overlap":
             ready = self.transport.finish_on_copies()
         else:
             self.transport.finish()
             ready = self.queue
         args[-2:] = [sites, np.uint32(count)]
-        self._kernel(*variant, "exterior", ready)(args)
+        self._kernel(variant, "exterior", ready)(args)
         self.queue.wait_for_queue(ready)  # (nothing where ready is the queue itself)
 
-    def _fused(self, args: list, variant: tuple[int, bool, bool], sites: accel.DeviceArray,
-               count: int) -> None:
+    def _fused(self, args: list, variant: tuple, sites: accel.DeviceArray, count: int) -> None:
         """The interior and exterior updates in one launch (policy "fused"), after the packing
         and the faces' shipping are enqueued: its exterior groups wait on the device for the
         neighbours' counts where the transport tells them there (the stream-ordered flags);
@@ -389,7 +411,7 @@ class DistributedWilsonOperator(WilsonOperator):
             awaited = [arrival.counters, arrival.words, np.uint32(arrival.nwords),
                        np.uint32(arrival.count & 0xFFFFFFFF)]
         args[-2:] = [sites, np.uint32(count)]
-        self._kernel(*variant, "fused")(args + [self._tickets, *awaited])
+        self._kernel(variant, "fused")(args + [self._tickets, *awaited])
 
     # Host arrays: global in, global out ----------------------------------------------------
     def check_spinor(self, psi: Any) -> np.ndarray:

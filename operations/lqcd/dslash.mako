@@ -44,7 +44,11 @@
 ##                     groups that cover every site), ghost_offsets {(mu, step): offset} and
 ##                     link_offsets {(mu, link parity): offset} into the ghost buffers,
 ##                     face_sites (sites of one parity on a face, per direction). See
-##                     operations/lqcd/partition.py for the face order.
+##                     operations/lqcd/partition.py for the face order. With half: the ghost
+##                     links in the arithmetic's precision (not 16-bit), and the ghost zone
+##                     of a 16-bit input in 16 bits too (per face: the 3 x face_sites int4
+##                     words of halo.mako's 16-bit pack, then the face_sites norms), of a
+##                     single precision input in single precision.
 ##   link_groups       (optional, default one per parameter) dslash.link_groups: how many of a
 ##                     link's parameters each load reads
 ##   sites             (optional, default 1) sites per work-item: a work-group takes a block of
@@ -101,13 +105,12 @@
         RSQRT = "rsqrtf" if backend == "cuda" else "native_rsqrt"
     else:
         RSQRT = "1 / sqrt"
-    if half and dist is not None:
-        raise ValueError("half precision storage is not distributed yet")
     domain = context.get("domain", None)
     dirichlet_edges = context.get("dirichlet_edges", None) or (False,) * 4
     if domain is not None and dist is not None:
         raise ValueError("Schwarz domains of a distributed block are not built yet")
     G = ("short" if reconstruct == 8 else "chalf") if half else (real if reconstruct == 8 else C)
+    GG = real if reconstruct == 8 else C  # the ghost links: never 16-bit
     half_max = context.get("half_max", None)
     link_scales = context.get("link_scales", None)
     choice_step = context.get("choice_step", None)
@@ -265,8 +268,8 @@ ${link_loads(dest, mu, parity, site, fold)}
 </%def>
 
 <%def name="load_ghost_link(dest, offset, fh, index)">\
-    /* ${dest} = a backward neighbour's link, from the ghost links (reconstruct ${reconstruct};
-       never half: a distributed dslash is single or double) */
+    /* ${dest} = a backward neighbour's link, from the ghost links (reconstruct ${reconstruct},
+       in the arithmetic's precision: never 16-bit) */
 % if reconstruct == 8:
     {
         ${real} p[8];
@@ -369,7 +372,7 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     ${spinor_params("x_in", True, h_x)}, ${real} a)
 {
 % else:
-<%include file="${dist['regions']}" args="part='head', parity=parity, dagger=dagger, xpay=xpay, bounds=bounds, G=G"/>\
+<%include file="${dist['regions']}" args="part='head', parity=parity, dagger=dagger, xpay=xpay, bounds=bounds, G=G, GG=GG, suffix=suffix, spinors=(spinor_params('out', False, h_out), spinor_params('in', True, h_in), spinor_params('x_in', True, h_x))"/>\
 % endif
 % if plain and dist is None:
     const unsigned int cb = get_global_id(0);
@@ -493,8 +496,22 @@ ${load_link("u", mu, parity, "cb")}
 % else:
 ${load_ghost_link("u", dist["link_offsets"][mu, 1 - parity], dist["face_sites"][mu], "f")}
 % endif
+<%
+    g_at, g_fh = dist["ghost_offsets"][mu, direction], dist["face_sites"][mu]
+%>\
+% if h_in:
+            {   /* a 16-bit face: its words, then its norms; the link above is in real units */
+                GLOBAL const int4 *gw_ = (GLOBAL const int4 *) (ghost + ${g_at}u);
+                sn_ = ((GLOBAL const float *) (ghost + ${g_at + 6 * g_fh}u))[f] * ${repr(1.0 / half_max)}f;
+                for (int g = 0; g < 3; g++) {
+                    const int4 w_ = gw_[g * ${g_fh}u + f];
+                    psi[4 * g] = word_to_cfloat(w_.x, 1.0f); psi[4 * g + 1] = word_to_cfloat(w_.y, 1.0f);
+                    psi[4 * g + 2] = word_to_cfloat(w_.z, 1.0f); psi[4 * g + 3] = word_to_cfloat(w_.w, 1.0f); }
+            }
+% else:
             for (int k = 0; k < 12; k++)
-                psi[k] = ghost[${dist["ghost_offsets"][mu, direction]}u + k * ${dist["face_sites"][mu]}u + f];
+                psi[k] = ghost[${g_at}u + k * ${g_fh}u + f];
+% endif
         }
         else
         {

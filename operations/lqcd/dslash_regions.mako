@@ -12,9 +12,11 @@
 ##             returns early: the head gives a site that is not updated the
 ##             index 0xFFFFFFFF (past every site: dslash.mako's "cb < VH" tests skip it), and
 ##             makes the skip itself, from the site's coordinates.
-##   parity, dagger, xpay, bounds, G   (head) the variant, the kernel's bounds and link type
+##   parity, dagger, xpay, bounds, G, GG, suffix, spinors   (head) the variant, the kernel's
+##             bounds, link and ghost link types, the name's storage suffix (half: "_shs" and
+##             so on) and the parameters of out, in and x_in as dslash.mako renders them
 ## Render variables as dslash.mako's (dist, dims, wgs, cplx, real, backend).
-<%page args="part, parity=0, dagger=False, xpay=False, bounds='', G=''"/>\
+<%page args="part, parity=0, dagger=False, xpay=False, bounds='', G='', GG='', suffix='', spinors=()"/>\
 <%
     def spinor(name, const):
         return f"GLOBAL {'const ' if const else ''}{cplx} * RESTRICT {name}"
@@ -29,12 +31,12 @@
                            for mu in range(4) if dist["partitioned"][mu])
 %>\
 % if part == "head":
-KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}_${dist["region"]}(
-    ${spinor("out", False)}, ${spinor("in", True)},
+KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}${suffix}_${dist["region"]}(
+    ${spinors[0]}, ${spinors[1]},
     GLOBAL const ${G} * RESTRICT gauge,
-    ${spinor("x_in", True)}, ${real} a,
+    ${spinors[2]}, ${real} a,
     ${spinor("ghost", True)},
-    GLOBAL const ${G} * RESTRICT gauge_ghost,
+    GLOBAL const ${GG} * RESTRICT gauge_ghost,
     GLOBAL const unsigned int * RESTRICT sites, unsigned int nsites${"," if dist["region"] == "fused" else ")"}
 % if dist["region"] == "fused":
     GLOBAL unsigned int * tickets, GLOBAL const unsigned int * arrivals,

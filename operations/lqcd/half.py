@@ -155,6 +155,20 @@ def links_to_half(links: np.ndarray, reconstruct: int, axis: int = 2) -> np.ndar
     return np.rint(parts, out=parts).astype(np.int16)
 
 
+def links_as_stored(links: np.ndarray, reconstruct: int, axis: int = 2) -> np.ndarray:
+    """The links' values as their 16-bit storage (:func:`links_to_half`) holds them, in the
+    links' own dtype and layout: what a half precision dslash multiplies by (a distributed
+    block's ghost links, kept in single precision, are rounded so)."""
+    links = np.asarray(links)
+    stored = links_to_half(links, reconstruct, axis).astype(np.float64)
+    shape = [1] * links.ndim
+    shape[axis] = -1
+    scales = link_scales(reconstruct).reshape(shape)
+    if reconstruct == 8:
+        return (stored * scales).astype(links.dtype)
+    return ((stored[..., 0] + 1j * stored[..., 1]) * scales).astype(links.dtype)
+
+
 def to_device(context: accel.Context, queue: accel.CommandQueue, field: np.ndarray) -> HalfSpinor:
     """A (12, n) complex field in half precision on the device."""
     values, norms = spinor_to_half(field)

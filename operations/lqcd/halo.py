@@ -70,15 +70,19 @@ class HaloTemplate:
         self.wgs = self.tuning["wgs"]
         self.comps = self.tuning["comps"]
 
-    def instantiate(self, queue: accel.CommandQueue, parity: int) -> Any:
-        """``pack(send, inp)``: the faces of ``inp`` (parity ``parity``) into ``send``."""
+    def instantiate(self, queue: accel.CommandQueue, parity: int, sixteen: bool = False) -> Any:
+        """``pack(send, inp)``: the faces of ``inp`` (parity ``parity``) into ``send``. With
+        ``sixteen``, ``pack(send, values, norms)`` packs a 16-bit spinor (:mod:`.half`'s
+        storage) as it is: per face its words, then its norms (half the section's room)."""
         program = self.context.build(TEMPLATE, {
             "cplx": accel.c_type(self.dtype), "dims": self.lattice.dims, "parity": parity,
-            "sections": [tuple(s) for s in self.sections], "wgs": self.wgs, "comps": self.comps})
-        items = self.size // self.comps  # 12 / comps work-items per face site
-        launch = queue.launcher(program.get_kernel(f"pack_p{parity}"),
+            "sections": [tuple(s) for s in self.sections], "wgs": self.wgs, "comps": self.comps,
+            "sixteen": sixteen})
+        # 12 / comps work-items a face site; a site a work-item in 16 bits
+        items = self.size // (12 if sixteen else self.comps)
+        launch = queue.launcher(program.get_kernel(f"pack_p{parity}{'_h' if sixteen else ''}"),
                                 -(-items // self.wgs) * self.wgs, self.wgs)
-        return lambda send, inp: launch([send, inp])
+        return lambda send, *inp: launch([send, *inp])
 
     @classmethod
     def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int],

@@ -130,7 +130,7 @@ class WilsonOperator:
         U = link_array(U)
         t, z, y, x = U.shape[1:5]
         self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary,
-                                     half=self._half_allowed)
+                                     half=True)
         check_links(U, kappa, reconstruct, check, unitarity_tol)
         self.context = context
         self.tuning = "online" if tuning == "online" else None  #: how solvers tune their passes
@@ -156,9 +156,6 @@ class WilsonOperator:
         self._between: list[half_storage.HalfSpinor] | None = (
             [half_storage.HalfSpinor.allocate(context, self.lattice.half_volume) for _ in range(2)]
             if precision == "half" else None)
-
-    #: whether this class takes precision="half"
-    _half_allowed = True
 
     # Device fields -------------------------------------------------------------------------
     def new_field(self) -> SpinorField:

@@ -5,7 +5,7 @@ Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_solver
     [--transport auto|peer|host] [--methods cg bicgstab gcr-schwarz] [--block BX BY BZ BT]
     [--recurrence auto|classic|single_reduction|pipelined ...]
     [--inner-iterations 10 ...] [--inner-precision half] [--nkrylov 16] [--delta 0.1 ...]
-    [--sloppy single|half] [--repeat 1] [--json FILE]
+    [--sloppy single half] [--repeat 1] [--json FILE]
 
 One rank per GPU (``rank_context``). The right-hand side is one global Gaussian field (the
 same for every grid, so 1 and N GPUs solve the same system); each rank takes its block. The
@@ -13,7 +13,7 @@ even-odd system M_pc x_e = b_e + kappa D_eo b_o is solved at the device level, a
 ``WilsonOperator.solve`` runs it: "cg" is CG on the normal equations in single precision with
 reliable updates in double (``solvers.cg_mixed``, to a tenth of ``--tol`` on the normal
 equations, as ``solve`` asks; ``--sloppy half``: in half precision, 16-bit links and fields
-between the dslashes, 16-bit faces), "bicgstab" mixed BiCGstab on M_pc (``solvers.bicgstab_mixed``),
+between the dslashes, 16-bit faces; several values run each), "bicgstab" mixed BiCGstab on M_pc (``solvers.bicgstab_mixed``),
 "gcr-schwarz" double precision flexible GCR on M_pc preconditioned by additive Schwarz with
 ``--block`` blocks (default: each rank's part; the preconditioner communicates nothing) and
 ``--inner-iterations`` MR steps in ``--inner-precision``, restarted every ``--nkrylov`` steps,
@@ -70,8 +70,8 @@ def main() -> None:
                         help="Schwarz blocks (default: each rank's part)")
     parser.add_argument("--inner-iterations", type=int, nargs="+", default=[10])
     parser.add_argument("--inner-precision", default="half")
-    parser.add_argument("--sloppy", default="single", choices=["single", "half"],
-                        help="the mixed solvers' sloppy precision")
+    parser.add_argument("--sloppy", nargs="+", default=["single"], choices=["single", "half"],
+                        help="the mixed solvers' sloppy precisions, each run")
     parser.add_argument("--nkrylov", type=int, nargs="+", default=[16])
     parser.add_argument("--delta", type=float, nargs="+", default=[0.1])
     parser.add_argument("--repeat", type=int, default=1,
@@ -102,7 +102,9 @@ def main() -> None:
         result.update(local=list(high.partition.local), transport=high.transport.name)
         block = tuple(args.block) if args.block else high.partition.local
         result["block"] = list(block)
-        for row in _runs(args, comm, high, high.to_device(b), block):
+        field = high.to_device(b)
+        for row in (r for sloppy in args.sloppy
+                    for r in _runs(args, comm, high, field, block, sloppy)):
             row["kappa"] = kappa
             row["graphs"] = high.recordings is not None
             result["runs"].append(row)
@@ -117,6 +119,7 @@ def main() -> None:
                       f" ({row['recorded']} recorded, {row['launched']} launched)"
                       f", kappa {kappa}: "
                       f"{row['method']}"
+                      f"{'' if row['method'] == 'gcr-schwarz' else ' (double-' + row['sloppy'] + ')'}"
                       f"{' (' + row['recurrence'] + ')' if row['recurrence'] else ''} "
                       f"{row['iterations']} iterations{inner} in {row['seconds']:.3f} s "
                       f"(median of {len(row['seconds_all'])}: "
@@ -129,10 +132,11 @@ def main() -> None:
 
 
 def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, field: Any,
-          block: tuple[int, ...]) -> Iterator[dict[str, Any]]:
-    """Each requested solve at ``high``'s kappa, timed after a warm-up: one row per method, and
-    per (inner iterations, delta) for the GCR methods."""
-    low = high.with_precision(args.sloppy)
+          block: tuple[int, ...], sloppy: str) -> Iterator[dict[str, Any]]:
+    """Each requested solve at ``high``'s kappa with ``sloppy`` the mixed solvers' low
+    precision, timed after a warm-up: one row per method, and per (inner iterations, delta)
+    for the GCR methods."""
+    low = high.with_precision(sloppy)
     # the even-odd system M_pc x_e = b_e + kappa D_eo b_o: CG on its normal equations, BiCGstab
     # and GCR on it directly
     rhs = high.context.allocate(12 * high.lattice.half_volume, high.dtype)
@@ -170,7 +174,7 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
             recorded = [a - b for a, b in zip(_recorded(high, low), recorded_before)]
             seconds = float(np.median(times))
             info = solved[0]
-            yield {"method": method, "converged": bool(info.converged),
+            yield {"method": method, "sloppy": sloppy, "converged": bool(info.converged),
                    "recurrence": (solvers.check_recurrence(normal[0], recurrence)
                                   if method == "cg" else None),
                    "iterations": info.iterations, "true_residual": info.true_residual,

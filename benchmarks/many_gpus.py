@@ -64,15 +64,16 @@ def dslash(out: Path, env: dict, ranks: int, dims: list[int], grid: list[int], t
 
 def solver(out: Path, env: dict, ranks: int, dims: list[int], grid: list[int],
            tag: str) -> dict[str, float] | None:
-    """One distributed_solver.py run of the mixed CG with both recurrences: seconds each."""
+    """One distributed_solver.py run of the mixed CG with each recurrence, double-single and
+    double-half, recorded and not: seconds each ("classic/half+graph" and so on)."""
     path = out / f"cg_{tag}.json"
     command = [mpiexec(), "-n", str(ranks), sys.executable, "distributed_solver.py",
                "--dims", *map(str, dims), "--grid", *map(str, grid), "--kappa", "0.2",
                "--recurrence", "classic", "single_reduction", "pipelined", "--graphs", "auto", "off",
-               "--json", str(path)]
+               "--sloppy", "single", "half", "--json", str(path)]
     if run(command, out / f"cg_{tag}.log", env, 540) != 0 or not path.exists():
         return None
-    return {row["recurrence"] + "+graph" * row["graphs"]: row["seconds"]
+    return {f"{row['recurrence']}/{row['sloppy']}" + "+graph" * row["graphs"]: row["seconds"]
             for row in json.loads(path.read_text())["runs"]}
 
 

@@ -435,7 +435,7 @@ def test_the_tuning_problem_keeps_the_fields_in_the_device_orders():
     gauge_to_device's documented steps make them (pack, links_to_device, links_to_half,
     group_links)."""
     from operations.lqcd import dslash, gauge, half
-    from operations.lqcd.dslash import device_links, group_links, link_groups, link_loads
+    from operations.lqcd.dslash_links import device_links, group_links, link_groups, link_loads
 
     dims = (4, 4, 2, 6)
     dslash._tuning_problem.cache_clear()
@@ -472,9 +472,9 @@ def test_the_tuning_problem_keeps_the_fields_in_the_device_orders():
 
 
 def test_link_groups_lay_out_every_parameter_once():
-    """dslash.link_groups' layout: per group a block of V/2 sites, a site's group contiguous;
+    """dslash_links.link_groups' layout: per group a block of V/2 sites, a site's group contiguous;
     groups of one are the plain component-major layout."""
-    from operations.lqcd.dslash import group_links, link_groups, link_loads
+    from operations.lqcd.dslash_links import group_links, link_groups, link_loads
 
     rng = np.random.default_rng(14)
     bytes_per = {"half": 2, "single": 4, "double": 8}

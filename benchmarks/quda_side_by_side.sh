@@ -15,13 +15,14 @@
 #   benchmarks/quda_side_by_side.sh build-mpi         QUDA built with MPI (QUDA_MPI=ON, against the mpich
 #                                                     wheel's mpicc/mpicxx, found beside python3) instead;
 #                                                     about 8 minutes on 32 cores
-#   benchmarks/quda_side_by_side.sh grid [N]          on N GPUs (default 2), a t cut at 32^3 x 64 (32^4 a
-#                                                     GPU): QUDA's dslash_test and its double-single CG
-#                                                     (invert_test) with --gridsize, and on one GPU at
-#                                                     32^4 and 32^3 x 64; then ours the same way
-#                                                     (distributed_dslash.py, distributed_solver.py with
-#                                                     the three CG recurrences). Needs build-mpi; more
-#                                                     than one 10-minute command: split ours off if cut
+#   benchmarks/quda_side_by_side.sh grid [N] [PART]   on N GPUs (default 2), a t cut at 32^3 x 64 (32^4 a
+#                                                     GPU): QUDA's dslash_test and its double-single and
+#                                                     double-half CG (invert_test) with --gridsize, and
+#                                                     on one GPU at 32^4 and 32^3 x 64; then ours the
+#                                                     same way (distributed_dslash.py, distributed_solver.py
+#                                                     with the three CG recurrences, double-single and
+#                                                     double-half). Needs build-mpi. PART: quda, ours or
+#                                                     both (default): each part about 5 minutes
 #
 # QUDA_SRC: the folder of QUDA's build script (default .gpu/quda, a copy of ../shared/quda);
 # its binaries land in /tmp/qb/tests. DB: default /tmp/side-by-side/tune.db.
@@ -79,20 +80,24 @@ case $cmd in
   grid)
     ensure_db; wait_for_quda
     N=${1:-2}
+    PART=${2:-both}
     M=$(python -c "import sys; sys.path.insert(0, 'tests'); from processes import mpiexec; print(mpiexec())")
     # QUDA: --dim is each rank's block; the t cut over N ranks gives 32^3 x (32 N) in all
-    for run in "1 32 1" "1 $((32 * N)) 1" "$N 32 $N"; do
+    [ "$PART" = ours ] || for run in "1 32 1" "1 $((32 * N)) 1" "$N 32 $N"; do
       set -- $run
       QUDA_RESOURCE_PATH=/tmp/qres $M -n "$1" $QUDA_BIN/dslash_test --dslash-type wilson --prec single \
         --recon 12 --dim 32 32 32 "$2" --gridsize 1 1 1 "$3" --niter 1000 --verify false \
         --gtest_filter='*benchmark*' > "$OUT/quda_grid_n$1_t$2.log" 2>&1
       echo "QUDA dslash, $1 rank(s), 32^3 x $2 each: $(grep -E 'GFLOPS' "$OUT/quda_grid_n$1_t$2.log" | tail -1)"
-      QUDA_RESOURCE_PATH=/tmp/qres $M -n "$1" $QUDA_BIN/invert_test --dslash-type wilson --inv-type cg \
-        --solve-type normop-pc --prec double --prec-sloppy single --recon 12 --recon-sloppy 12 \
-        --dim 32 32 32 "$2" --gridsize 1 1 1 "$3" --kappa 0.2 --tol 1e-10 --niter 20000 --nsrc 2 \
-        > "$OUT/quda_invert_n$1_t$2.log" 2>&1
-      echo "QUDA double-single CG, $1 rank(s): $(grep -E 'Done:' "$OUT/quda_invert_n$1_t$2.log" | tail -1)"
+      for S in single half; do
+        QUDA_RESOURCE_PATH=/tmp/qres $M -n "$1" $QUDA_BIN/invert_test --dslash-type wilson --inv-type cg \
+          --solve-type normop-pc --prec double --prec-sloppy $S --recon 12 --recon-sloppy 12 \
+          --dim 32 32 32 "$2" --gridsize 1 1 1 "$3" --kappa 0.2 --tol 1e-10 --niter 20000 --nsrc 2 \
+          > "$OUT/quda_invert_${S}_n$1_t$2.log" 2>&1
+        echo "QUDA double-$S CG, $1 rank(s), 32^3 x $2 each: $(grep -E 'Done:' "$OUT/quda_invert_${S}_n$1_t$2.log" | tail -1)"
+      done
     done
+    [ "$PART" = quda ] && exit 0
     cd benchmarks
     for run in "1 32 1" "1 $((32 * N)) 1" "$N $((32 * N)) $N"; do
       set -- $run
@@ -105,7 +110,7 @@ case $cmd in
       set -- $run
       AUTOTUNE_DB="$DB" $M -n "$1" python distributed_solver.py --dims 32 32 32 $((32 * N)) \
         --grid 1 1 1 "$2" --kappa 0.2 --recurrence classic single_reduction pipelined --repeat 3 \
-        --json "$OUT/ours_cg_n$1.json" > "$OUT/ours_cg_n$1.log" 2>&1
+        --sloppy single half --json "$OUT/ours_cg_n$1.json" > "$OUT/ours_cg_n$1.log" 2>&1
       grep -E "rank\(s\)" "$OUT/ours_cg_n$1.log"
     done ;;
   *) echo "unknown command $cmd: give build, build-mpi, tune, dslash, solvers or grid"; exit 2 ;;

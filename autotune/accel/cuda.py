@@ -5,12 +5,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import ctypes
-import functools
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 

@@ -127,6 +127,51 @@ def test_the_half_dslash_matches_the_numpy_reference(context, command_queue, pro
             assert _rel(got, want_xpay) <= HALF_TOL, (parity, dagger, "xpay")
 
 
+# project16 against reading every component first: each compression once, each way of
+# converting, the plain shape and one with staged x neighbours, split directions and two sites
+PROJECT16_CASES = [(18, "bits", {"wgs": 32}), (12, "cvt", {"wgs": 32}),
+                   (8, "bits", {"wgs": 64, "dir_split": 2, "stage": True, "sites": 2}),
+                   (12, "cvt", {"wgs": 64, "dir_split": 2, "stage": True, "sites": 2})]
+
+
+@pytest.mark.parametrize("reconstruct,mode,shape", PROJECT16_CASES,
+                         ids=[f"{r}-{m}-{len(s)}" for r, m, s in PROJECT16_CASES])
+def test_projecting_the_16_bit_words_first_gives_the_same_dslash(context, command_queue, problem,
+                                                                 reconstruct, mode, shape):
+    """``project16`` (dslash.mako): a 16-bit neighbour's spin projection added in integers,
+    then 12 conversions a hop instead of 24 ("cvt" by conversion instructions, "bits" by bit
+    arithmetic). Both parities, D and D^dagger, with and without x + a D psi: against the
+    numpy reference within the 16-bit bound, and within two steps of the 16-bit output of the
+    same kernel that converts every component first (the sums are exact either way; the
+    compiler may contract the arithmetic after them differently)."""
+    lat, u, psi, x = problem
+    plain = DslashTemplate(context, DIMS, "half", reconstruct, -1, shape)
+    projected = DslashTemplate(context, DIMS, "half", reconstruct, -1, shape)
+    projected.tuning = {**projected.tuning, "project16": mode}  # not yet a tuned parameter
+    links = plain.gauge_to_device(command_queue, u)
+    a = 0.43
+    for dagger in (False, True):
+        full = reference.hop(u, psi, -1, dagger=dagger)
+        for parity in (0, 1):
+            inp = half.to_device(context, command_queue,
+                                 lat.spinor_to_device(psi, 1 - parity, np.complex128))
+            x_half = half.to_device(context, command_queue,
+                                    lat.spinor_to_device(x, parity, np.complex128))
+            got = {}
+            for name, template in (("plain", plain), ("projected", projected)):
+                for xpay in (False, True):
+                    out = half.HalfSpinor.allocate(context, lat.half_volume)
+                    extra = {"x": x_half, "a": a} if xpay else {}
+                    template.instantiate(command_queue)(out, inp, links, parity, dagger=dagger,
+                                                        **extra)
+                    got[name, xpay] = half.from_device(command_queue, out)
+            for xpay in (False, True):
+                want = lat.spinor_to_device(x + a * full if xpay else full, parity, np.complex128)
+                assert _rel(got["projected", xpay], want) <= HALF_TOL, (parity, dagger, xpay)
+                assert _rel(got["projected", xpay], got["plain", xpay]) <= 2 / 32767, \
+                    (parity, dagger, xpay)
+
+
 def test_each_spinor_argument_may_be_half_or_single(context, command_queue, problem):
     """A half template's kernels read and write 16-bit (HalfSpinor) or single precision
     (complex64) storage per argument: every combination of out, in and x against the

@@ -147,6 +147,47 @@
                     f"            psi[4 * g + 2] = word_to_cfloat(w_.z, s_); psi[4 * g + 3] = word_to_cfloat(w_.w, s_); }} }}")
         return f"for (int k = 0; k < 12; k++) psi[k] = {array}[k * VH + {index}];"
 
+    project16 = context.get("project16", False)
+    if project16 not in (False, "cvt", "bits"):
+        raise ValueError(f"project16 {project16!r}: False, 'cvt' or 'bits'")
+
+    def project_in(array, index, factor, A, sigma):
+        """Statements that set sn_ and h[6], the spin projection of the 16-bit input at
+        ``index``, added in integers before any conversion: 12 conversions a hop, not 24
+        (``project16`` "cvt": conversion instructions; "bits": the sum placed under the
+        exponent of 1.5 * 2^23, exact for |sum| < 2^22, and one subtraction)."""
+        def word(k):
+            return f"w{k // 4}_.{'xyzw'[k % 4]}"
+
+        def lo(w):
+            return f"((int) (short) {w})"
+
+        def hi(w):
+            return f"({w} >> 16)"
+
+        def to_float(v):
+            if project16 == "bits":
+                cast = "__int_as_float" if backend == "cuda" else "as_float"
+                return f"({cast}(0x4B400000 + ({v})) - 12582912.0f)"
+            return f"(float) ({v})"
+
+        lines = [f"sn_ = {array}_norm[{index}] * {factor / half_max!r}f;",
+                 f"        const int4 w0_ = ((GLOBAL const int4 *) {array})[{index}];",
+                 f"        const int4 w1_ = ((GLOBAL const int4 *) {array})[VH + {index}];",
+                 f"        const int4 w2_ = ((GLOBAL const int4 *) {array})[2 * VH + {index}];",
+                 f"        {C} h[6];"]
+        for s_ in range(2):
+            j, coef = nonzero(A[s_])
+            c = coef if sigma == 1 else neg(coef)
+            for col in range(3):
+                a, b = word(s_ * 3 + col), word((2 + j) * 3 + col)
+                re, im = {"1": (f"{lo(a)} + {lo(b)}", f"{hi(a)} + {hi(b)}"),
+                          "-1": (f"{lo(a)} - {lo(b)}", f"{hi(a)} - {hi(b)}"),
+                          "i": (f"{lo(a)} - {hi(b)}", f"{hi(a)} + {lo(b)}"),
+                          "-i": (f"{lo(a)} + {hi(b)}", f"{hi(a)} - {lo(b)}")}[c]
+                lines.append(f"        h[{s_ * 3 + col}] = {C}_new({to_float(re)}, {to_float(im)});")
+        return "\n".join(lines)
+
     def accumulate(acc, expr, factor=None):
         """acc + a hop's contribution times ``factor``: by default the neighbour's 16-bit scale
         (sn_) for 16-bit input, else 1."""
@@ -364,6 +405,9 @@ DEVICE_FN bool reconstruct8(const ${real} *p, ${C} *u)
     h_out, h_in, h_x = storage_of(variant)
     fold = half and reconstruct != 8 and h_in  # the links' 16-bit scale into the neighbour's
     suffix = f"_{variant[3] if len(variant) > 3 else 'hhh'}" if half else ""
+    # psi: the neighbours' spinors, unless every hop projects its 16-bit words (project16),
+    # and x_in of a half precision xpay
+    need_psi = not (project16 and h_in and dist is None and not stage) or (half and xpay)
 %>
 % if dist is None:
 KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}${suffix}(
@@ -429,7 +473,9 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     for (int k = 0; k < 12; k++)
         acc[k] = ${C}_new(0, 0);
     ${C} u[9];
+% if need_psi:
     ${C} psi[12];
+% endif
     if (cb < VH)
     {
 % endif
@@ -448,7 +494,9 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     for (int k = 0; k < 12; k++)
         acc[k] = ${C}_new(0, 0);
     ${C} u[9];
+% if need_psi:
     ${C} psi[12];
+% endif
 % endif
 % for mu in range(4):
 <%
@@ -522,7 +570,10 @@ ${load_link("u", mu, parity, "cb", fold)}
 % else:
 ${load_link("u", mu, 1 - parity, "nb", fold)}
 % endif
-% if stage and mu == 0:
+<% projected = project16 and h_in and dist is None and not (stage and mu == 0) %>\
+% if projected:
+        ${project_in("in", "nb", link_scales[0] if fold else 1.0, A, sigma)}
+% elif stage and mu == 0:
         const unsigned int j_ = nb - lo_;
         if (j_ < ${NS}u)
         {
@@ -538,6 +589,7 @@ ${load_link("u", mu, 1 - parity, "nb", fold)}
 % if ghosted:
         }
 % endif
+% if not projected:
         ${C} h[6];
 % for s in range(2):
 <% j, coef = nonzero(A[s]) %>\
@@ -545,6 +597,7 @@ ${load_link("u", mu, 1 - parity, "nb", fold)}
         { const ${C} v = psi[${(2 + j) * 3 + col}]; h[${s * 3 + col}] = ${C}_add(psi[${s * 3 + col}], ${times(coef if sigma == 1 else neg(coef), "v")}); }
     % endfor
 % endfor
+% endif
 % if mu == 3 and t_boundary == -1 and (dist is None or dist["t_signs"][0 if direction == 1 else 1] == -1):
 % if h_in:
         if (t == ${T - 1 if direction == 1 else 0}u)

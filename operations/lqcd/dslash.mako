@@ -22,6 +22,10 @@
 ##                     square roots from the hardware's fast approximation (single precision
 ##                     arithmetic only; double precision uses rsqrt)
 ##   half_bits         (optional, with half) 16-bit integers to floats by bit arithmetic (half.mako)
+##   project16         (optional, default False; with half) a 16-bit neighbour's spin projection
+##                     added in integers before conversion (12 conversions a hop, not 24): "cvt"
+##                     (conversion instructions) or "bits" (bit arithmetic); not with dist or for
+##                     staged x neighbours (benchmarks/dslash_unpacking.py; not tuned yet)
 ##   domain            (optional) (bx, by, bz, bt): Schwarz domains (Dirichlet blocks, each
 ##                     extent dividing the lattice's): hops that leave a domain are dropped
 ##   dirichlet_edges   (optional, with domain) 4 flags: directions in which the lattice's own

@@ -37,9 +37,10 @@ from wilson_dslash import FLOPS, copy_bandwidth
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def stored_parameters(db: str, device: str, dims: tuple[int, ...], reconstruct: int) -> dict | None:
-    """The tuned parameters of the half dslash of ``dims`` on ``device`` in ``db`` (read as data)."""
-    arguments = json.dumps({"dims": {"__tuple__": list(dims)}, "precision": "half",
+def stored_parameters(db: str, device: str, dims: tuple[int, ...], reconstruct: int,
+                      precision: str = "half") -> dict | None:
+    """The tuned parameters of the dslash of ``dims`` on ``device`` in ``db`` (read as data)."""
+    arguments = json.dumps({"dims": {"__tuple__": list(dims)}, "precision": precision,
                             "reconstruct": reconstruct}, separators=(",", ":"))
     with sqlite3.connect(db) as connection:
         row = connection.execute(

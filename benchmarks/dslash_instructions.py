@@ -2,6 +2,7 @@
 
 Usage (any machine with cuda-python's NVRTC; no GPU needed):
     python benchmarks/dslash_instructions.py [--arch 90] [--nvdisasm PATH] [--params '{"fast_math": true}'] [--json FILE]
+        [--tuned "NVIDIA H200" [--db FILE] [--sms 132] [--clock-ghz 1.98]]
 
 Renders ``dslash.mako`` for CUDA as the template would (D_eo, no dagger, no xpay; half
 precision with 16-bit in and out), compiles it with NVRTC for ``sm_<arch>`` and counts the
@@ -10,6 +11,11 @@ count is close to the instructions a site executes (Nsight Compute measured 1830
 against 1856 static for single precision with 12 parameters). A proxy for issue-bound kernels
 (the 8-parameter ones), not a speed: time them with ``wilson_dslash.py`` on the GPU.
 nvdisasm comes with the CUDA toolkit, or as the ``nvidia-cuda-nvdisasm`` wheel.
+
+``--tuned DEVICE`` takes each kernel's parameters from that device's rows in ``--db`` (default
+tune.db.example; ``--params`` then goes on top, e.g. ``{"project16": "cvt"}``), and prints the
+issue-bound time of kernels with one site a work-item and no split directions: sites x
+instructions / (``--sms`` x 128 a clock x ``--clock-ghz``), what the GPU needs just to issue them.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from autotune.accel import nvrtc  # noqa: E402
+from dslash_unpacking import stored_parameters  # noqa: E402
 from autotune.accel.render import render  # noqa: E402
 from autotune import tune  # noqa: E402
 from operations.lqcd.dslash import (RECONSTRUCTS, TEMPLATE, DslashTemplate,  # noqa: E402
@@ -75,6 +82,16 @@ def count(precision: str, reconstruct: int, params: dict, arch: int, nvdisasm: s
     return opcodes(out.binary, nvdisasm)
 
 
+def issue_bound_us(total: int, params: dict, dims: tuple[int, ...], sms: int, ghz: float
+                   ) -> float | None:
+    """Microseconds to issue ``total`` instructions a site for every site of one parity (None
+    where a site is not one work-item's straight-line run: split directions or several sites)."""
+    if params.get("dir_split", 1) != 1 or params.get("sites", 1) != 1:
+        return None
+    sites = dims[0] * dims[1] * dims[2] * dims[3] // 2
+    return sites * total / (sms * 128 * ghz * 1e9) * 1e6
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", type=int, default=90)
@@ -85,6 +102,11 @@ def main() -> None:
     parser.add_argument("--template", type=Path, default=TEMPLATE,
                         help="another dslash.mako to count (an earlier commit's, checked out "
                              "with its includes beside it), rendered with today's arguments")
+    parser.add_argument("--tuned", metavar="DEVICE",
+                        help="each kernel's parameters from this device's rows of --db")
+    parser.add_argument("--db", default=str(Path(__file__).resolve().parents[1] / "tune.db.example"))
+    parser.add_argument("--sms", type=int, default=132)
+    parser.add_argument("--clock-ghz", type=float, default=1.98)
     parser.add_argument("--json")
     args = parser.parse_args()
     if not nvrtc.available():
@@ -97,13 +119,24 @@ def main() -> None:
     print(f"{'precision':9s} {'recon':>5s} {'total':>6s}  most frequent")
     for precision in args.precisions:
         for reconstruct in RECONSTRUCTS:
-            ops = count(precision, reconstruct, params, args.arch, nvdisasm, tuple(args.dims),
+            chosen = params
+            if args.tuned:
+                stored = stored_parameters(args.db, args.tuned, tuple(args.dims), reconstruct,
+                                           precision)
+                if stored is None:
+                    print(f"{precision:9s} {reconstruct:5d}  no row of {args.tuned} in {args.db}")
+                    continue
+                chosen = {**stored, **params}
+            ops = count(precision, reconstruct, chosen, args.arch, nvdisasm, tuple(args.dims),
                         args.template)
             total = sum(ops.values())
+            bound = issue_bound_us(total, chosen, tuple(args.dims), args.sms, args.clock_ghz) \
+                if args.tuned else None
             rows.append({"precision": precision, "reconstruct": reconstruct, "total": total,
-                         "opcodes": dict(ops)})
+                         "params": chosen, "issue_bound_us": bound, "opcodes": dict(ops)})
             top = ", ".join(f"{k} {v}" for k, v in ops.most_common(8))
-            print(f"{precision:9s} {reconstruct:5d} {total:6d}  {top}")
+            shown = f" (issue-bound {bound:.1f} us)" if bound is not None else ""
+            print(f"{precision:9s} {reconstruct:5d} {total:6d}{shown}  {top}")
     if args.json:
         Path(args.json).write_text(json.dumps({"template": str(args.template),
                                                "arch": args.arch, "params": params,

@@ -20,6 +20,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def one_round(monkeypatch):
+    """No second round for close candidates: for tests that count a scan's launches (the
+    candidates with reps 3, say, differ by their work-group size only, often by less than
+    REFINE_MARGIN, and would be timed again; the second round has its own test)."""
+    from autotune import tune
+
+    monkeypatch.setattr(tune.online.scan, "REFINE_AT_MOST", 1)  # where the scan reads it
+
+
+@pytest.fixture
 def db(tmp_path, monkeypatch):
     """A new tuning database file, made the default through ``AUTOTUNE_DB``."""
     path = tmp_path / "tune.db"

@@ -1,15 +1,13 @@
-"""Online tuning on a real device: scanning, the median's choice, locking, rescans, the store,
-threads. The kernel's cost grows with a runtime argument, so candidates differ on purpose."""
+"""Online tuning on a real device: scanning, the median's choice, locking, rescans, budgets,
+parts, candidates prepared while the program runs, failures, threads. The kernel's cost grows
+with a runtime argument, so candidates differ on purpose (tests/online_busy.py); stored results
+and seeds are in tests/test_online_store.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,76 +15,19 @@ import pytest
 from autotune import accel, tune
 from autotune.tune.store import ResultStore
 
-KERNEL = Path(__file__).with_name("kernels") / "busy.mako"
-N = 1 << 14
-#: GPUs get more elements and more iterations each, so that the kernels' times differ by more
-#: than the cost of scheduling their work-groups
-GPU_SCALE = 64
-GPU_REPS = 20
-SPACE = {"reps": [300, 3, 600], "wgs": [16, 32, 64]}
-TEST = {"reps": 300, "wgs": 64}
-
-
-class Work:
-    """A device buffer pair and the busy kernel, on a timed queue."""
-
-    def __init__(self, context: accel.Context):
-        self.queue = context.create_command_queue(timed=True)
-        self.kernel = context.build(KERNEL).get_kernel("busy")
-        self.n = N * GPU_SCALE if context.device.is_gpu else N
-        self.reps = GPU_REPS if context.device.is_gpu else 1  #: iterations per unit of ``reps``
-        self.x = context.to_device(self.queue, np.linspace(0, 1, self.n, dtype=np.float32))
-        self.y = context.allocate(self.n, np.float32)
-
-    def step(self, tuner: tune.OnlineTuner, device: threading.Lock | None = None) -> dict:
-        """One launch with the tuner's parameters; with ``device``, the launch and its timing
-        run alone on the device (threads share one device: another thread's kernel running
-        between a launch's timer events would count as this launch's time)."""
-        with device if device is not None else contextlib.nullcontext():
-            with tuner.measure(self.queue) as params:
-                self._launch(params)
-            if device is not None:
-                self.queue.finish()
-        return dict(params)
-
-    def _launch(self, params) -> None:
-        self.queue.enqueue_kernel(self.kernel, [self.y, self.x, np.uint32(self.n),
-                                                np.uint32(params["reps"] * self.reps)],
-                                  self.n, params["wgs"])
-
-
-def _reference(reps: int, n: int, count: int = 4096) -> np.ndarray:
-    """The first ``count`` elements of y after ``reps`` iterations on n elements."""
-    v = np.linspace(0, 1, n, dtype=np.float32)[:count]
-    for _ in range(reps):
-        v = v * np.float32(0.999) + np.float32(0.001)
-    return v
-
-
-def _tuner(context, db, **kwargs) -> tune.OnlineTuner:
-    space = kwargs.pop("space", tune.Space(SPACE, [lambda c: (c["reps"], c["wgs"]) != (600, 32)]))
-    return tune.OnlineTuner(context, kwargs.pop("name", "tests.Busy.step"), space, TEST,
-                            arguments=kwargs.pop("arguments", {"n": N}), db=str(db), **kwargs)
-
-
-@pytest.fixture
-def one_round(monkeypatch):
-    """No second round for close candidates: for tests that count a scan's launches (the
-    candidates with reps 3, say, differ by their work-group size only, often by less than
-    REFINE_MARGIN, and would be timed again; the second round has its own test)."""
-    monkeypatch.setattr(tune.online.scan, "REFINE_AT_MOST", 1)  # where the scan reads it
+from online_busy import N, SPACE, TEST, Work, busy_reference, busy_tuner
 
 
 @pytest.mark.force_autotune
 def test_a_scan_visits_every_valid_candidate_and_the_median_picks_the_fastest(context, tmp_path, one_round):
     db = tmp_path / "t.db"
-    tuner = _tuner(context, db)
+    tuner = busy_tuner(context, db)
     work = Work(context)
     used = [work.step(tuner) for _ in range(8 * 5)]
     # every launch computed the right thing with the parameters it was given
     work.queue.finish()
     np.testing.assert_allclose(work.y.get(work.queue)[:4096],  # rtol: FMA contraction
-                               _reference(used[-1]["reps"] * work.reps, work.n), rtol=1e-4)
+                               busy_reference(used[-1]["reps"] * work.reps, work.n), rtol=1e-4)
     # 9 configurations, one excluded by the restriction: 8 candidates x 5 samples
     assert len(used) == 40 and {json.dumps(u, sort_keys=True) for u in used} == {
         json.dumps({"reps": r, "wgs": w}, sort_keys=True)
@@ -118,7 +59,7 @@ def test_the_closest_candidates_are_timed_again_before_the_choice(context, tmp_p
     still wins. (The margin is widened here so that the round's members are known.)"""
     monkeypatch.setattr(tune.online.scan, "REFINE_MARGIN", 1000.0)
     samples = 3
-    tuner = _tuner(context, tmp_path / "t.db", samples=samples,
+    tuner = busy_tuner(context, tmp_path / "t.db", samples=samples,
                    space={"reps": [300, 3, 30, 100, 600, 1000], "wgs": [32]})
     work = Work(context)
     launches: dict[int, int] = {}
@@ -136,7 +77,7 @@ def test_the_closest_candidates_are_timed_again_before_the_choice(context, tmp_p
 
 @pytest.mark.force_autotune
 def test_locked_until_the_period_then_rescans(context, tmp_path):
-    tuner = _tuner(context, tmp_path / "t.db", period=1.0, samples=2,
+    tuner = busy_tuner(context, tmp_path / "t.db", period=1.0, samples=2,
                    space={"reps": [200, 2], "wgs": [32]}, )
     work = Work(context)
     for _ in range(4):
@@ -155,110 +96,6 @@ def test_locked_until_the_period_then_rescans(context, tmp_path):
     assert len(ResultStore(f"sqlite:///{tmp_path / 't.db'}").trials()) == 4  # 2 scans x 2
 
 
-_NEXT_PROCESS = """
-import json, sys
-sys.path.insert(0, {tests!r})
-from autotune import accel, tune
-from test_online import Work, _tuner
-context = accel.create_some_context()
-tuner = _tuner(context, {db!r})
-work = Work(context)
-first = work.step(tuner)
-print(json.dumps({{"scans": tuner.scans, "first": first, "best": tuner.best}}))
-"""
-
-
-@pytest.mark.force_autotune
-def test_a_stored_result_starts_the_next_process_locked(context, tmp_path, one_round):
-    db = tmp_path / "t.db"
-    tuner = _tuner(context, db)
-    work = Work(context)
-    for _ in range(40):
-        work.step(tuner)
-    assert tuner.stored
-    trials = len(ResultStore(f"sqlite:///{db}").trials())
-    code = _NEXT_PROCESS.format(tests=str(Path(__file__).parent), db=str(db))
-    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                           timeout=120, env={**__import__("os").environ,
-                                             "AUTOTUNE_DEVICE": _selector(context)})
-    assert child.returncode == 0, child.stderr
-    seen = json.loads(child.stdout.strip().splitlines()[-1])
-    assert seen == {"scans": 0, "first": tuner.best, "best": tuner.best}
-    assert len(ResultStore(f"sqlite:///{db}").trials()) == trials  # nothing scanned
-
-
-@pytest.mark.force_autotune
-def test_finished_scans_are_written_by_one_thread_that_started_before_them(context, tmp_path,
-                                                                            one_round):
-    """The launch that ends a scan hands the write to the process's writer thread, started
-    when the tuners were made: no thread starts on the launching thread (a thread's start
-    makes the starting thread wait for it), and every tuner's result lands."""
-    db = tmp_path / "t.db"
-    tuners = [_tuner(context, db, name=f"tests.Busy.written{i}", samples=2) for i in range(3)]
-    writers = [t for t in threading.enumerate() if t.name.startswith("autotune-online-store")]
-    assert len(writers) == 1 and writers[0].is_alive()
-    work = Work(context)
-    threads_before = set(threading.enumerate())
-    for _ in range(40):
-        for tuner in tuners:
-            work.step(tuner)
-        assert set(threading.enumerate()) <= threads_before  # no thread started by a launch
-    assert all(tuner.best is not None and tuner.stored for tuner in tuners)
-    stored = {r.key.function: r.origin for r in ResultStore(f"sqlite:///{db}").records()}
-    assert stored == {f"tests.Busy.written{i}": "online" for i in range(3)}
-
-
-@pytest.mark.force_autotune
-def test_new_arguments_scan_first_what_this_device_chose_for_others(context, tmp_path):
-    """No result for the key, but results of the same function for other arguments on this
-    device: their choices are built and timed first (and so soon serve the untimed launches),
-    those of the rows sharing the most argument values first, then the most often chosen;
-    another device's, a stale or an invalid row's, and choices outside the space do not count."""
-    from dataclasses import replace
-
-    from autotune.tune import TuningRecord
-    from autotune.tune.encoding import encode_arguments
-
-    db = tmp_path / "t.db"
-    space = tune.Space({"reps": [300, 3, 30, 100], "wgs": [16, 32]})
-    store = ResultStore(f"sqlite:///{db}")
-    mine = {"n": N, "kind": "a"}
-    probe = _tuner(context, db, space=space, arguments={"n": 1, "kind": "a"})
-    assert probe.seeds == []  # nothing stored yet
-
-    def row(n: int, kind: str, params: dict, **changes) -> TuningRecord:
-        key = replace(probe.key, arguments=encode_arguments({"n": n, "kind": kind}),
-                      **changes.pop("key", {}))
-        return TuningRecord(key, json.dumps(params), 1e-4, "test",
-                            fingerprint=changes.pop("fingerprint", probe.fingerprint))
-
-    store.put(row(2, "b", {"reps": 30, "wgs": 16}))
-    store.put(row(3, "b", {"reps": 30, "wgs": 16}))  # chosen twice, but for another kind
-    store.put(row(4, "a", {"reps": 100, "wgs": 32}))  # once, for this kind: first
-    store.put(row(5, "a", {"reps": 3, "wgs": 16}, key={"device_name": "Another GPU"}))
-    store.put(row(6, "a", {"reps": 3, "wgs": 32}, fingerprint="edited since"))
-    store.put(row(7, "a", {"reps": 3, "wgs": 64}))  # valid for the function, not in this space
-    store.put(row(8, "a", {"reps": "3", "wgs": 16}))  # does not match test='s schema
-    prepared: list[dict] = []
-
-    def prepare(params: dict) -> None:
-        prepared.append(params)
-
-    tuner = _tuner(context, db, space=space, arguments=mine, prepare=prepare, workers=1,
-                   samples=2)
-    assert tuner.seeds == [{"reps": 100, "wgs": 32}, {"reps": 30, "wgs": 16}]
-    assert tuner.wait_prepared(30)
-    assert prepared[:2] == tuner.seeds  # built first (one worker: in order)
-    work = Work(context)
-    first = work.step(tuner)
-    assert first == {"reps": 100, "wgs": 32}  # all ready: the first seed is timed first
-    while tuner.scanning:
-        work.step(tuner)
-        work.queue.finish()
-    assert tuner.best is not None and tuner.best["reps"] == 3  # still a full scan: the fastest
-    assert tuner.stored and len(ResultStore(f"sqlite:///{db}").trials(tuner.key)) == 8
-
-
 @pytest.mark.force_autotune
 def test_a_scan_budget_leaves_out_what_is_not_built_in_time(context, tmp_path, one_round):
     """With ``budget``, the candidates still being prepared when it is spent are left out of
@@ -273,10 +110,10 @@ def test_a_scan_budget_leaves_out_what_is_not_built_in_time(context, tmp_path, o
 
     space = {"reps": [300, 1000, 3, 100], "wgs": [32]}
     with pytest.raises(tune.OnlineTuningError, match="budget"):
-        _tuner(context, db, space=space, budget=0.0, prepare=prepare)
+        busy_tuner(context, db, space=space, budget=0.0, prepare=prepare)
     with pytest.raises(tune.OnlineTuningError, match="without prepare"):
-        _tuner(context, db, space=space, budget=1.0)
-    tuner = _tuner(context, db, space=space, prepare=prepare, workers=4, samples=2,
+        busy_tuner(context, db, space=space, budget=1.0)
+    tuner = busy_tuner(context, db, space=space, prepare=prepare, workers=4, samples=2,
                    budget=0.3, period=0.5)
     work = Work(context)
     while tuner.scanning:
@@ -348,7 +185,7 @@ def test_template_budget_gives_template_tuners_made_in_its_block_a_budget(contex
 
 @pytest.mark.force_autotune
 def test_rescan_starts_the_next_scan_now_unless_one_runs(context, tmp_path):
-    tuner = _tuner(context, tmp_path / "t.db", samples=1, space={"reps": [2, 20], "wgs": [32]})
+    tuner = busy_tuner(context, tmp_path / "t.db", samples=1, space={"reps": [2, 20], "wgs": [32]})
     tuner.rescan()  # a scan runs: nothing changes
     assert tuner.scanning and tuner.scans == 1
     work = Work(context)
@@ -360,118 +197,9 @@ def test_rescan_starts_the_next_scan_now_unless_one_runs(context, tmp_path):
 
 
 def test_rescan_under_pytest_scans_nothing(context, tmp_path):
-    tuner = _tuner(context, tmp_path / "t.db")
+    tuner = busy_tuner(context, tmp_path / "t.db")
     tuner.rescan()
     assert not tuner.scanning and tuner.scans == 0 and tuner.best == TEST
-
-
-@pytest.mark.force_autotune
-def test_given_seeds_come_after_stored_choices_and_start_the_run(context, tmp_path):
-    """Seeds given to the tuner (a parameter left out takes test='s value) are built and timed
-    after what this device chose for other arguments and before the rest; until something is
-    timed, launches use the first of them instead of test=; the scan still visits every
-    candidate and the fastest wins."""
-    from dataclasses import replace
-
-    from autotune.tune import TuningRecord
-    from autotune.tune.encoding import encode_arguments
-
-    db = tmp_path / "t.db"
-    # a hundred times apart: on a many-core CPU, kernels of 3 and 30 are both mostly launch cost
-    space = {"reps": [3000, 3, 300, 1000], "wgs": [32, 64]}
-    probe = _tuner(context, db, space=space, arguments={"n": 1})
-    ResultStore(f"sqlite:///{db}").put(TuningRecord(
-        replace(probe.key, arguments=encode_arguments({"n": 2})),
-        json.dumps({"reps": 1000, "wgs": 32}), 1e-4, "test", fingerprint=probe.fingerprint))
-    gate = threading.Event()
-    prepared: list[dict] = []
-
-    def prepare(params: dict) -> None:
-        prepared.append(params)
-        gate.wait(30)
-
-    tuner = _tuner(context, db, space=space, seeds=[{"reps": 300}, {"reps": 3, "wgs": 32}],
-                   prepare=prepare, workers=1, samples=2)
-    assert tuner.seeds == [{"reps": 1000, "wgs": 32}, {"reps": 300, "wgs": 64},
-                           {"reps": 3, "wgs": 32}]
-    work = Work(context)
-    assert work.step(tuner) == {"reps": 1000, "wgs": 32}  # nothing prepared: the first seed
-    gate.set()
-    assert tuner.wait_prepared(30)
-    assert prepared[:3] == tuner.seeds and len(prepared) == 8
-    while tuner.scanning:
-        work.step(tuner)
-        work.queue.finish()
-    assert tuner.best is not None and tuner.best["reps"] == 3  # the fastest, seed or not
-    assert tuner.stored and len(ResultStore(f"sqlite:///{db}").trials(tuner.key)) == 8
-
-
-@pytest.mark.force_autotune
-def test_a_stored_choice_seeds_a_scan_that_fixes_some_of_its_parameters(context, tmp_path):
-    """The dslash's online scan fixes its structure (sites per work-item, staging, the links'
-    layout) at test=: a result of the full offline space stored for another lattice (two sites
-    a work-item, as PoCL's searches choose) still seeds it, with the scan's values of those."""
-    from dataclasses import replace
-
-    from autotune.tune import TuningRecord
-    from autotune.tune.encoding import encode_arguments
-    from operations.lqcd.dslash import DslashTemplate
-
-    db = tmp_path / "t.db"
-    online = dict(dims=(4, 4, 4, 8), precision="single", reconstruct=12)
-    probe = tune.OnlineTuner.for_template(DslashTemplate, context, db=str(db), **online)
-    declared = probe.seeds  # the template's own (none on a CPU)
-    assert len(probe.space.parameters["sites"]) == 1
-    wgs = max(probe.space.parameters["wgs"])
-    chosen = {**probe.test, "wgs": wgs, "sites": 2, "stage": True}
-    assert probe.valid_space.why_not(chosen) is None and probe.space.why_not(chosen) is not None
-    ResultStore(f"sqlite:///{db}").put(TuningRecord(
-        replace(probe.key, arguments=encode_arguments(
-            {"dims": [8, 8, 8, 8], "precision": "single", "reconstruct": 12})),
-        json.dumps(chosen), 1e-4, "test", fingerprint=probe.fingerprint))
-    tuner = tune.OnlineTuner.for_template(DslashTemplate, context, db=str(db), **online)
-    stored = {**probe.test, "wgs": wgs}
-    assert tuner.seeds == [stored] + [s for s in declared if s != stored]
-
-
-def _selector(context) -> str:
-    return "cuda" if context.device.backend == "cuda" else "opencl"
-
-
-@pytest.mark.autotune_database
-def test_an_offline_result_or_a_bad_row_for_the_key(context, tmp_path):
-    db = tmp_path / "t.db"
-    probe = _tuner(context, db)  # scanning: nothing stored yet
-    store = ResultStore(f"sqlite:///{db}")
-    # an offline row tuned against the same sources and space counts the same
-    store.put(tune.TuningRecord(probe.key, '{"reps":600,"wgs":16}', 1e-4, "0.1",
-                                fingerprint=probe.fingerprint))
-    assert _tuner(context, db).best == {"reps": 600, "wgs": 16}
-    # a row outside the space (600 x 32 is restricted), hostile text, or one tuned against
-    # another kernel or space is never used
-    for bad, fingerprint in [('{"reps":600,"wgs":32}', probe.fingerprint),
-                             ('{"reps":"1); } __kernel void x() { //","wgs":16}', probe.fingerprint),
-                             ('{"reps":3}', probe.fingerprint), ('{"reps":600,"wgs":16}', "0" * 64)]:
-        store.put(tune.TuningRecord(probe.key, bad, 1e-4, "0.1", fingerprint=fingerprint))
-        tuner = _tuner(context, db)
-        assert tuner.best is None and tuner.scanning, bad
-
-
-@pytest.mark.autotune_database
-def test_an_edited_kernel_source_makes_the_stored_result_stale(context, tmp_path):
-    source = tmp_path / "busy.mako"
-    source.write_text(KERNEL.read_text())
-    db = tmp_path / "t.db"
-    tuner = _tuner(context, db, sources=[source], samples=1)
-    work = Work(context)
-    while tuner.scanning:
-        work.step(tuner)
-    assert tuner.stored and _tuner(context, db, sources=[source]).best == tuner.best
-    source.write_text(KERNEL.read_text() + "\n// edited\n")
-    again = _tuner(context, db, sources=[source])
-    assert again.best is None and again.scanning
-    assert tune.OnlineTuner(context, "x.y", {"wgs": [32]}, {"wgs": 32}, sources=[source]).fingerprint \
-        != tuner.fingerprint  # the space is part of it too
 
 
 @pytest.mark.force_autotune
@@ -515,7 +243,7 @@ def test_candidates_are_launched_only_once_prepared(context, tmp_path):
         with guard:
             prepared.add(params["reps"])
 
-    tuner = _tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 7, 30], "wgs": [32]},
+    tuner = busy_tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 7, 30], "wgs": [32]},
                    samples=2, prepare=prepare, workers=2)
     work = Work(context)
     early = work.step(tuner)
@@ -552,7 +280,7 @@ def test_a_candidate_prepared_while_others_wait_is_timed_at_its_next_launch(cont
             gates[params["reps"]].wait(30)
             done[params["reps"]].set()
 
-    tuner = _tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 30], "wgs": [32]},
+    tuner = busy_tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 30], "wgs": [32]},
                    samples=2, prepare=prepare, workers=2)
     work = Work(context)
     picks = []
@@ -588,7 +316,7 @@ def test_while_a_candidate_is_prepared_launches_use_the_fastest_timed_so_far(con
         if params["reps"] == 1000:
             gate.wait(30)
 
-    tuner = _tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 3000, 1000], "wgs": [32]},
+    tuner = busy_tuner(context, tmp_path / "t.db", space={"reps": [300, 3, 3000, 1000], "wgs": [32]},
                    samples=2, prepare=prepare, workers=2)
     deadline = time.monotonic() + 30
     while not all(c.ready for c in tuner.scan.candidates if c.params["reps"] != 1000):
@@ -608,74 +336,10 @@ def test_while_a_candidate_is_prepared_launches_use_the_fastest_timed_so_far(con
     assert tuner.best == {"reps": 3, "wgs": 32}
 
 
-@pytest.mark.autotune_database
-def test_a_template_tuner_shares_offline_keys_both_ways(context):
-    from operations.scale import ScaleTemplate
-
-    queue = context.create_command_queue(timed=True)
-    n = 1 << 14
-    x = np.arange(n, dtype=np.float32) % 97
-    instances: dict[int, object] = {}
-    guard = threading.Lock()
-
-    def instance(params: dict):
-        with guard:
-            made = instances.get(params["wgs"])
-        if made is None:
-            made = ScaleTemplate(context, np.float32, params).instantiate(queue, n)
-            made.x.set(queue, x)
-            with guard:
-                made = instances.setdefault(params["wgs"], made)
-        return made
-
-    tuner = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32, samples=2,
-                                          prepare=instance)
-    assert tuner.key == tune.tuner_of(ScaleTemplate).key(ScaleTemplate, context, np.float32)
-    while tuner.scanning:
-        with tuner.measure(queue) as params:
-            used = instance(params)
-            used()
-    np.testing.assert_array_equal(used.y.get(queue), 2 * x)
-    assert tuner.stored
-    # the offline call serves the online result (no tuning: no trials are added)
-    store = ResultStore(tune.store.database_url())
-    trials = len(store.trials())
-    assert ScaleTemplate.autotune(context, np.float32) == tuner.best
-    assert len(store.trials()) == trials
-    # and an offline result starts a template tuner locked
-    offline = tune.tuner_of(ScaleTemplate).retune(ScaleTemplate, context, np.float64)
-    fresh = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float64)
-    assert fresh.best == offline.parameters and fresh.scans == 0
-
-
-@pytest.mark.force_autotune
-def test_a_template_s_seeds_that_this_device_cannot_take_are_left_out(context, monkeypatch):
-    """A template's autotune_online_seeds are guesses for a kind of device: for_template keeps
-    those that are candidates of the scan here (a missing parameter takes test='s value), in
-    their order; a malformed one is still a clear error."""
-    from operations.scale import ScaleTemplate
-
-    guesses = [{"wgs": 1000}, {"wgs": 128}, {}]
-    monkeypatch.setattr(ScaleTemplate, "autotune_online_seeds",
-                        classmethod(lambda cls, context, dtype: guesses), raising=False)
-    tuner = tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32)
-    assert tuner.seeds == [{"wgs": 128}, {"wgs": 64}]
-    guesses[:] = [{"block": 4}]
-    with pytest.raises(tune.OnlineTuningError, match=r"names \['block'\]"):
-        tune.OnlineTuner.for_template(ScaleTemplate, context, dtype=np.float32)
-
-
-def test_under_pytest_it_uses_test_and_tunes_nothing(context, tmp_path):
-    tuner = _tuner(context, tmp_path / "t.db")
-    work = Work(context)
-    assert all(work.step(tuner) == TEST for _ in range(10))
-    assert tuner.scans == 0 and not (tmp_path / "t.db").exists()
-
-
 @pytest.mark.force_autotune
 def test_a_failing_candidate_is_skipped_and_its_error_raised_once(context, tmp_path, one_round):
     too_big = context.device.max_work_group_size * 2
-    tuner = _tuner(context, tmp_path / "t.db", samples=2,
+    tuner = busy_tuner(context, tmp_path / "t.db", samples=2,
                    space={"reps": [2], "wgs": [too_big, 32, 64]}, name="tests.Busy.big")
     work = Work(context)
     errors = 0
@@ -709,7 +373,7 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
             errors.append(exc)
 
     def run_here(i: int) -> None:
-        tuner = _tuner(context, tmp_path / "t.db", space=spaces[i], samples=3,
+        tuner = busy_tuner(context, tmp_path / "t.db", space=spaces[i], samples=3,
                        name=f"tests.Busy.thread{i}")
         work = Work(context)
         for _ in range(3 * len(spaces[i]) + 5):
@@ -728,7 +392,7 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
     assert found == {0: {"reps": 4, "wgs": 32}, 1: {"reps": 5, "wgs": 32},
                      2: {"reps": 6, "wgs": 32}}, trials
     # one tuner shared by threads, each on its own queue: the scan finishes, all launches valid
-    shared = _tuner(context, tmp_path / "t.db", space={"reps": [200, 2], "wgs": [32]},
+    shared = busy_tuner(context, tmp_path / "t.db", space={"reps": [200, 2], "wgs": [32]},
                     samples=4, name="tests.Busy.shared")
     works = [Work(context) for _ in range(3)]
 
@@ -752,21 +416,21 @@ def test_tuners_in_threads_do_not_interfere(context, tmp_path):
 @pytest.mark.force_autotune
 def test_bad_setups_are_clear_errors(context, tmp_path):
     with pytest.raises(tune.OnlineTuningError, match="samples=0"):
-        _tuner(context, tmp_path / "t.db", samples=0)
+        busy_tuner(context, tmp_path / "t.db", samples=0)
     with pytest.raises(tune.OnlineTuningError, match="period"):
-        _tuner(context, tmp_path / "t.db", period=-1)
+        busy_tuner(context, tmp_path / "t.db", period=-1)
     with pytest.raises(tune.OnlineTuningError, match="collective"):
-        _tuner(context, tmp_path / "t.db", comm=object(), prepare=lambda params: None)
+        busy_tuner(context, tmp_path / "t.db", comm=object(), prepare=lambda params: None)
     with pytest.raises(tune.OnlineTuningError, match="test= names"):
         tune.OnlineTuner(context, "x.y", {"wgs": [32]}, {"block": 1})
     with pytest.raises(tune.OnlineTuningError, match="exclude every"):
         tune.OnlineTuner(context, "x.y", tune.Space({"wgs": [32]}, [lambda c: False]), {"wgs": 32})
     with pytest.raises(tune.OnlineTuningError, match="list of parameter dicts"):
-        _tuner(context, tmp_path / "t.db", seeds={"reps": 3})
+        busy_tuner(context, tmp_path / "t.db", seeds={"reps": 3})
     with pytest.raises(tune.OnlineTuningError, match=r"names \['nope'\]"):
-        _tuner(context, tmp_path / "t.db", seeds=[{"nope": 1}])
+        busy_tuner(context, tmp_path / "t.db", seeds=[{"nope": 1}])
     with pytest.raises(tune.OnlineTuningError, match="not a candidate of the scan"):
-        _tuner(context, tmp_path / "t.db", seeds=[{"reps": 5}])
+        busy_tuner(context, tmp_path / "t.db", seeds=[{"reps": 5}])
     tuner = tune.OnlineTuner(context, "x.y", {"wgs": [32]}, {"wgs": 32})
     with pytest.raises(accel.AccelError, match="timed=True"):
         with tuner.measure(context.create_command_queue()):

@@ -152,12 +152,12 @@ _ONLINE_ON_FULL_DISK = textwrap.dedent("""
     import json, logging, resource, signal, sys, time
     from autotune import accel, tune
     from autotune.tune.store import ResultStore, settings
-    from test_online import Work, _tuner
+    from online_busy import Work, busy_tuner
     logging.basicConfig(level=logging.WARNING, format="WARN %(message)s")
     settings.RETRY_SECONDS = 0.2
     db = sys.argv[1]
     context = accel.create_some_context()
-    tuner = _tuner(context, db, samples=2)
+    tuner = busy_tuner(context, db, samples=2)
     work = Work(context)
     for wgs in (16, 32, 64):  # every variant built first: a device compiler writes files too
         work._launch({"reps": 3, "wgs": wgs})

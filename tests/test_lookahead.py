@@ -80,6 +80,36 @@ def test_copies_to_the_device_wait_in_order_for_the_turn(context):
     assert not got_x.any()
 
 
+def test_a_thread_of_the_turn_waits_for_the_kept_copies_another_thread_is_enqueueing():
+    """Once a turn has come, the first of its threads to wait enqueues the copies kept until
+    then; another thread that waits meanwhile goes on only after they are enqueued. Otherwise
+    its launch could reach the queue ahead of an upload it reads: a candidate compiled ahead
+    once computed on an input not yet uploaded (a rare ``wrong_result`` of the test below)."""
+    from autotune.accel.queues import _Turn
+
+    opened = threading.Event()
+    turn = _Turn(opened.wait, opened.is_set, None)
+    order: list[str] = []
+
+    def slow_copy() -> None:  # stands for the enqueue of a large upload
+        order.append("copy begins")
+        time.sleep(0.2)
+        order.append("copy enqueued")
+
+    assert turn.keep(slow_copy), "before the turn a copy is kept"
+    opened.set()
+    first = threading.Thread(target=turn.take)
+    first.start()
+    deadline = time.monotonic() + 10
+    while not order and time.monotonic() < deadline:
+        time.sleep(0.001)
+    turn.take()  # a second thread of the turn, while the first enqueues the kept copy
+    order.append("second thread goes on")
+    first.join(10)
+    assert order == ["copy begins", "copy enqueued", "second thread goes on"]
+    assert not turn.keep(slow_copy), "once the turn has come nothing is kept"
+
+
 def test_a_keys_clock_stands_still_until_its_turn():
     turn = KeyTurn()
     with turn.scope():

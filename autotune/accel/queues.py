@@ -78,6 +78,9 @@ class _Turn:
             turn.run_kept()
 
     def run_kept(self) -> None:
+        """Enqueue the kept copies, in order, once. A command stays in :attr:`kept` until it
+        has been enqueued, so that another thread of the turn that arrives meanwhile waits for
+        the lock instead of enqueueing its own work ahead of a copy that work may read."""
         if not self.kept and self.failed is None:  # nothing kept: no lock (the usual case)
             return
         with self.lock:
@@ -85,13 +88,13 @@ class _Turn:
                 raise AccelError(f"a copy to the device kept until this turn failed: "
                                  f"{self.failed}") from self.failed
             while self.kept:
-                command = self.kept.pop(0)
                 try:
-                    command()
+                    self.kept[0]()
                 except Exception as exc:
                     self.failed = exc
                     self.kept.clear()
                     raise
+                self.kept.pop(0)
 
     def keep(self, command: Callable[[], None]) -> bool:
         """Keep ``command`` (a copy to the device) until the turn comes, if it has not come

@@ -15,7 +15,7 @@ import pytest
 
 import toy_templates
 
-from autotune import accel, tune
+from autotune import tune
 from autotune.cli import warm_prebuild
 from autotune.tune.registry import check_protocol
 from autotune.tune.search import TuningRun, tuning_run

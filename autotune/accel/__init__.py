@@ -48,6 +48,7 @@ __all__ = [
     "LaunchError",
     "LastViews",
     "Marker",
+    "PRIORITIES",
     "Program",
     "RenderedSource",
     "SourceFile",
@@ -62,5 +63,6 @@ __all__ = [
     "render",
     "select_devices",
     "template_sources",
+    "timing_listener",
     "tuning_turn",
 ]

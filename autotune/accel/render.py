@@ -134,7 +134,7 @@ class _MappingBuffer:
             return
         self.parts.append(text)
         if not self.at_line_start and "\n" not in text:
-            return  # starts no line: most writes (the origin lookup below costs 40x the render)
+            return  # starts no line (most writes): no origin to note
         origin = _origin(sys._getframe(1))
         lines = text.split("\n")
         for k, piece in enumerate(lines):

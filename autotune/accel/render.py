@@ -25,8 +25,9 @@ from .sources import PORTABILITY_HEADER, SourceFile, lookup_dirs, note_used, sou
 _lookups: dict[tuple[str, ...], Any] = {}
 _lookups_lock = threading.Lock()
 _line_maps: dict[str, tuple[str, list[int], list[int]]] = {}
-#: (code object, instruction offset) of a write in generated Mako code -> its template origin
-_site_origins: dict[tuple[Any, int], tuple[str, int]] = {}
+#: (id of a code object, instruction offset) of a write in generated Mako code -> (that code
+#: object, the write's template origin)
+_site_origins: dict[tuple[int, int], tuple[Any, tuple[str, int]]] = {}
 _SITE_ORIGINS_MAX = 1 << 17
 _rendering = threading.local()  # .files: {uri: SourceFile} of the render running on this thread
 
@@ -104,20 +105,24 @@ def _module_line_map(frame) -> tuple[str, list[int], list[int]] | None:
 def _origin(frame) -> tuple[str, int]:
     """The template (file, line) of the code that ``frame`` (generated Mako code) runs, cached
     by code object and instruction: a frame's ``f_lineno`` is worked out from the line table on
-    every access, which for a large template's body cost most of a render (12 us a line)."""
-    site = (frame.f_code, frame.f_lasti)
-    found = _site_origins.get(site)
-    if found is None:
-        found = ("<unknown>", 0)
-        info = _module_line_map(frame)
-        if info is not None:
-            filename, mod_lines, tmpl_lines = info
-            i = bisect.bisect_right(mod_lines, frame.f_lineno) - 1
-            if i >= 0:
-                found = (filename, tmpl_lines[i])
-        if len(_site_origins) >= _SITE_ORIGINS_MAX:
-            _site_origins.clear()  # (the keys hold code objects of templates compiled before)
-        _site_origins[site] = found
+    every access, which for a large template's body cost most of a render (12 us a line). The
+    key is the code object's id (hashing a code object hashes its constants, on every lookup);
+    the entry holds the object, so that its id is not reused while the entry lives."""
+    code = frame.f_code
+    site = (id(code), frame.f_lasti)
+    entry = _site_origins.get(site)
+    if entry is not None and entry[0] is code:
+        return entry[1]
+    found = ("<unknown>", 0)
+    info = _module_line_map(frame)
+    if info is not None:
+        filename, mod_lines, tmpl_lines = info
+        i = bisect.bisect_right(mod_lines, frame.f_lineno) - 1
+        if i >= 0:
+            found = (filename, tmpl_lines[i])
+    if len(_site_origins) >= _SITE_ORIGINS_MAX:
+        _site_origins.clear()  # (entries hold code objects of templates compiled before)
+    _site_origins[site] = (code, found)
     return found
 
 

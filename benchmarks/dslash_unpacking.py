@@ -21,13 +21,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import sqlite3
 import time
 from pathlib import Path
 
 import numpy as np
 
-from autotune import accel
+from autotune import accel, tune
+from autotune.tune.encoding import decode_parameters, encode_arguments, validate_parameters
+from autotune.tune.store import ResultStore
 from operations.lqcd import DslashTemplate, Lattice, gauge, half
 from operations.lqcd.dslash import Dslash, least_bytes_per_site
 
@@ -39,16 +40,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def stored_parameters(db: str, device: str, dims: tuple[int, ...], reconstruct: int,
                       precision: str = "half") -> dict | None:
-    """The tuned parameters of the dslash of ``dims`` on ``device`` in ``db`` (read as data)."""
-    arguments = json.dumps({"dims": {"__tuple__": list(dims)}, "precision": precision,
-                            "reconstruct": reconstruct}, separators=(",", ":"))
-    with sqlite3.connect(db) as connection:
-        row = connection.execute(
-            "select parameters from tuning_results where device_name = ? and arguments = ? "
-            "and function like '%DslashTemplate%' and origin != 'similar'",
-            (device, arguments)).fetchone()
-    parameters = json.loads(row[0]) if row else None
-    return parameters if isinstance(parameters, dict) else None
+    """The tuned parameters of the dslash of ``dims`` on ``device`` in ``db``, read through the
+    store and validated against ``test=`` (a row served as similar is not a tuning)."""
+    tuner = tune.tuner_of(DslashTemplate)
+    store = ResultStore(f"sqlite:///{db}")
+    try:
+        rows = store.find(tuner.name(DslashTemplate), DslashTemplate.autotune_version,
+                          encode_arguments({"dims": tuple(dims), "precision": precision,
+                                            "reconstruct": reconstruct}), device_name=device)
+    finally:
+        store.dispose()
+    for row in rows:
+        if row.origin != "similar":
+            return validate_parameters(decode_parameters(row.parameters), tuner.test)
+    return None
 
 
 def main() -> None:

@@ -209,8 +209,8 @@ def test_half_fields_are_asked_for_by_name(context, command_queue, problem):
         template.instantiate(command_queue)(out, double, links, 0)
     from operations.lqcd.dslash import check_options
 
-    with pytest.raises(ValueError, match="WilsonOperator have it"):
-        check_options(DIMS, "half", 12, -1)  # what the distributed operator asks
+    with pytest.raises(ValueError, match="precision must be 'single' or 'double' or 'half'"):
+        check_options(DIMS, "quarter", 12, -1)
 
 
 @pytest.mark.parametrize("reconstruct", [18, 12, 8])

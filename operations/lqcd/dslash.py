@@ -53,16 +53,12 @@ def _coefficient(z: complex) -> str:
 BLOCKS = [[[_coefficient(z) for z in row] for row in a] for a in upper_right_blocks()]
 
 
-def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int,
-                  half: bool = False) -> Lattice:
-    """The lattice of ``dims``, once the options are checked (``half``: "half" is allowed)."""
+def check_options(dims: Any, precision: str, reconstruct: int, t_boundary: int) -> Lattice:
+    """The lattice of ``dims``, once the options are checked."""
     lattice = Lattice(tuple(dims))
-    allowed = ARITHMETIC if half else PRECISIONS
-    if precision not in allowed:
-        if precision == "half":
-            raise ValueError("precision='half' is not available here yet (DslashTemplate and "
-                             "WilsonOperator have it); use 'single'")
-        raise ValueError(f"precision must be {' or '.join(map(repr, allowed))}, got {precision!r}")
+    if precision not in ARITHMETIC:
+        raise ValueError(f"precision must be {' or '.join(map(repr, ARITHMETIC))}, "
+                         f"got {precision!r}")
     if reconstruct not in RECONSTRUCTS:
         raise ValueError(f"reconstruct must be 18, 12 or 8, got {reconstruct!r}")
     if t_boundary not in (1, -1):
@@ -274,7 +270,7 @@ class DslashTemplate:
         ``dirichlet_edges``: with ``domain``, four flags: directions in which the lattice's own
         edges are Dirichlet too, so that a domain as long as the lattice does not wrap around
         (one rank's part of a partitioned lattice, whose neighbours are elsewhere)."""
-        self.lattice = check_options(dims, precision, reconstruct, t_boundary, half=True)
+        self.lattice = check_options(dims, precision, reconstruct, t_boundary)
         self.context = context
         self.precision = precision
         self.half = precision == "half"
@@ -473,7 +469,7 @@ class DslashTemplate:
         work-item, nothing staged, 16-byte link loads and the driver's carve-out; then, from its best, an iterated local search
         (``local``, seed 0) over the whole space within :attr:`STRUCTURE_EVALS` more
         configurations. Every candidate's output is checked against the numpy reference."""
-        check_options(dims, precision, reconstruct, -1, half=True)
+        check_options(dims, precision, reconstruct, -1)
         problem = _tuning_problem(tuple(int(d) for d in dims))
         lattice, sample, expected = problem.lattice, problem.sample, problem.expected
         queue = context.create_tuning_command_queue()

@@ -129,8 +129,7 @@ class WilsonOperator:
                  dirichlet_edges: tuple[bool, bool, bool, bool] | None = None):
         U = link_array(U)
         t, z, y, x = U.shape[1:5]
-        self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary,
-                                     half=True)
+        self.lattice = check_options((x, y, z, t), precision, reconstruct, t_boundary)
         check_links(U, kappa, reconstruct, check, unitarity_tol)
         self.context = context
         self.tuning = "online" if tuning == "online" else None  #: how solvers tune their passes

@@ -87,10 +87,10 @@ def main() -> None:
             if shape is not None and shape == (tuned["wgs"], tuned["min_blocks"]):
                 continue
             base = tuned if shape is None else {**tuned, "wgs": shape[0], "min_blocks": shape[1]}
-            for half_bits, project16 in itertools.product((False, True), (False, "cvt", "bits")):
+            for half_bits, project16 in itertools.product((False, True), ("none", "cvt", "bits")):
                 template = DslashTemplate(context, dims, "half", reconstruct, -1,
-                                          {**base, "half_bits": half_bits})
-                template.tuning = {**template.tuning, "project16": project16}  # not tuned yet
+                                          {**base, "half_bits": half_bits,
+                                           "project16": project16})
                 links = template.gauge_to_device(queue, u)
                 dslash = Dslash(template, queue)
                 seconds = queue_time(queue, lambda: dslash(out, src, links, 0), repeats=50)

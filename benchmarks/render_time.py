@@ -19,7 +19,8 @@ from autotune.accel.render import render  # noqa: E402
 from operations.lqcd import dslash  # noqa: E402
 
 PARAMS = {"wgs": 128, "sites": 1, "dir_split": 1, "stage": False, "link_load": 16,
-          "fast_math": False, "half_bits": False, "min_blocks": 4, "carveout": -1}
+          "fast_math": False, "half_bits": False, "project16": "none", "min_blocks": 4,
+          "carveout": -1}
 
 
 def main() -> None:

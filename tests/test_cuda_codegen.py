@@ -114,7 +114,8 @@ def test_every_dslash_compiles_for_sm90(precision):
     turn = ("single", "double", "half").index(precision)
     for r, reconstruct in enumerate((18, 12, 8)):
         base = {"wgs": 128, "min_blocks": 2, "fast_math": precision != "double",
-                "half_bits": precision == "half", "carveout": -1}
+                "half_bits": precision == "half", "carveout": -1,
+                "project16": ("none", "cvt", "bits")[r] if precision == "half" else "none"}
         shapes = [{"sites": 1, "dir_split": 1, "stage": False, "link_load": 16},
                   {"sites": 2, "dir_split": 4, "stage": True,
                    "link_load": min(link_loads(precision, reconstruct))}]

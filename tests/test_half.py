@@ -146,8 +146,8 @@ def test_projecting_the_16_bit_words_first_gives_the_same_dslash(context, comman
     compiler may contract the arithmetic after them differently)."""
     lat, u, psi, x = problem
     plain = DslashTemplate(context, DIMS, "half", reconstruct, -1, shape)
-    projected = DslashTemplate(context, DIMS, "half", reconstruct, -1, shape)
-    projected.tuning = {**projected.tuning, "project16": mode}  # not yet a tuned parameter
+    projected = DslashTemplate(context, DIMS, "half", reconstruct, -1,
+                               {**shape, "project16": mode})
     links = plain.gauge_to_device(command_queue, u)
     a = 0.43
     for dagger in (False, True):

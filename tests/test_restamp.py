@@ -16,7 +16,8 @@ from operations.lqcd import dslash
 SCRIPT = Path(__file__).resolve().parents[1] / ".ci" / "restamp-rows"
 ARGS = {"dims": (4, 4, 4, 4), "precision": "single", "reconstruct": 12}
 PARAMS = {"carveout": -1, "dir_split": 2, "fast_math": False, "half_bits": False,
-          "link_load": 16, "min_blocks": 0, "sites": 1, "stage": False, "wgs": 64}
+          "link_load": 16, "min_blocks": 0, "project16": "none", "sites": 1, "stage": False,
+          "wgs": 64}
 # a line of the ghost zone's read, which only the distributed kernels render
 DIST_ONLY = "            for (int k = 0; k < 12; k++)\n                psi[k] = ghost["
 # a line of the site update every kernel renders

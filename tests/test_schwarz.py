@@ -103,6 +103,29 @@ def test_the_block_operator_drops_exactly_the_hops_that_leave_a_block(system, co
     assert cut is op.with_domain((4, 4, 4, 4), "double")  # made once
 
 
+@pytest.mark.parametrize("mode", ["cvt", "bits"])
+def test_half_block_operators_with_projected_16_bit_reads_match_the_plain_ones(system, context,
+                                                                             mode):
+    """``project16`` in the Schwarz blocks' half precision kernels (the projected read sits
+    inside the test that drops a hop leaving the block): the block operator within the 16-bit
+    bound of the double precision one, and close to the half one that converts every
+    component first."""
+    op, u, b = system
+    block = (4, 4, 4, 4)
+
+    def half_block(project16):
+        return WilsonOperator(context, u, KAPPA, "half", 12, check=False, domain=block,
+                              tuning={"wgs": 16, "project16": project16})
+
+    exact = op.with_domain(block, "double").apply_pc(b)
+    plain, projected = half_block("none").apply_pc(b), half_block(mode).apply_pc(b)
+    scale = float(np.max(np.abs(exact)))
+    assert np.max(np.abs(plain - exact)) / scale < 2e-3
+    assert np.max(np.abs(projected - exact)) / scale < 2e-3
+    assert np.max(np.abs(projected - plain)) / scale < 5e-4
+    assert not np.allclose(projected, op.apply_pc(b), atol=1e-2 * scale)  # hops were dropped
+
+
 @pytest.mark.parametrize("kwargs,message", [
     ({"preconditioner": "schwarz"}, "needs block="),
     ({"preconditioner": "schwarz", "block": (3, 4, 4, 8)}, "divide"),

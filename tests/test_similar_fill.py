@@ -189,7 +189,8 @@ def test_fill_counts_waves_and_the_dslash_declares_its_launch():
     assert "139 work-groups on 132 compute units (fill 0.53)" in fill.fills(
         groups, ctx, {}, {"n": 139}, {"n": 396})
     shape = {"wgs": 128, "sites": 1, "dir_split": 4, "stage": False, "link_load": 16,
-             "fast_math": False, "half_bits": False, "min_blocks": 2, "carveout": -1}
+             "fast_math": False, "half_bits": False, "project16": "none", "min_blocks": 2,
+             "carveout": -1}
     measure = fill.declared(DslashTemplate)
     assert measure(ctx, shape, (24,) * 4, "single", 12) == Fill(24 ** 4 // 2 // 32, 2)
     arguments = {"precision": "single", "reconstruct": 12}
@@ -230,7 +231,8 @@ def test_a_small_lattice_is_served_a_launch_shape_that_fills_an_h200(monkeypatch
     args = (DslashTemplate, ctx, (16,) * 4, "single", 12)
     fingerprint = tuner.fingerprint(*args)
     base = {"wgs": 256, "sites": 1, "dir_split": 1, "stage": False, "link_load": 16,
-            "fast_math": False, "half_bits": False, "min_blocks": 0, "carveout": -1}
+            "fast_math": False, "half_bits": False, "project16": "none", "min_blocks": 0,
+            "carveout": -1}
     split = {**base, "wgs": 32, "dir_split": 4}
 
     def text(params):

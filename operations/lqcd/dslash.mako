@@ -22,10 +22,11 @@
 ##                     square roots from the hardware's fast approximation (single precision
 ##                     arithmetic only; double precision uses rsqrt)
 ##   half_bits         (optional, with half) 16-bit integers to floats by bit arithmetic (half.mako)
-##   project16         (optional, default False; with half) a 16-bit neighbour's spin projection
+##   project16         (optional, default "none"; with half) a 16-bit neighbour's spin projection
 ##                     added in integers before conversion (12 conversions a hop, not 24): "cvt"
 ##                     (conversion instructions) or "bits" (bit arithmetic); not with dist or for
-##                     staged x neighbours (benchmarks/dslash_unpacking.py; not tuned yet)
+##                     staged x neighbours (a tuned parameter of half precision since
+##                     DslashTemplate.autotune_version 5; benchmarks/dslash_unpacking.py)
 ##   domain            (optional) (bx, by, bz, bt): Schwarz domains (Dirichlet blocks, each
 ##                     extent dividing the lattice's): hops that leave a domain are dropped
 ##   dirichlet_edges   (optional, with domain) 4 flags: directions in which the lattice's own
@@ -151,9 +152,10 @@
                     f"            psi[4 * g + 2] = word_to_cfloat(w_.z, s_); psi[4 * g + 3] = word_to_cfloat(w_.w, s_); }} }}")
         return f"for (int k = 0; k < 12; k++) psi[k] = {array}[k * VH + {index}];"
 
-    project16 = context.get("project16", False)
-    if project16 not in (False, "cvt", "bits"):
-        raise ValueError(f"project16 {project16!r}: False, 'cvt' or 'bits'")
+    project16 = context.get("project16", "none")
+    if project16 not in ("none", "cvt", "bits"):
+        raise ValueError(f"project16 {project16!r}: 'none', 'cvt' or 'bits'")
+    projecting = project16 != "none"
 
     def project_in(array, index, factor, A, sigma):
         """Statements that set sn_ and h[6], the spin projection of the 16-bit input at
@@ -411,7 +413,7 @@ DEVICE_FN bool reconstruct8(const ${real} *p, ${C} *u)
     suffix = f"_{variant[3] if len(variant) > 3 else 'hhh'}" if half else ""
     # psi: the neighbours' spinors, unless every hop projects its 16-bit words (project16),
     # and x_in of a half precision xpay
-    need_psi = not (project16 and h_in and dist is None and not stage) or (half and xpay)
+    need_psi = not (projecting and h_in and dist is None and not stage) or (half and xpay)
 %>
 % if dist is None:
 KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}${suffix}(
@@ -574,7 +576,7 @@ ${load_link("u", mu, parity, "cb", fold)}
 % else:
 ${load_link("u", mu, 1 - parity, "nb", fold)}
 % endif
-<% projected = project16 and h_in and dist is None and not (stage and mu == 0) %>\
+<% projected = projecting and h_in and dist is None and not (stage and mu == 0) %>\
 % if projected:
         ${project_in("in", "nb", link_scales[0] if fold else 1.0, A, sigma)}
 % elif stage and mu == 0:

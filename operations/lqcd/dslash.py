@@ -224,8 +224,8 @@ class DslashTemplate:
 
     # 2: fast_trig and min_blocks tuned beside wgs; 3: the 8-parameter form without
     # trigonometry (fast_trig became fast_math), half_bits; 4: sites, dir_split, stage,
-    # link_load and carveout
-    autotune_version = 4
+    # link_load and carveout; 5: project16
+    autotune_version = 5
     autotune_sources = (TEMPLATE,)
     #: ``AUTOTUNE_MATCH=similar`` serves an untuned lattice the nearest tuned one's parameters
     #: (log distance over the four extents, summed; precision and reconstruct must be equal).
@@ -383,6 +383,9 @@ class DslashTemplate:
           square roots and division;
         - ``half_bits``: in half precision, 16-bit integers turned into floats by conversion
           instructions or by bit arithmetic;
+        - ``project16``: in half precision, a 16-bit neighbour's spin projection added in
+          integers before conversion (12 conversions a hop instead of 24), converted by
+          conversion instructions ("cvt") or bit arithmetic ("bits"), or not (False);
         - ``min_blocks`` (CUDA GPUs): ``__launch_bounds__``'s minimum blocks per
           multiprocessor (0: none);
         - ``carveout`` (CUDA GPUs): the share of L1/shared storage preferred as shared
@@ -402,6 +405,7 @@ class DslashTemplate:
             "link_load": link_loads(precision, reconstruct),
             "fast_math": [False, True] if reconstruct == 8 and precision != "double" else [False],
             "half_bits": [False, True] if precision == "half" else [False],
+            "project16": ["none", "cvt", "bits"] if precision == "half" else ["none"],
             "min_blocks": [0, 1, 2, 4] if cuda else [0],
             "carveout": [-1, 0, 100] if cuda else [-1],
         }, [tune.at_most("wgs", min(device.max_work_group_size, 1024)),
@@ -429,7 +433,7 @@ class DslashTemplate:
         space = cls.autotune_space(context, dims, precision, reconstruct)
         gpu = context.device.is_gpu
         return space.narrowed(**_at_test("sites", "stage", "link_load", "carveout", "fast_math",
-                                         "half_bits"),
+                                         "half_bits", "project16"),
                               wgs=[w for w in space.parameters["wgs"] if w <= 256 or not gpu],
                               dir_split=[1, 4] if gpu else [1],
                               min_blocks=[m for m in space.parameters["min_blocks"]
@@ -461,12 +465,13 @@ class DslashTemplate:
     @classmethod
     @tune.autotuner(test={"wgs": 64, "sites": 1, "dir_split": 1, "stage": False,
                           "link_load": 16, "fast_math": False, "half_bits": False,
-                          "min_blocks": 0, "carveout": -1})
+                          "project16": "none", "min_blocks": 0, "carveout": -1})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int) -> dict[str, Any]:
         """In two searches: the launch shape first, every valid ``wgs``, ``min_blocks``,
-        ``fast_math`` and ``half_bits`` (and, on GPUs, ``dir_split`` 1 or 4) with one site a
-        work-item, nothing staged, 16-byte link loads and the driver's carve-out; then, from its best, an iterated local search
+        ``fast_math`` and ``project16`` (and, on GPUs, ``dir_split`` 1 or 4) with one site a
+        work-item, nothing staged, 16-byte link loads, 16-bit values read by conversion
+        instructions and the driver's carve-out; then, from its best, an iterated local search
         (``local``, seed 0) over the whole space within :attr:`STRUCTURE_EVALS` more
         configurations. Every candidate's output is checked against the numpy reference."""
         check_options(dims, precision, reconstruct, -1)
@@ -531,7 +536,9 @@ class DslashTemplate:
 
 
 #: the parameters that shape the kernel rather than its launch (the second search's)
-STRUCTURE = ("sites", "dir_split", "stage", "link_load", "carveout")
+#: (and half_bits: on the H200 the 16-bit reads' arithmetic mattered less than where the
+#: projection happens, so ``project16`` takes its place in the first)
+STRUCTURE = ("sites", "dir_split", "stage", "link_load", "carveout", "half_bits")
 
 
 def _at_test(*names: str) -> dict[str, list[Any]]:

@@ -131,6 +131,28 @@ def test_every_dslash_compiles_for_sm90(precision):
                 pytest.fail(f"{precision} {reconstruct} {shape}: {source.map_log(exc.log)}")
 
 
+@pytest.mark.parametrize("precision,reconstruct", [("half", 8), ("single", 12), ("double", 18)])
+def test_the_multi_rhs_dslash_compiles_for_sm90(precision, reconstruct):
+    """Four right-hand sides a launch (``nrhs``, operations/lqcd/dslash_multi.py) with xpay,
+    launch bounds and two sites a work-item, in one precision and compression each."""
+    from operations.lqcd.dslash import TEMPLATE as DSLASH
+    from operations.lqcd.dslash import kernel_arguments, render_tuned
+
+    params = {"wgs": 64, "sites": 2, "dir_split": 1, "stage": False, "link_load": 16,
+              "fast_math": precision != "double", "half_bits": False, "min_blocks": 2,
+              "carveout": -1, "project16": "cvt" if precision == "half" else "none"}
+    variant = (1, True, True) + (("hsh",) if precision == "half" else ())
+    source = accel.render(DSLASH, "cuda", {
+        **kernel_arguments((8, 8, 8, 16), precision, reconstruct),
+        **render_tuned(precision, reconstruct, params), "variants": [variant], "nrhs": 4},
+        header_kws={"backend": "cuda"})
+    assert "_rhs4(" in source.text
+    try:
+        nvrtc.compile_source(source.text, "dslash.cu", (9, 0))
+    except nvrtc.NvrtcError as exc:
+        pytest.fail(f"{precision} {reconstruct}: {source.map_log(exc.log)}")
+
+
 def test_the_half_precision_blas_compiles_for_sm90():
     """The half precision BLAS-1 and reductions (shared-memory double sums) as CUDA C++."""
     from operations.lqcd.half import HALF_MAX

@@ -2,6 +2,7 @@
 
 from .distributed import DistributedWilsonOperator
 from .dslash import DslashTemplate
+from .dslash_multi import MultiDslash
 from .gamma import GAMMA, GAMMA5
 from .gauge import haar_field, pack, plaquette, unitarity_violation, unpack, weak_field
 from .lattice import Lattice
@@ -9,7 +10,8 @@ from .partition import Partition
 from .wilson import SpinorField, WilsonOperator
 
 __all__ = [
-    "GAMMA", "GAMMA5", "DistributedWilsonOperator", "DslashTemplate", "Lattice", "Partition",
+    "GAMMA", "GAMMA5", "DistributedWilsonOperator", "DslashTemplate", "Lattice", "MultiDslash",
+    "Partition",
     "SpinorField", "WilsonOperator",
     "haar_field", "pack", "plaquette", "unitarity_violation", "unpack", "weak_field",
 ]

@@ -228,6 +228,16 @@
         raise ValueError("a distributed block's kernels take one site a work-group slot, "
                          "nothing staged (sites=1, stage=False)")
     plain = (sites, split, stage) == (1, 1, False)
+    nrhs = context.get("nrhs", 1)
+    if not isinstance(nrhs, int) or nrhs < 1:
+        raise ValueError(f"nrhs {nrhs!r}: right-hand sides a launch takes, an int >= 1")
+    if nrhs > 1 and (dist is not None or split > 1 or stage):
+        raise ValueError("several right-hand sides a launch (nrhs > 1) take dir_split 1, nothing "
+                         "staged, and no distributed block")
+
+    def rhs(name, r):
+        """Right-hand side r's name for a spinor or sum (the first keeps the one-field name)."""
+        return name if r == 0 else f"{name}{r}"
     SPG = wgs // split  # sites a work-group takes per round
     NS = SPG + 2  # staged neighbour sites: the block's and one on each side
 
@@ -416,10 +426,10 @@ DEVICE_FN bool reconstruct8(const ${real} *p, ${C} *u)
     need_psi = not (projecting and h_in and dist is None and not stage) or (half and xpay)
 %>
 % if dist is None:
-KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}${suffix}(
-    ${spinor_params("out", False, h_out)}, ${spinor_params("in", True, h_in)},
+KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if xpay else ""}${suffix}${f"_rhs{nrhs}" if nrhs > 1 else ""}(
+    ${", ".join(spinor_params(rhs("out", r), False, h_out) for r in range(nrhs))}, ${", ".join(spinor_params(rhs("in", r), True, h_in) for r in range(nrhs))},
     GLOBAL const ${G} * RESTRICT gauge,
-    ${spinor_params("x_in", True, h_x)}, ${real} a)
+    ${", ".join(spinor_params(rhs("x_in", r), True, h_x) for r in range(nrhs))}, ${real} a)
 {
 % else:
 <%include file="${dist['regions']}" args="part='head', parity=parity, dagger=dagger, xpay=xpay, bounds=bounds, G=G, GG=GG, suffix=suffix, spinors=(spinor_params('out', False, h_out), spinor_params('in', True, h_in), spinor_params('x_in', True, h_x))"/>\
@@ -475,9 +485,11 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
 % endif
     BARRIER();
 % endif
-    ${C} acc[12];
+% for r in range(nrhs):
+    ${C} ${rhs("acc", r)}[12];
     for (int k = 0; k < 12; k++)
-        acc[k] = ${C}_new(0, 0);
+        ${rhs("acc", r)}[k] = ${C}_new(0, 0);
+% endfor
     ${C} u[9];
 % if need_psi:
     ${C} psi[12];
@@ -496,9 +508,11 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
 <%include file="${dist['regions']}" args="part='skip'"/>\
 % endif
 % if plain:
-    ${C} acc[12];
+% for r in range(nrhs):
+    ${C} ${rhs("acc", r)}[12];
     for (int k = 0; k < 12; k++)
-        acc[k] = ${C}_new(0, 0);
+        ${rhs("acc", r)}[k] = ${C}_new(0, 0);
+% endfor
     ${C} u[9];
 % if need_psi:
     ${C} psi[12];
@@ -577,20 +591,24 @@ ${load_link("u", mu, parity, "cb", fold)}
 ${load_link("u", mu, 1 - parity, "nb", fold)}
 % endif
 <% projected = projecting and h_in and dist is None and not (stage and mu == 0) %>\
+% for ri in range(nrhs):
+% if nrhs > 1:
+        {   /* right-hand side ${ri}: the link above, its own neighbour */
+% endif
 % if projected:
-        ${project_in("in", "nb", link_scales[0] if fold else 1.0, A, sigma)}
+        ${project_in(rhs("in", ri), "nb", link_scales[0] if fold else 1.0, A, sigma)}
 % elif stage and mu == 0:
         const unsigned int j_ = nb - lo_;
         if (j_ < ${NS}u)
         {
-        ${spinor_in("in", "j_", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None, staged=True)}
+        ${spinor_in(rhs("in", ri), "j_", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None, staged=True)}
         }
         else
         {
-        ${spinor_in("in", "nb", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None)}
+        ${spinor_in(rhs("in", ri), "nb", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None)}
         }
 % else:
-        ${spinor_in("in", "nb", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None)}
+        ${spinor_in(rhs("in", ri), "nb", h_in, link_scales[0] if fold else 1.0, "sn_" if h_in else None)}
 % endif
 % if ghosted:
         }
@@ -640,9 +658,14 @@ ${exchange("chi", False)}
 %>\
     % for col in range(3):
 <% factor = "row2_" if reconstruct == 8 and direction == -1 and col == 2 else None %>\
-        acc[${s * 3 + col}] = ${accumulate(f"acc[{s * 3 + col}]", f"chi[{s * 3 + col}]", factor)};
-        { const ${C} v = chi[${j * 3 + col}]; acc[${(2 + s) * 3 + col}] = ${accumulate(f"acc[{(2 + s) * 3 + col}]", times(coef, "v"), factor)}; }
+<% acc_ = rhs("acc", ri) %>\
+        ${acc_}[${s * 3 + col}] = ${accumulate(f"{acc_}[{s * 3 + col}]", f"chi[{s * 3 + col}]", factor)};
+        { const ${C} v = chi[${j * 3 + col}]; ${acc_}[${(2 + s) * 3 + col}] = ${accumulate(f"{acc_}[{(2 + s) * 3 + col}]", times(coef, "v"), factor)}; }
     % endfor
+% endfor
+% if nrhs > 1:
+        }
+% endif
 % endfor
     }
 % endfor
@@ -666,32 +689,41 @@ ${exchange("chi", False)}
     if (cb < VH${" && part_ == 0" if split > 1 else ""})
     {
 % endif
+% for ri in range(nrhs):
+<% acc_, out_, x_ = rhs("acc", ri), rhs("out", ri), rhs("x_in", ri) %>\
+% if nrhs > 1:
+    {   /* right-hand side ${ri} */
+% endif
 % if half and xpay:
-    ${spinor_in("x_in", "cb", h_x)}
+    ${spinor_in(x_, "cb", h_x)}
     for (int k = 0; k < 12; k++)
-        acc[k] = ${C}_add(psi[k], ${C}_scale(acc[k], a));
+        ${acc_}[k] = ${C}_add(psi[k], ${C}_scale(${acc_}[k], a));
 % endif
 % if h_out:
     /* the site's norm is its largest |component|: every stored one fits 16 bits */
     float m_ = 0;
     for (int k = 0; k < 12; k++)
-        m_ = fmax(m_, fmax(fabs(acc[k].x), fabs(acc[k].y)));
-    out_norm[cb] = m_;
+        m_ = fmax(m_, fmax(fabs(${acc_}[k].x), fabs(${acc_}[k].y)));
+    ${out_}_norm[cb] = m_;
     const float inv_ = m_ > 0 ? ${repr(float(half_max))}f / m_ : 0.0f;
     for (int g = 0; g < 3; g++)
-        ((GLOBAL int4 *) out)[g * VH + cb] = int4_new(
-            cfloat_to_word(acc[4 * g], inv_), cfloat_to_word(acc[4 * g + 1], inv_),
-            cfloat_to_word(acc[4 * g + 2], inv_), cfloat_to_word(acc[4 * g + 3], inv_));
+        ((GLOBAL int4 *) ${out_})[g * VH + cb] = int4_new(
+            cfloat_to_word(${acc_}[4 * g], inv_), cfloat_to_word(${acc_}[4 * g + 1], inv_),
+            cfloat_to_word(${acc_}[4 * g + 2], inv_), cfloat_to_word(${acc_}[4 * g + 3], inv_));
 % else:
     for (int k = 0; k < 12; k++)
     {
 % if xpay and not half:
-        out[k * VH + cb] = ${C}_add(x_in[k * VH + cb], ${C}_scale(acc[k], a));
+        ${out_}[k * VH + cb] = ${C}_add(${x_}[k * VH + cb], ${C}_scale(${acc_}[k], a));
 % else:
-        out[k * VH + cb] = acc[k];
+        ${out_}[k * VH + cb] = ${acc_}[k];
 % endif
     }
 % endif
+% if nrhs > 1:
+    }
+% endif
+% endfor
 % if not plain:
     }
 % if sites > 1 and (split > 1 or stage):

@@ -208,15 +208,19 @@ def bytes_per_site(precision: str, reconstruct: int) -> int:
     return (8 * 24 + 8 * reconstruct + 24) * real
 
 
-def least_bytes_per_site(precision: str, reconstruct: int) -> int:
+def least_bytes_per_site(precision: str, reconstruct: int, nrhs: int = 1) -> float:
     """The least memory traffic of one output site of a single-parity application: its eight
     links, and the input and output spinors once each (every other read served by caches);
     half precision: 2 bytes a number and a 4-byte norm per spinor. Divided into the copy
-    bandwidth, it gives the dslash's roofline."""
+    bandwidth, it gives the dslash's roofline. ``nrhs``: per site and right-hand side of a
+    launch that takes several (:class:`~operations.lqcd.dslash_multi.MultiDslash`), which
+    share the links."""
     if precision == "half":
-        return 8 * reconstruct * 2 + 2 * (24 * 2 + 4)
-    real = np.dtype(PRECISIONS[precision][0]).itemsize
-    return (8 * reconstruct + 2 * 24) * real
+        links, spinors = 8 * reconstruct * 2, 2 * (24 * 2 + 4)
+    else:
+        real = np.dtype(PRECISIONS[precision][0]).itemsize
+        links, spinors = 8 * reconstruct * real, 2 * 24 * real
+    return links + spinors if nrhs == 1 else links / nrhs + spinors
 
 
 class DslashTemplate:

@@ -1,0 +1,132 @@
+"""The dslash on several right-hand sides in one launch (``MultiDslash``) against the one-field
+dslash, and against the roofline of the traffic it must move, one run (issue 45).
+
+Usage (GPU machine, from benchmarks/):
+    python wilson_dslash_multi.py [--lattice 32,32,32,32] [--db FILE] [--nrhs 1 2 4 8]
+        [--precisions half single double] [--json FILE]
+
+Per (precision, reconstruct): the tuned one-field dslash (``DslashTemplate`` with the stored
+result of ``--db``, default a copy of ``tune.db.example`` in a temporary folder) on one field,
+then ``MultiDslash`` on N fields for each N of ``--nrhs``, its parameters the tuned ones with
+``dir_split`` 1 and nothing staged, and each ``wgs`` and ``min_blocks`` of a small sweep (the
+sums of N right-hand sides take N times the registers, so the tuned launch bounds may not
+fit). Times are CUDA-event medians on one queue. The least traffic of a site and right-hand
+side is 8 links / N plus the input and output spinors once each; divided into the copy
+bandwidth measured in the same process it gives the per-right-hand-side roofline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from autotune import accel
+from operations.lqcd import DslashTemplate, Lattice, MultiDslash, haar_field, half
+from operations.lqcd.dslash import least_bytes_per_site
+
+from timing import queue_time
+from wilson_dslash import FLOPS, copy_bandwidth
+
+SWEEP = [(64, 0), (128, 0), (128, 2), (256, 0), (256, 2), (64, 4), (128, 4)]
+
+
+def fields(context, queue, template, lattice, rng, n):
+    """``n`` random spinors of one parity on the device, as the template takes them."""
+    made = []
+    for _ in range(n):
+        h = rng.standard_normal((12, lattice.half_volume)) + 1j * rng.standard_normal(
+            (12, lattice.half_volume))
+        made.append(half.to_device(context, queue, h) if template.half
+                    else context.to_device(queue, h.astype(template.dtype)))
+    return made
+
+
+def empty(context, template, lattice):
+    return (half.HalfSpinor.allocate(context, lattice.half_volume) if template.half
+            else context.allocate((12, lattice.half_volume), template.dtype))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lattice", default="32,32,32,32")
+    parser.add_argument("--db")
+    parser.add_argument("--nrhs", type=int, nargs="+", default=[1, 2, 4, 8])
+    parser.add_argument("--precisions", nargs="+", default=["half", "single", "double"])
+    parser.add_argument("--reconstructs", type=int, nargs="+", default=[18, 12, 8])
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    dims = tuple(int(v) for v in args.lattice.split(","))
+    folder = tempfile.mkdtemp()
+    db = args.db or shutil.copy(Path(__file__).resolve().parents[1] / "tune.db.example",
+                                Path(folder) / "tune.db")
+    os.environ["AUTOTUNE_DB"] = str(db)
+    context = accel.create_some_context()
+    queue = context.create_tuning_command_queue()
+    bandwidth = copy_bandwidth(context, queue)
+    lattice = Lattice(dims)
+    u = haar_field(dims, seed=3)
+    rng = np.random.default_rng(4)
+    print(f"device: {context.device.describe()}  date: {time.strftime('%Y-%m-%d')}  copy "
+          f"bandwidth {bandwidth / 1e9:.0f} GB/s")
+    print("| variant | one field us | nrhs | best us a launch | us a field | speed-up | "
+          "least B a site a field | roofline share | wgs, min_blocks |\n"
+          "|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for precision in args.precisions:
+        if precision == "double" and not context.device.double_precision:
+            continue
+        for reconstruct in args.reconstructs:
+            template = DslashTemplate(context, dims, precision, reconstruct)
+            links = template.gauge_to_device(queue, u)
+            most = max(args.nrhs)
+            inps = fields(context, queue, template, lattice, rng, most)
+            outs = [empty(context, template, lattice) for _ in range(most)]
+            one = template.instantiate(queue)
+            single = queue_time(queue, lambda: one(outs[0], inps[0], links, 0),
+                                repeats=args.repeats)
+            for n in args.nrhs:
+                best = None
+                for wgs, min_blocks in SWEEP:
+                    multi = MultiDslash(template, queue, n,
+                                        tuning={"wgs": wgs, "min_blocks": min_blocks})
+                    try:
+                        seconds = queue_time(queue, lambda: multi(outs[:n], inps[:n], links, 0),
+                                             repeats=args.repeats)
+                    except accel.AccelError as exc:  # launch bounds the kernel cannot meet
+                        print(f"  ({precision} {reconstruct} nrhs {n} wgs {wgs} min_blocks "
+                              f"{min_blocks}: {exc})")
+                        continue
+                    if best is None or seconds < best[0]:
+                        best = (seconds, wgs, min_blocks)
+                if best is None:
+                    continue
+                seconds, wgs, min_blocks = best
+                least = least_bytes_per_site(precision, reconstruct, n)
+                roofline = lattice.half_volume * n * least / bandwidth
+                row = {"precision": precision, "reconstruct": reconstruct, "nrhs": n,
+                       "one_field_us": single * 1e6, "launch_us": seconds * 1e6,
+                       "field_us": seconds / n * 1e6, "speedup": single * n / seconds,
+                       "least_bytes": least, "share": roofline / seconds, "wgs": wgs,
+                       "min_blocks": min_blocks,
+                       "gflops": FLOPS * lattice.half_volume * n / seconds / 1e9}
+                rows.append(row)
+                print(f"| {precision} {reconstruct} | {single * 1e6:.1f} | {n} | "
+                      f"{seconds * 1e6:.1f} | {seconds / n * 1e6:.1f} | "
+                      f"{row['speedup']:.2f}x | {least:.0f} | {row['share']:.0%} | "
+                      f"{wgs}, {min_blocks} |", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),
+            "lattice": dims, "copy_GBps": bandwidth / 1e9, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

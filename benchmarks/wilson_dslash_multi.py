@@ -7,10 +7,10 @@ Usage (GPU machine, from benchmarks/):
 
 Per (precision, reconstruct): the tuned one-field dslash (``DslashTemplate`` with the stored
 result of ``--db``, default a copy of ``tune.db.example`` in a temporary folder) on one field,
-then ``MultiDslash`` on N fields for each N of ``--nrhs``, its parameters the tuned ones with
-``dir_split`` 1 and nothing staged, and each ``wgs`` and ``min_blocks`` of a small sweep (the
-sums of N right-hand sides take N times the registers, so the tuned launch bounds may not
-fit). Times are CUDA-event medians on one queue. The least traffic of a site and right-hand
+then ``MultiDslash`` on N fields for each N of ``--nrhs``: tuned on its own key (into
+``--db``: a search per N and variant unless stored), and, beside it, the one-field tuned
+parameters with ``dir_split`` 1 and nothing staged at each ``wgs`` and ``min_blocks`` of a small
+sweep; the fastest is reported, with where it came from. Times are CUDA-event medians on one queue. The least traffic of a site and right-hand
 side is 8 links / N plus the input and output spinors once each; divided into the copy
 bandwidth measured in the same process it gives the per-right-hand-side roofline.
 """
@@ -94,9 +94,10 @@ def main() -> None:
                                 repeats=args.repeats)
             for n in args.nrhs:
                 best = None
-                for wgs, min_blocks in SWEEP:
-                    multi = MultiDslash(template, queue, n,
-                                        tuning={"wgs": wgs, "min_blocks": min_blocks})
+                for shape in [None] + SWEEP:
+                    multi = MultiDslash(template, queue, n, tuning=None if shape is None else
+                                        {"wgs": shape[0], "min_blocks": shape[1]})
+                    wgs, min_blocks = multi.parameters["wgs"], multi.parameters["min_blocks"]
                     try:
                         seconds = queue_time(queue, lambda: multi(outs[:n], inps[:n], links, 0),
                                              repeats=args.repeats)
@@ -105,23 +106,23 @@ def main() -> None:
                               f"{min_blocks}: {exc})")
                         continue
                     if best is None or seconds < best[0]:
-                        best = (seconds, wgs, min_blocks)
+                        best = (seconds, wgs, min_blocks, "tuned" if shape is None else "sweep")
                 if best is None:
                     continue
-                seconds, wgs, min_blocks = best
+                seconds, wgs, min_blocks, origin = best
                 least = least_bytes_per_site(precision, reconstruct, n)
                 roofline = lattice.half_volume * n * least / bandwidth
                 row = {"precision": precision, "reconstruct": reconstruct, "nrhs": n,
                        "one_field_us": single * 1e6, "launch_us": seconds * 1e6,
                        "field_us": seconds / n * 1e6, "speedup": single * n / seconds,
                        "least_bytes": least, "share": roofline / seconds, "wgs": wgs,
-                       "min_blocks": min_blocks,
+                       "min_blocks": min_blocks, "origin": origin,
                        "gflops": FLOPS * lattice.half_volume * n / seconds / 1e9}
                 rows.append(row)
                 print(f"| {precision} {reconstruct} | {single * 1e6:.1f} | {n} | "
                       f"{seconds * 1e6:.1f} | {seconds / n * 1e6:.1f} | "
                       f"{row['speedup']:.2f}x | {least:.0f} | {row['share']:.0%} | "
-                      f"{wgs}, {min_blocks} |", flush=True)
+                      f"{wgs}, {min_blocks} ({origin}) |", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),

@@ -66,7 +66,8 @@ def test_each_right_hand_side_is_the_one_field_dslash(context, command_queue, pr
     # two sites a work-item where the device allows it: the rounds loop around every rhs
     template = DslashTemplate(context, DIMS, precision, reconstruct, -1, {"wgs": 16, "sites": 2})
     links = template.gauge_to_device(command_queue, u)
-    multi = MultiDslash(template, command_queue, NRHS)
+    multi = MultiDslash(template, command_queue, NRHS, tuning={})  # the template's shape
+    assert multi.parameters["sites"] == 2
     single = template.instantiate(command_queue)
     a = 0.37
     for parity, dagger, xpay in ((0, False, False), (1, True, True)):
@@ -109,6 +110,10 @@ def test_the_multi_dslash_takes_one_work_item_a_site_and_refuses_bad_calls(conte
         MultiDslash(template, command_queue, 2, tuning={"dir_split": 2})
     with pytest.raises(ValueError, match="wgs"):
         MultiDslash(template, command_queue, 2, tuning={"wgs": "many"})
+    with pytest.raises(ValueError, match="link_load"):  # the links' layout is the template's
+        MultiDslash(template, command_queue, 2, tuning={"link_load": 8})
+    with pytest.raises(ValueError, match="None or a dict"):
+        MultiDslash(template, command_queue, 2, tuning="online")
     half_template = DslashTemplate(context, DIMS, "half", 12, -1, {"wgs": 16})
     mixed = [half.to_device(context, command_queue, lat.spinor_to_device(psi[0], 1, np.complex128)),
              context.allocate((12, lat.half_volume), np.complex64)]
@@ -116,3 +121,38 @@ def test_the_multi_dslash_takes_one_work_item_a_site_and_refuses_bad_calls(conte
         MultiDslash(half_template, command_queue, 2)(
             [_new(context, half_template, lat) for _ in range(2)], mixed,
             half_template.gauge_to_device(command_queue, u), 0)
+
+
+@pytest.mark.autotune_database
+def test_the_multi_dslash_is_tuned_on_a_key_of_its_own(context, command_queue, problem):
+    """Its own key (lattice, precision, compression, right-hand sides, the links' layout): every
+    candidate checked on every right-hand side and correct, one work-item a site and nothing
+    staged; the result is served to the next instance without a search, and computes D."""
+    import json
+
+    from autotune.tune.store import ResultStore
+
+    lat, u, psi, _ = problem
+    function = "operations.lqcd.dslash_multi.MultiDslash.autotune"
+    template = DslashTemplate(context, DIMS, "single", 8, -1, {"wgs": 16, "link_load": 8})
+    multi = MultiDslash(template, command_queue, 2)
+    store = ResultStore.open()
+    trials = store.trials(function=function)
+    assert trials and all(t.status == "ok" for t in trials), [(t.parameters, t.message)
+                                                              for t in trials]
+    tried = [json.loads(t.parameters) for t in trials]
+    assert all(p["dir_split"] == 1 and p["stage"] is False and "link_load" not in p
+               for p in tried)
+    assert {p["fast_math"] for p in tried} == {False, True}
+    [record] = store.records(function=function)
+    assert json.loads(record.key.arguments)["link_load"] == 8
+    again = MultiDslash(template, command_queue, 2)
+    assert len(store.trials(function=function)) == len(trials)  # served, not searched again
+    assert again.parameters == multi.parameters and multi.parameters["link_load"] == 8
+    links = template.gauge_to_device(command_queue, u)
+    inps = _fields(context, command_queue, template, lat, psi[:2], 1)
+    outs = [_new(context, template, lat) for _ in range(2)]
+    again(outs, inps, links, 0)
+    for r in range(2):
+        want = lat.spinor_to_device(reference.hop(u, psi[r], -1), 0, np.complex128)
+        assert _rel(outs[r].get(command_queue), want) <= TOL["single"]

@@ -438,12 +438,12 @@ def test_the_tuning_problem_keeps_the_fields_in_the_device_orders():
     from operations.lqcd.dslash_links import device_links, group_links, link_groups, link_loads
 
     dims = (4, 4, 2, 6)
-    dslash._tuning_problem.cache_clear()
+    dslash.tuning_problem.cache_clear()
     try:
-        problem = dslash._tuning_problem(dims)
+        problem = dslash.tuning_problem(dims)
         lattice, u, psi, sample, expected = dslash._tuning_fields(dims)
     finally:
-        dslash._tuning_problem.cache_clear()
+        dslash.tuning_problem.cache_clear()
     assert np.array_equal(problem.spinor, lattice.spinor_to_device(psi, 1, np.complex128))
     for parity in (0, 1):  # the links of each parity's sites, in checkerboard order
         assert np.array_equal(problem.links[:, parity],

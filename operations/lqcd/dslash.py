@@ -136,8 +136,8 @@ def _tuning_fields(dims: tuple[int, int, int, int]):
 
 
 @dataclass(frozen=True, eq=False)
-class _TuningProblem:
-    """What every key of one lattice tunes on (:func:`_tuning_problem`), in the orders the
+class TuningProblem:
+    """What every key of one lattice tunes on (:func:`tuning_problem`), in the orders the
     device takes: the links of :func:`_tuning_fields` by parity (4, 2, V/2, 3, 3), the spinor's
     odd sites (12, V/2), the sampled even sites and D psi there."""
 
@@ -167,13 +167,13 @@ class _TuningProblem:
 
 
 @functools.lru_cache(maxsize=2)
-def _tuning_problem(dims: tuple[int, int, int, int]) -> _TuningProblem:
+def tuning_problem(dims: tuple[int, int, int, int]) -> TuningProblem:
     """:func:`_tuning_fields` for the device, cached (costly at 32^4; ``warm`` tunes the nine
     keys of each of its two lattices from one). Only the device orders are kept: the
     lexicographic fields would take 0.8 GB more at 32^4)."""
     lattice, u, psi, sample, expected = _tuning_fields(dims)
     spinor = lattice.spinor_to_device(psi, 1, np.complex128)
-    return _TuningProblem(lattice, lattice.links_by_parity(u), spinor, sample, expected)
+    return TuningProblem(lattice, lattice.links_by_parity(u), spinor, sample, expected)
 
 
 def work_groups(sites: int, params: dict[str, Any]) -> int:
@@ -479,7 +479,7 @@ class DslashTemplate:
         (``local``, seed 0) over the whole space within :attr:`STRUCTURE_EVALS` more
         configurations. Every candidate's output is checked against the numpy reference."""
         check_options(dims, precision, reconstruct, -1)
-        problem = _tuning_problem(tuple(int(d) for d in dims))
+        problem = tuning_problem(tuple(int(d) for d in dims))
         lattice, sample, expected = problem.lattice, problem.sample, problem.expected
         queue = context.create_tuning_command_queue()
         sites = lattice.half_volume

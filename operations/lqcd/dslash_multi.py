@@ -7,22 +7,28 @@ what lets a solve of several sources go past the one-field roofline (QUDA's mult
 does the same). The kernels are ``dslash.mako``'s with the render argument ``nrhs``: every
 right-hand side is its own field (its own pointers), so callers keep their fields as they are.
 
-The kernels take the template's tuned parameters with ``dir_split`` 1 and nothing staged (the
-split directions' sums and the staged neighbours would need ``nrhs`` times the local memory),
-or explicit ones; a key of their own for the tuner is not made yet.
+The kernels are tuned on a key of their own (:meth:`MultiDslash.autotune`: the lattice,
+precision, compression, ``nrhs`` and the links' layout the template chose), within the
+dslash's space with ``dir_split`` 1 and nothing staged (the split directions' sums and the
+staged neighbours would need ``nrhs`` times the local memory): ``nrhs`` fields' sums take
+more registers than one field's, so one field's launch shape is not theirs.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from autotune import accel, tune
 
 from ..scalars import finite_real_scalar
 from . import half as half_storage
-from .dslash import TEMPLATE, DslashTemplate, spinor_array
+from .dslash import (FLOPS_PER_SITE, TEMPLATE, DslashTemplate, bytes_per_site, check_options,
+                    spinor_array, tuning_problem)
+from .dslash_links import PRECISIONS, layout_links, link_values
 
 
 class MultiDslash:
@@ -30,32 +36,118 @@ class MultiDslash:
     ``multi(outs, inps, gauge, parity, dagger=, xs=, a=)`` sets ``outs[r] = D inps[r]`` (or
     ``xs[r] + a D inps[r]``) for every right-hand side r."""
 
+    autotune_version = 1
+    autotune_sources = (TEMPLATE,)
+    #: ``AUTOTUNE_MATCH=similar``: an untuned lattice takes the nearest tuned one's parameters
+    autotune_similar = {"dims": "log"}
+
     def __init__(self, template: DslashTemplate, queue: accel.CommandQueue, nrhs: int,
-                 tuning: dict[str, Any] | None = None):
+                 tuning: Mapping[str, Any] | None = None):
         """``template``: a tuned or explicitly parametrised :class:`DslashTemplate` (not an
-        online one); ``nrhs``: right-hand sides a launch takes (1 to 16); ``tuning``:
-        parameters to use instead of the template's (names as its space's), ``dir_split`` and
-        ``stage`` at 1 and False."""
+        online one), whose links' layout (``link_load``) the kernels read; ``nrhs``:
+        right-hand sides a launch takes (1 to 16); ``tuning``: None, the stored result of
+        this key (tuned on a miss), or explicit parameters on top of the template's (names as
+        :meth:`autotune_space`'s: the template's but ``link_load``; ``dir_split`` 1 and
+        ``stage`` False)."""
         if isinstance(nrhs, bool) or not isinstance(nrhs, int) or not 1 <= nrhs <= MAX_RHS:
             raise ValueError(f"nrhs must be an int from 1 to {MAX_RHS}, got {nrhs!r}")
         if template.online is not None:
             raise ValueError("a multi-RHS dslash takes fixed parameters: make its template with "
                              "tuning=None (the stored result) or explicit parameters, not "
                              "'online'")
-        params = {**template.parameters, "dir_split": 1, "stage": False, **(tuning or {})}
-        test = tune.tuner_of(DslashTemplate).test
-        try:
-            params = tune.encoding.validate_parameters(params, test)
-        except tune.InvalidParametersError as exc:
-            raise ValueError(f"MultiDslash: tuning {tuning!r}: {exc}") from None
+        link_load = template.parameters["link_load"]
+        key = {"dims": template.lattice.dims, "precision": template.precision,
+               "reconstruct": template.reconstruct, "nrhs": nrhs, "link_load": link_load}
+        if tuning is None:
+            params = tune.tuning_for(MultiDslash, template.context, None, **key).parameters
+        elif isinstance(tuning, Mapping):
+            mine = {k: v for k, v in template.parameters.items() if k != "link_load"}
+            params = tune.checked_tuning(MultiDslash, template.context, {
+                **mine, "dir_split": 1, "stage": False, **tuning}, **key)
+        else:
+            raise ValueError(f"MultiDslash: tuning must be None or a dict of parameters, got "
+                             f"{tuning!r}")
         if (params["dir_split"], params["stage"]) != (1, False):
-            raise ValueError(f"MultiDslash: tuning {tuning!r}: several right-hand sides take "
-                             "dir_split 1 and stage False")
+            raise ValueError(f"MultiDslash: tuning {dict(tuning or {})!r}: several right-hand "
+                             "sides take dir_split 1 and stage False")
         self.template, self.queue, self.nrhs = template, queue, nrhs
-        self.parameters = params
+        #: the parameters the kernels render with: the tuned ones and the links' layout
+        self.parameters = {**params, "link_load": link_load}
         self.global_size = template.launch_size(params)
         self._launchers: dict[tuple, Any] = {}
         self._guard = threading.Lock()
+
+    @classmethod
+    def autotune_space(cls, context: accel.Context, dims: tuple[int, int, int, int],
+                       precision: str, reconstruct: int, nrhs: int, link_load: int) -> tune.Space:
+        """:meth:`DslashTemplate.autotune_space` with one work-item a site and nothing staged,
+        less ``link_load``: the links' layout is the template's (a key argument)."""
+        space = DslashTemplate.autotune_space(context, dims, precision, reconstruct)
+        lists = {k: v for k, v in space.parameters.items() if k != "link_load"}
+        return tune.Space({**lists, "dir_split": [1], "stage": [False]}, space.restrictions)
+
+    @classmethod
+    @tune.autotuner(test={"wgs": 64, "sites": 1, "dir_split": 1, "stage": False,
+                          "fast_math": False, "half_bits": False, "project16": "none",
+                          "min_blocks": 0, "carveout": -1})
+    def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
+                 reconstruct: int, nrhs: int, link_load: int) -> dict[str, Any]:
+        """As :meth:`DslashTemplate.autotune` searches, in this key's space: every valid
+        ``wgs``, ``min_blocks``, ``fast_math`` and ``project16`` with one site a work-item,
+        then an iterated local search from its best within
+        :attr:`DslashTemplate.STRUCTURE_EVALS` more configurations. The right-hand sides are
+        the tuning spinor times distinct phases, each output checked against the numpy
+        reference times its phase (a kernel that mixed them up fails)."""
+        check_options(dims, precision, reconstruct, -1)
+        problem = tuning_problem(tuple(int(d) for d in dims))
+        queue = context.create_tuning_command_queue()
+        sites = problem.lattice.half_volume
+        phases = [np.exp(0.7j * r) for r in range(nrhs)]
+        gauge = context.to_device(queue, layout_links(link_values(
+            problem.packed(reconstruct), precision, reconstruct), precision, reconstruct,
+            link_load))
+        if precision == "half":
+            inps = [half_storage.to_device(context, queue, problem.spinor * p) for p in phases]
+            outs = [half_storage.HalfSpinor.allocate(context, sites) for _ in phases]
+        else:
+            dtype = np.dtype(PRECISIONS[precision][1])
+            inps = [context.to_device(queue, (problem.spinor * p).astype(dtype)) for p in phases]
+            outs = [context.allocate((12, sites), dtype) for _ in phases]
+        tol = {"half": 5e-3, "single": 1e-4, "double": 1e-10}[precision]
+        scale = float(np.max(np.abs(problem.expected)))
+
+        def generate(**params: Any) -> tune.Measurement:
+            template = DslashTemplate(context, problem.lattice.dims, precision, reconstruct, -1,
+                                      {**params, "link_load": link_load})
+            multi = cls(template, queue, nrhs, tuning=params)
+
+            def check() -> bool:
+                for out, phase in zip(outs, phases):
+                    got = (half_storage.spinor_from_half(out.values.get(queue)[:, problem.sample],
+                                                         out.norms.get(queue)[problem.sample])
+                           if precision == "half" else out.get(queue)[:, problem.sample]).T
+                    if np.max(np.abs(got - phase * problem.expected)) > tol * scale:
+                        return False
+                return True
+
+            def clear() -> None:
+                for out in outs:
+                    for array in ((out.values, out.norms) if precision == "half" else (out,)):
+                        array.zero(queue)
+
+            return tune.make_measure(queue, lambda: multi(outs, inps, gauge, 0), check,
+                                     setup=clear,
+                                     bytes=nrhs * sites * bytes_per_site(precision, reconstruct),
+                                     flops=nrhs * sites * FLOPS_PER_SITE)
+
+        space = cls.autotune_space(context, problem.lattice.dims, precision, reconstruct, nrhs,
+                                   link_load)
+        test = tune.tuner_of(MultiDslash).test
+        first = tune.autotune(generate, space.narrowed(
+            **{name: [test[name]] for name in ("sites", "carveout", "half_bits")}))
+        budget = DslashTemplate.STRUCTURE_EVALS["gpu" if context.device.is_gpu else "cpu"]
+        return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
+                             seeds=[first])
 
     def kernel(self, parity: int, dagger: bool, xpay: bool, storage: str = "hhh") -> accel.Kernel:
         """One variant's kernel (built on first use; half precision: ``storage`` as

@@ -132,6 +132,19 @@ def test_the_share_of_a_key_is_what_is_left_in_proportion():
     assert WarmPolicy().share(Estimator(plans), [0, 1]) is None
 
 
+def test_a_key_started_ahead_also_gets_the_time_until_its_turn():
+    """Started while the key before it is tuned (``which`` 1), a key's time limit runs from
+    then: its share of what is left, plus what the key in its turn is expected to take yet."""
+    plans = [_plan("a", 9), _plan("a", 29)]  # 10 and 30 s
+    now = [100.0]
+    estimator = Estimator(plans, clock=lambda: now[0])
+    policy = WarmPolicy(max_minutes=1, started=time.perf_counter() - 14)  # 40 s left
+    estimator.start(0)
+    now[0] += 4  # the first key has run 4 of its expected 10 s
+    assert policy.share(estimator, [0, 1], 1) == pytest.approx(30 + 6, abs=0.5)
+    assert policy.share(estimator, [0, 1], 0) == pytest.approx(10, abs=0.5)  # in its turn: as before
+
+
 def test_dry_run_shows_each_keys_plan_and_options_change_it(capsys, db):
     code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--warm-from", "none")
     assert code == 0 and "3 of 3 keys would be tuned, in about" in out

@@ -67,6 +67,10 @@
 ##   carveout          (optional, default -1) the L1/shared carve-out the template sets on the
 ##                     kernels (CUDA): named in the source, so that each carve-out is its own
 ##                     module (the setting belongs to a module's function, which equal sources share)
+##   nrhs              (optional, default 1) right-hand sides a kernel takes (dslash_multi.py):
+##                     out, in and x_in once each (out, out1, ...; in, in1, ...), each hop's
+##                     link loaded once for all; with dir_split 1, not staged, not with dist.
+##                     Kernel names end in _rhs<nrhs> when it is above 1
 ## Layout: spinors (12, V/2) complex per parity, component = 3 * spin + colour; links per
 ## direction and parity (n parameters: complex for 18/12, real for 8) in groups of
 ## link_groups: per group a block of V/2 sites, a site's group contiguous (groups of one:

@@ -192,7 +192,11 @@ class MultiDslash:
             key += ("".join(code for code, _ in roles),)
             args = [*roles[0][1], *roles[1][1], gauge, *roles[2][1]]
         else:
-            views = [[spinor_array(t, self.queue, f, f"{name}[{r}]") for r, f in enumerate(fields)]
+            size, dtype = 12 * t.lattice.half_volume, t.dtype
+            views = [[f if isinstance(f, accel.DeviceArray) and f.size == size
+                      and f.dtype == dtype  # ours, as it should be: no view to make
+                      else spinor_array(t, self.queue, f, f"{name}[{r}]")
+                      for r, f in enumerate(fields)]
                      for name, fields in (("outs", outs), ("inps", inps), ("xs", xs_or))]
             args = [*views[0], *views[1], gauge, *views[2]]
         launch = self._launchers.get(key)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -31,8 +32,8 @@ from .reduce import ReduceTemplate
 
 #: The solvers' face: the solvers, and what their callers name (errors, statistics, passes).
 __all__ = ["CG_RECURRENCES", "LinearOperator", "POOL_SIZE", "SolveInfo", "SolverBreakdown",
-           "VectorOps", "bicgstab", "bicgstab_mixed", "cg", "cg_mixed", "check_recurrence",
-           "check_stopping", "gcr", "gcr_mixed", "vector_ops"]
+           "VectorOps", "bicgstab", "bicgstab_mixed", "cg", "cg_many", "cg_mixed",
+           "check_recurrence", "check_stopping", "gcr", "gcr_mixed", "vector_ops"]
 
 #: CG's recurrences: "classic" (Hestenes-Stiefel: <p, A p>, then |r|^2, two reductions a step)
 #: and "single_reduction" (Chronopoulos-Gear: s = A p kept by its own recurrence, so that
@@ -54,6 +55,66 @@ def check_recurrence(A: LinearOperator, recurrence: str | None) -> str:
         raise ValueError(f"CG recurrence must be one of {', '.join(CG_RECURRENCES)} (or None: "
                          f"chosen by the operator), got {recurrence!r}")
     return recurrence
+
+
+@solver_entry
+def cg_many(A: LinearOperator, bs: Sequence[accel.DeviceArray], tol: float = 1e-10,
+            maxiter: int = 1000) -> list[tuple[accel.DeviceArray, SolveInfo]]:
+    """CG (the classic recurrence) on several right-hand sides of one Hermitian
+    positive-definite ``A`` in lockstep: each step applies ``A`` to every search direction at
+    once with ``A.apply_many(outs, inps)`` (for a Wilson operator: each dslash of the step one
+    launch for all of them, :class:`~operations.lqcd.multi_source.ManyNormalOperator`), then
+    each system's own scalars and vector updates. A system that has converged (|r| / |b| <
+    tol) is no longer updated, and its direction still goes through ``apply_many`` (a launch
+    takes a fixed number of fields); the loop ends when every one has, or at ``maxiter``.
+    Returns (x, info) per right-hand side, each with its own true residual."""
+    tol, maxiter = check_stopping(tol, maxiter)
+    if not bs:
+        raise ValueError("cg_many needs at least one right-hand side")
+    for b in bs:
+        check_system(A, b)
+    start = time.perf_counter()
+    ops = vector_ops(A)
+    ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
+    dot = ops.fused(ReduceTemplate, "dot")
+    bs = [flat(b) for b in bs]
+    xs = [ops.new() for _ in bs]
+    rs, ps, aps = ([ops.work() for _ in bs] for _ in range(3))
+    bbs = [ops.reduce("sumsq", b) for b in bs]
+    rrs, histories = [], []
+    for b, bb, x, r, p in zip(bs, bbs, xs, rs, ps):
+        rrs.append(initial_residual(A, ops, b, bb, None, x, r)[1])
+        p.copy_from(A.queue, r)
+        histories.append([math.sqrt(rrs[-1] / bb) if bb else 0.0])
+    active = [bb > 0 and h[-1] >= tol for bb, h in zip(bbs, histories)]
+    steps = [0] * len(bs)
+    applications = 0
+    while any(active) and applications < maxiter:
+        A.apply_many(aps, ps)
+        applications += 1
+        for i in (i for i, on in enumerate(active) if on):
+            pap, rr_new = _step(ops, dot, ps[i], aps[i], rs[i], rrs[i])
+            if not pap > 0:
+                raise SolverBreakdown(f"CG (right-hand side {i}): <p, A p> = {pap} at iteration "
+                                      f"{steps[i]}; the operator is not Hermitian "
+                                      "positive-definite")
+            alpha, beta = rrs[i] / pap, rr_new / rrs[i]
+            ops.blas("axpy_zpbx", xs[i], ps[i], rs[i], a=alpha, b=beta)
+            rrs[i] = rr_new
+            steps[i] += 1
+            histories[i].append(math.sqrt(rr_new / bbs[i]))
+            if not math.isfinite(rr_new):
+                raise SolverBreakdown(f"CG (right-hand side {i}): the residual became {rr_new} "
+                                      f"at iteration {steps[i]}")
+            active[i] = histories[i][-1] >= tol
+    answers = []
+    for i, b in enumerate(bs):
+        if bbs[i] == 0:
+            answers.append(zero_solution(A.queue, xs[i], start))
+            continue
+        answers.append(finish("CG", A, ops, b, xs[i], bbs[i], aps[i], not active[i], steps[i],
+                              applications, histories[i], start, maxiter))
+    return answers
 
 
 class _SingleReduction:

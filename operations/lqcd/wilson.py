@@ -10,7 +10,7 @@ import dataclasses
 import math
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -367,6 +367,17 @@ class WilsonOperator:
                                    inner_precision)
         return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy, schwarz, nkrylov,
                       delta, cg_recurrence)
+
+    def solve_many(self, bs: Sequence[np.ndarray], tol: float = 1e-10,
+                   maxiter: int = 10000) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
+        """Solve M x_r = b_r for several host right-hand sides ``bs`` (1 to 16) together: CG on
+        each one's even-odd normal equations in this operator's precision (double or
+        single), in lockstep, each dslash of a step one launch for all of them
+        (:mod:`.multi_source`). Returns ``(x, info)`` per right-hand side, as :meth:`solve`
+        does for one."""
+        from .multi_source import solve_many
+
+        return solve_many(self, bs, tol, maxiter)
 
 
 class WilsonLinearOperator:

@@ -3,8 +3,9 @@ one launch for every source) against the same sources solved one after another
 (``WilsonOperator.solve``), one run.
 
 Usage (GPU machine, from benchmarks/):
-    python multi_source.py [--dims 32 32 32 32] [--precision single] [--reconstruct 12]
-        [--sources 1 4 12] [--kappa 0.12] [--tol 1e-6] [--db FILE] [--json FILE]
+    python multi_source.py [--dims 32 32 32 32] [--precision mixed] [--sloppy half]
+        [--reconstruct 12] [--sources 1 4 12] [--kappa 0.12] [--tol 1e-10] [--db FILE]
+        [--json FILE]
 
 Per N of ``--sources``: N Gaussian sources; first ``solve_many`` with ``maxiter`` 2 (which
 tunes the multi-RHS dslash's key for N, or reads it from ``--db``), then the N sources one by
@@ -33,11 +34,12 @@ from operations.lqcd import WilsonOperator, weak_field
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dims", type=int, nargs=4, default=[32, 32, 32, 32])
-    parser.add_argument("--precision", default="single", choices=["single", "double"])
+    parser.add_argument("--precision", default="mixed", choices=["mixed", "single", "double"])
+    parser.add_argument("--sloppy", default="half", choices=["half", "single"])
     parser.add_argument("--reconstruct", type=int, default=12)
     parser.add_argument("--sources", type=int, nargs="+", default=[1, 4, 12])
     parser.add_argument("--kappa", type=float, default=0.12)
-    parser.add_argument("--tol", type=float, default=1e-6)
+    parser.add_argument("--tol", type=float, default=1e-10)
     parser.add_argument("--db")
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -48,12 +50,16 @@ def main() -> None:
     context = accel.create_some_context()
     dims = tuple(args.dims)
     u = weak_field(dims, 0.3, seed=1)
-    op = WilsonOperator(context, u, args.kappa, args.precision, args.reconstruct, check=False)
+    mixed = args.precision == "mixed"
+    op = WilsonOperator(context, u, args.kappa, "double" if mixed else args.precision,
+                        args.reconstruct, check=False)
+    how = {"precision": "mixed", "sloppy": args.sloppy} if mixed else {}
     rng = np.random.default_rng(2)
     x, y, z, t = dims
     shape = (t, z, y, x, 4, 3)
     print(f"device: {context.device.describe()}  date: {time.strftime('%Y-%m-%d')}  "
-          f"{args.precision} {args.reconstruct}, {dims}, kappa {args.kappa}, tol {args.tol}")
+          f"{args.precision}{f' ({args.sloppy})' if mixed else ''} {args.reconstruct}, {dims}, "
+          f"kappa {args.kappa}, tol {args.tol}")
     print("| sources | one by one s | together s | speed-up | iterations (one / together) |\n"
           "|---|---|---|---|---|")
     rows = []
@@ -61,13 +67,13 @@ def main() -> None:
         bs = [rng.standard_normal(shape) + 1j * rng.standard_normal(shape) for _ in range(n)]
         with warnings.catch_warnings():  # warm-ups (kernels built, keys read or tuned): cut short
             warnings.simplefilter("ignore", RuntimeWarning)
-            op.solve(bs[0], "cg", args.tol, maxiter=2)
-            op.solve_many(bs, args.tol, maxiter=2)
+            op.solve(bs[0], "cg", args.tol, maxiter=2, **how)
+            op.solve_many(bs, args.tol, maxiter=2, **how)
         start = time.perf_counter()
-        alone = [op.solve(b, "cg", args.tol)[1] for b in bs]
+        alone = [op.solve(b, "cg", args.tol, **how)[1] for b in bs]
         one_by_one = time.perf_counter() - start
         start = time.perf_counter()
-        together = [info for _, info in op.solve_many(bs, args.tol)]
+        together = [info for _, info in op.solve_many(bs, args.tol, **how)]
         batched = time.perf_counter() - start
         assert all(i.converged for i in alone + together)
         row = {"sources": n, "one_by_one_s": one_by_one, "together_s": batched,
@@ -81,7 +87,8 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": context.device.describe(), "date": time.strftime("%Y-%m-%d"),
-            "dims": dims, "precision": args.precision, "reconstruct": args.reconstruct,
+            "dims": dims, "precision": args.precision, "sloppy": args.sloppy if mixed else None,
+            "reconstruct": args.reconstruct,
             "kappa": args.kappa, "tol": args.tol, "rows": rows}, indent=1))
 
 

@@ -25,7 +25,7 @@ from autotune import accel
 
 from .blas import BlasTemplate, DeviceRatio
 from .gcr import gcr, gcr_mixed
-from .krylov import (POOL_SIZE, LinearOperator, SolveInfo, SolverBreakdown, VectorOps,
+from .krylov import (POOL_SIZE, LinearOperator, Mixed, SolveInfo, SolverBreakdown, VectorOps,
                      check_stopping, check_system, finish, flat, initial_residual, mixed_start,
                      solver_entry, vector_ops, zero_solution)
 from .reduce import ReduceTemplate
@@ -33,7 +33,8 @@ from .reduce import ReduceTemplate
 #: The solvers' face: the solvers, and what their callers name (errors, statistics, passes).
 __all__ = ["CG_RECURRENCES", "LinearOperator", "POOL_SIZE", "SolveInfo", "SolverBreakdown",
            "VectorOps", "bicgstab", "bicgstab_mixed", "cg", "cg_many", "cg_mixed",
-           "check_recurrence", "check_stopping", "gcr", "gcr_mixed", "vector_ops"]
+           "cg_mixed_many", "check_recurrence", "check_stopping", "gcr", "gcr_mixed",
+           "vector_ops"]
 
 #: CG's recurrences: "classic" (Hestenes-Stiefel: <p, A p>, then |r|^2, two reductions a step)
 #: and "single_reduction" (Chronopoulos-Gear: s = A p kept by its own recurrence, so that
@@ -373,51 +374,103 @@ def cg_mixed(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray, tol
         return _cg_mixed_single_reduction(A, A_low, b, tol, maxiter, delta,
                                           chosen == "pipelined")
     start = time.perf_counter()
-    tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta,
-                                   ("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx"))
-    hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
-    queue = A.queue
-    if bb == 0:
-        return zero_solution(queue, x, start)
-    dot = lo.fused(ReduceTemplate, "dot")
-    ps, aps = lo.work(), lo.work()
-    ps.copy_from(queue, rs)
-    rr = bb
-    r_max = rr
-    history = [1.0]
-    iterations = applications = updates = 0
-    converged = False
-    while iterations < maxiter:
-        A_low.apply(aps, ps)
-        applications += 1
-        pap, rr_new = _step(lo, dot, ps, aps, rs, rr)
+    tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta, _MixedCG.BLAS_LOW)
+    if m.bb == 0:
+        return zero_solution(A.queue, m.x, start)
+    system = _MixedCG(m, A.queue)
+    dot = m.lo.fused(ReduceTemplate, "dot")
+    while system.iterations < maxiter and not system.converged:
+        A_low.apply(system.aps, system.ps)
+        system.step(A, dot, delta, tol)
+    return system.finish(A, start, maxiter)
+
+
+class _MixedCG:
+    """One system of a mixed-precision CG (the classic recurrence) between steps: its search
+    direction p and A_low p in low precision, |r|^2, the residual at the last reliable update,
+    and what it counted; :func:`cg_mixed` steps one, :func:`cg_mixed_many` several."""
+
+    #: the low precision passes a step uses
+    BLAS_LOW = ("axpy_norm_ratio", "axpy", "xpay", "axpy_zpbx")
+
+    def __init__(self, m: Mixed, queue: accel.CommandQueue):
+        self.m = m
+        self.ps, self.aps = m.lo.work(), m.lo.work()
+        self.ps.copy_from(queue, m.rs)
+        self.rr = self.r_max = m.bb
+        self.history = [1.0]
+        self.iterations = self.applications = self.updates = 0
+        self.converged = False
+
+    def step(self, A: LinearOperator, dot: Any, delta: float, tol: float) -> None:
+        """One step, after ``aps = A_low ps`` was enqueued: r -= alpha A p, then either a
+        reliable update (the residual fell by ``delta`` since the last, or below ``tol``: x
+        accumulated and r = b - A x in high precision) or x += alpha p, p = r + beta p."""
+        m, lo = self.m, self.m.lo
+        self.applications += 1
+        pap, rr_new = _step(lo, dot, self.ps, self.aps, m.rs, self.rr)
         if not pap > 0:
-            raise SolverBreakdown(f"mixed CG: <p, A p> = {pap} at iteration {iterations}")
-        alpha = rr / pap
-        iterations += 1
-        if rr_new < delta ** 2 * r_max or rr_new / bb < tol ** 2:
-            lo.blas("axpy", ps, xs, a=alpha)  # x_low += alpha p
+            raise SolverBreakdown(f"mixed CG: <p, A p> = {pap} at iteration {self.iterations}")
+        alpha = self.rr / pap
+        self.iterations += 1
+        if rr_new < delta ** 2 * self.r_max or rr_new / m.bb < tol ** 2:
+            lo.blas("axpy", self.ps, m.xs, a=alpha)  # x_low += alpha p
             rr_new = m.reliable_update(A)  # r = b - A x, in high precision
-            applications += 1
-            updates += 1
-            r_max = rr_new
-            history.append(math.sqrt(rr_new / bb))
-            if history[-1] < tol:
-                converged = True
-                break
-            beta = rr_new / rr
-            lo.blas("xpay", rs, ps, a=beta)  # p = r + beta p
+            self.applications += 1
+            self.updates += 1
+            self.r_max = rr_new
+            self.history.append(math.sqrt(rr_new / m.bb))
+            if self.history[-1] < tol:
+                self.converged = True
+                return
+            lo.blas("xpay", m.rs, self.ps, a=rr_new / self.rr)  # p = r + beta p
         else:
-            beta = rr_new / rr
-            lo.blas("axpy_zpbx", xs, ps, rs, a=alpha, b=beta)
-            history.append(math.sqrt(rr_new / bb))
-        rr = rr_new
-        if not math.isfinite(rr):
-            raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
-    if not converged:
-        m.fold(queue)
-    return finish("mixed CG", A, hi, b, x, bb, tmp, converged, iterations, applications,
-                   history, start, maxiter, reliable_updates=updates)
+            lo.blas("axpy_zpbx", m.xs, self.ps, m.rs, a=alpha, b=rr_new / self.rr)
+            self.history.append(math.sqrt(rr_new / m.bb))
+        self.rr = rr_new
+        if not math.isfinite(self.rr):
+            raise SolverBreakdown(f"mixed CG: the residual became {self.rr} at iteration "
+                                  f"{self.iterations}")
+
+    def finish(self, A: LinearOperator, start: float,
+               maxiter: int) -> tuple[accel.DeviceArray, SolveInfo]:
+        m = self.m
+        if not self.converged:
+            m.fold(A.queue)
+        return finish("mixed CG", A, m.hi, m.b, m.x, m.bb, m.tmp, self.converged,
+                      self.iterations, self.applications, self.history, start, maxiter,
+                      reliable_updates=self.updates)
+
+
+@solver_entry
+def cg_mixed_many(A: LinearOperator, A_low: LinearOperator, bs: Sequence[accel.DeviceArray],
+                  tol: float = 1e-10, maxiter: int = 10000,
+                  delta: float = 0.1) -> list[tuple[accel.DeviceArray, SolveInfo]]:
+    """:func:`cg_mixed` on several right-hand sides in lockstep: each step one
+    ``A_low.apply_many(outs, inps)`` for every system's direction (as :func:`cg_many`), then
+    each system's own step and reliable updates (in ``A``'s precision, one system at a time).
+    A system that has converged is no longer stepped. Returns (x, info) per right-hand side."""
+    if not bs:
+        raise ValueError("cg_mixed_many needs at least one right-hand side")
+    start = time.perf_counter()
+    starts = [mixed_start(A, A_low, b, tol, maxiter, delta, _MixedCG.BLAS_LOW) for b in bs]
+    tol, maxiter = starts[0][0], starts[0][1]
+    systems = [_MixedCG(m, A.queue) if m.bb else None for _, _, m in starts]
+    lo = starts[0][2].lo
+    dot = lo.fused(ReduceTemplate, "dot")
+    idle = lo.work()  # what a b = 0 system's place in the launch reads and writes: zeros
+    idle.zero(A.queue)
+    outs = [s.aps if s else idle for s in systems]
+    inps = [s.ps if s else idle for s in systems]
+    steps = 0
+    while steps < maxiter and any(s is not None and not s.converged for s in systems):
+        A_low.apply_many(outs, inps)
+        steps += 1
+        for system in systems:
+            if system is not None and not system.converged:
+                system.step(A, dot, delta, tol)
+    return [system.finish(A, start, maxiter) if system is not None
+            else zero_solution(A.queue, m.x, start) for system, (_, _, m) in zip(systems, starts)]
 
 
 def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,

@@ -18,8 +18,9 @@ import numpy as np
 from autotune import accel
 
 from .. import solvers
+from . import half as half_storage
 from .dslash_multi import MAX_RHS, MultiDslash
-from .wilson import _checked_rhs, _full_solution, _system_rhs
+from .wilson import _check_solve_options, _checked_rhs, _full_solution, _system_rhs
 
 if TYPE_CHECKING:
     from .wilson import WilsonOperator
@@ -37,8 +38,14 @@ class ManyNormalOperator:
         self.size = 12 * wilson.lattice.half_volume
         self.multi = MultiDslash(wilson.template, wilson.queue, nrhs)
         #: the odd-site vectors between the two dslashes of M_pc, and M_pc inp between the two
-        self._odd = [wilson.context.allocate(self.size, self.dtype) for _ in range(nrhs)]
-        self._mid = [wilson.context.allocate(self.size, self.dtype) for _ in range(nrhs)]
+        #: (16-bit for a half operator, as its own application keeps them)
+        if wilson.precision == "half":
+            sites = wilson.lattice.half_volume
+            self._odd, self._mid = ([half_storage.HalfSpinor.allocate(wilson.context, sites)
+                                     for _ in range(nrhs)] for _ in range(2))
+        else:
+            self._odd, self._mid = ([wilson.context.allocate(self.size, self.dtype)
+                                     for _ in range(nrhs)] for _ in range(2))
 
     def apply(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
         self.wilson.apply_pc_normal(inp, out)
@@ -54,14 +61,14 @@ class ManyNormalOperator:
         self.multi(outs, self._odd, gauge, 0, dagger=True, xs=self._mid, a=a)
 
 
-def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float,
-               maxiter: int) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
+def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float, maxiter: int,
+               precision: str | None = None, sloppy: str = "single",
+               delta: float = 0.1) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
     """:meth:`WilsonOperator.solve_many`: the even-odd normal equations of every ``bs[r]``,
-    solved by :func:`operations.solvers.cg_many` on :class:`ManyNormalOperator`, then each
-    full solution and its true residual |b - M x| / |b|."""
-    if op.precision == "half":
-        raise ValueError("solve_many iterates in the operator's precision: use a double or "
-                         "single precision operator (half is a sloppy precision)")
+    solved by :func:`operations.solvers.cg_many` on :class:`ManyNormalOperator` (or, mixed,
+    :func:`operations.solvers.cg_mixed_many` on the ``sloppy`` operator's, with reliable
+    updates in double), then each full solution and its true residual |b - M x| / |b|."""
+    precision = _check_solve_options(op, "cg", precision, sloppy)
     if op.domain is not None or getattr(op, "comm", None) is not None:
         raise ValueError("solve_many takes a whole-lattice operator on one process (not a "
                          "Schwarz block's, not a distributed one)")
@@ -73,17 +80,23 @@ def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float,
     hosts = [_checked_rhs(op, b) for b in bs]
     norms = [float(np.linalg.norm(b)) for b in hosts]
     start = time.perf_counter()
-    fields = [op.to_device(b) for b in hosts]
-    rhs = [_system_rhs(op, field, "cg", True)[1] for field in fields]
-    A = ManyNormalOperator(op, len(bs))
+    high = op.with_precision("double" if precision == "mixed" else precision)
+    fields = [high.to_device(b) for b in hosts]
+    rhs = [_system_rhs(high, field, "cg", True)[1] for field in fields]
     # the normal equations' residual bounds the true one only up to the condition number: a
     # tenth of the tolerance, as WilsonOperator.solve asks
-    answers = solvers.cg_many(A, rhs, tol * 0.1, maxiter)
+    if precision == "mixed":
+        answers = solvers.cg_mixed_many(
+            high.linear_operator("MpcdagMpc"),
+            ManyNormalOperator(op.with_precision(sloppy), len(bs)), rhs, tol * 0.1, maxiter,
+            delta)
+    else:
+        answers = solvers.cg_many(ManyNormalOperator(high, len(bs)), rhs, tol * 0.1, maxiter)
     results = []
     for b, norm, field, (x, info) in zip(hosts, norms, fields, answers):
-        out = _full_solution(op, x, field, True)
-        result = op.from_device(out)
-        check = op.from_device(op.apply(out, out=op.new_field()))
+        out = _full_solution(high, x, field, True)
+        result = high.from_device(out)
+        check = high.from_device(high.apply(out, out=high.new_field()))
         true = float(np.linalg.norm(b - check)) / norm if norm else 0.0
         results.append((result, dataclasses.replace(info, true_residual=true,
                                                     seconds=time.perf_counter() - start)))

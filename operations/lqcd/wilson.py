@@ -368,16 +368,17 @@ class WilsonOperator:
         return _solve(self, b, method, tol, even_odd, precision, maxiter, sloppy, schwarz, nkrylov,
                       delta, cg_recurrence)
 
-    def solve_many(self, bs: Sequence[np.ndarray], tol: float = 1e-10,
-                   maxiter: int = 10000) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
+    def solve_many(self, bs: Sequence[np.ndarray], tol: float = 1e-10, maxiter: int = 10000,
+                   precision: str | None = None, *, sloppy: str = "single",
+                   delta: float = 0.1) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
         """Solve M x_r = b_r for several host right-hand sides ``bs`` (1 to 16) together: CG on
-        each one's even-odd normal equations in this operator's precision (double or
-        single), in lockstep, each dslash of a step one launch for all of them
-        (:mod:`.multi_source`). Returns ``(x, info)`` per right-hand side, as :meth:`solve`
-        does for one."""
+        each one's even-odd normal equations, in lockstep, each dslash of a step one launch
+        for all of them (:mod:`.multi_source`). ``precision``, ``sloppy`` and ``delta`` as
+        :meth:`solve`'s ("mixed": CG in ``sloppy``, "single" or "half", with reliable updates
+        in double). Returns ``(x, info)`` per right-hand side, as :meth:`solve` does for one."""
         from .multi_source import solve_many
 
-        return solve_many(self, bs, tol, maxiter)
+        return solve_many(self, bs, tol, maxiter, precision, sloppy, delta)
 
 
 class WilsonLinearOperator:

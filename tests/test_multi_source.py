@@ -78,7 +78,8 @@ def test_the_batched_normal_operator_is_the_one_field_one(context, command_queue
     u, bs = system
     op = WilsonOperator(context, u, KAPPA, precision, reconstruct, check=False,
                         tuning={"wgs": 16})
-    A = ManyNormalOperator(op, 2)
+    A = ManyNormalOperator.of(op, 2)
+    assert ManyNormalOperator.of(op, 2) is A  # made once: its fields and tuning kept
     inps = [op.to_device(b).even.view(0, A.size) for b in bs[:2]]
     outs = [context.allocate(A.size, A.dtype) for _ in range(2)]
     A.apply_many(outs, inps)

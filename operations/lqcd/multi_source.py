@@ -47,6 +47,15 @@ class ManyNormalOperator:
             self._odd, self._mid = ([wilson.context.allocate(self.size, self.dtype)
                                      for _ in range(nrhs)] for _ in range(2))
 
+    @classmethod
+    def of(cls, wilson: WilsonOperator, nrhs: int) -> ManyNormalOperator:
+        """The operator for ``nrhs`` vectors of ``wilson``, made once (a sequence of solves
+        allocates its fields and reads its dslash's tuning once)."""
+        made = wilson.__dict__.setdefault("_many_normal", {})
+        if nrhs not in made:
+            made[nrhs] = cls(wilson, nrhs)
+        return made[nrhs]
+
     def apply(self, out: accel.DeviceArray, inp: accel.DeviceArray) -> None:
         self.wilson.apply_pc_normal(inp, out)
 
@@ -88,10 +97,10 @@ def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float, maxiter: int,
     if precision == "mixed":
         answers = solvers.cg_mixed_many(
             high.linear_operator("MpcdagMpc"),
-            ManyNormalOperator(op.with_precision(sloppy), len(bs)), rhs, tol * 0.1, maxiter,
+            ManyNormalOperator.of(op.with_precision(sloppy), len(bs)), rhs, tol * 0.1, maxiter,
             delta)
     else:
-        answers = solvers.cg_many(ManyNormalOperator(high, len(bs)), rhs, tol * 0.1, maxiter)
+        answers = solvers.cg_many(ManyNormalOperator.of(high, len(bs)), rhs, tol * 0.1, maxiter)
     results = []
     for b, norm, field, (x, info) in zip(hosts, norms, fields, answers):
         out = _full_solution(high, x, field, True)

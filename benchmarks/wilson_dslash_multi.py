@@ -2,15 +2,15 @@
 dslash, and against the roofline of the traffic it must move, one run (issue 45).
 
 Usage (GPU machine, from benchmarks/):
-    python wilson_dslash_multi.py [--lattice 32,32,32,32] [--db FILE] [--nrhs 1 2 4 8]
-        [--precisions half single double] [--json FILE]
+    python wilson_dslash_multi.py [--lattice 32,32,32,32] [--db FILE] [--nrhs 2 4]
+        [--precisions half single] [--reconstructs 12 8] [--tuned] [--json FILE]
 
 Per (precision, reconstruct): the tuned one-field dslash (``DslashTemplate`` with the stored
 result of ``--db``, default a copy of ``tune.db.example`` in a temporary folder) on one field,
-then ``MultiDslash`` on N fields for each N of ``--nrhs``: tuned on its own key (into
-``--db``: a search per N and variant unless stored), and, beside it, the one-field tuned
-parameters with ``dir_split`` 1 and nothing staged at each ``wgs`` and ``min_blocks`` of a small
-sweep; the fastest is reported, with where it came from. Times are CUDA-event medians on one queue. The least traffic of a site and right-hand
+then ``MultiDslash`` on N fields for each N of ``--nrhs``: the one-field tuned parameters
+with ``dir_split`` 1 and nothing staged at each ``wgs`` and ``min_blocks`` of a small sweep,
+and with ``--tuned`` also tuned on its own key (into ``--db``: a search of about a minute per
+N and variant on an H200 unless stored); the fastest is reported, with where it came from. Times are CUDA-event medians on one queue. The least traffic of a site and right-hand
 side is 8 links / N plus the input and output spinors once each; divided into the copy
 bandwidth measured in the same process it gives the per-right-hand-side roofline.
 """
@@ -57,9 +57,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--lattice", default="32,32,32,32")
     parser.add_argument("--db")
-    parser.add_argument("--nrhs", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--precisions", nargs="+", default=["half", "single", "double"])
-    parser.add_argument("--reconstructs", type=int, nargs="+", default=[18, 12, 8])
+    parser.add_argument("--nrhs", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--precisions", nargs="+", default=["half", "single"])
+    parser.add_argument("--reconstructs", type=int, nargs="+", default=[12, 8])
+    parser.add_argument("--tuned", action="store_true",
+                        help="time the key tuned for each N too (a search per N and variant)")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--json")
     args = parser.parse_args()
@@ -94,7 +96,7 @@ def main() -> None:
                                 repeats=args.repeats)
             for n in args.nrhs:
                 best = None
-                for shape in [None] + SWEEP:
+                for shape in ([None] if args.tuned else []) + SWEEP:
                     multi = MultiDslash(template, queue, n, tuning=None if shape is None else
                                         {"wgs": shape[0], "min_blocks": shape[1]})
                     wgs, min_blocks = multi.parameters["wgs"], multi.parameters["min_blocks"]

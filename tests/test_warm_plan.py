@@ -132,6 +132,19 @@ def test_the_share_of_a_key_is_what_is_left_in_proportion():
     assert WarmPolicy().share(Estimator(plans), [0, 1]) is None
 
 
+def test_the_wall_time_estimate_of_devices_tuned_at_once_is_the_busiest_workers():
+    """Two GPUs of --jobs 2 (or two ranks) each expecting about 3 min 49 s: the run's estimate
+    is theirs, not the 7 min 38 s of their sum (the H200's 22 keys of 2026-11-30: 3 min 22 s
+    actual); with fewer workers than devices, each takes the next longest where it is least
+    loaded."""
+    from autotune.cli.warm_plan import wall_estimate
+
+    assert wall_estimate([229.0, 229.0], 2) == 229.0
+    assert wall_estimate([229.0, 229.0], 1) == 458.0
+    assert wall_estimate([30.0, 20.0, 20.0, 10.0], 2) == 40.0  # 30 + 10 and 20 + 20
+    assert wall_estimate([5.0], 4) == 5.0 and wall_estimate([], 2) == 0.0
+
+
 def test_a_key_started_ahead_also_gets_the_time_until_its_turn():
     """Started while the key before it is tuned (``which`` 1), a key's time limit runs from
     then: its share of what is left, plus what the key in its turn is expected to take yet."""

@@ -32,7 +32,8 @@ from .recorded import RecordedPlan, recorded_plan
 from .warm_lookahead import KeyPipeline, KeyStart, lookahead_default
 from .warm_prebuild import Prebuilder, prebuilding
 from .warm_prebuild import wanted as prebuild_wanted
-from .warm_plan import Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args
+from .warm_plan import (Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args,
+                        wall_estimate)
 
 
 #: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
@@ -570,7 +571,9 @@ def run_warm(args: Any, url: str) -> int:
         outcomes = gathered
     else:
         outcomes = _warm_here(args, templates, url, settings, policy)
-    _print_table(outcomes, dry_run=args.dry_run)
+    # devices tuned at once (the ranks, or --jobs): the estimate of the wall time is theirs
+    workers = comm.size if comm is not None else (args.jobs if args.all_devices else 1)
+    _print_table(outcomes, dry_run=args.dry_run, workers=workers)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         print(printable(f"FAILED {o.template} {o.arguments} on {o.device}: {o.message}"),
@@ -586,7 +589,7 @@ def run_warm(args: Any, url: str) -> int:
                           if counts[s] or s in ("tuned", "stored", "failed"))
         devices = len({o.where or o.device for o in outcomes})
         keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
-        estimated = sum(o.estimate or 0.0 for o in outcomes)
+        estimated = _estimate(outcomes, workers)
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
               f"in {_duration(time.perf_counter() - started)}"
               + (f" (estimated {_duration(estimated)})" if estimated else "")
@@ -633,7 +636,17 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
     return outcomes
 
 
-def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
+def _estimate(outcomes: list[WarmOutcome], workers: int) -> float:
+    """The outcomes' expected wall time: each device's keys' estimates added up, the devices
+    spread over ``workers`` tuning at once (:func:`~.warm_plan.wall_estimate`)."""
+    per_device: dict[str, float] = {}
+    for o in outcomes:
+        where = o.where or o.device
+        per_device[where] = per_device.get(where, 0.0) + (o.estimate or 0.0)
+    return wall_estimate(list(per_device.values()), workers)
+
+
+def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int = 1) -> None:
     import pandas as pd
 
     if not outcomes:
@@ -642,7 +655,7 @@ def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool) -> None:
         return
     if dry_run:
         todo = [o for o in outcomes if o.status == "would tune"]
-        estimated = sum(o.estimate or 0.0 for o in todo)
+        estimated = _estimate(todo, workers)
         print(f"{len(todo)} of {len(outcomes)} keys would be tuned, in about "
               f"{_duration(estimated)}:")
     rows = [{key: printable(value) for key, value in row.items()} for row in [{

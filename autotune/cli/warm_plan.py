@@ -314,6 +314,17 @@ def time_shares(total: float, costs: Sequence[float], floor: float = FLOOR_SECON
             fixed[i] = True
 
 
+def wall_estimate(device_seconds: Sequence[float], workers: int) -> float:
+    """The expected wall time of a run whose devices expect ``device_seconds`` each (their
+    keys' plans added up) when ``workers`` of them tune at once (``--jobs``, or the ranks of
+    an MPI run): each device's keys in turn on the least loaded worker, the longest first
+    (one worker: the sum; as many as the devices: the longest)."""
+    loads = [0.0] * max(1, workers)
+    for seconds in sorted(device_seconds, reverse=True):
+        loads[loads.index(min(loads))] += seconds
+    return max(loads)
+
+
 def interleaved(templates: Sequence[str], costs: Sequence[float] | None = None) -> list[int]:
     """The order to tune keys in (positions in ``templates``, each key's template name): one
     key of each template in turn, each template's keys in their order, the templates whose

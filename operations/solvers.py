@@ -76,46 +76,68 @@ def cg_many(A: LinearOperator, bs: Sequence[accel.DeviceArray], tol: float = 1e-
         check_system(A, b)
     start = time.perf_counter()
     ops = vector_ops(A)
-    ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
+    ops.prepare(blas=_PlainCG.BLAS, reduce=("sumsq", "dot"))
     dot = ops.fused(ReduceTemplate, "dot")
     bs = [flat(b) for b in bs]
-    xs = [ops.new() for _ in bs]
-    rs, ps, aps = ([ops.work() for _ in bs] for _ in range(3))
     bbs = [ops.reduce("sumsq", b) for b in bs]
-    rrs, histories = [], []
-    for b, bb, x, r, p in zip(bs, bbs, xs, rs, ps):
-        rrs.append(initial_residual(A, ops, b, bb, None, x, r)[1])
-        p.copy_from(A.queue, r)
-        histories.append([math.sqrt(rrs[-1] / bb) if bb else 0.0])
-    active = [bb > 0 and h[-1] >= tol for bb, h in zip(bbs, histories)]
-    steps = [0] * len(bs)
+    systems = [_PlainCG(A, ops, b, bb, tol, None, f"CG (right-hand side {i})")
+               for i, (b, bb) in enumerate(zip(bs, bbs))]
     applications = 0
-    while any(active) and applications < maxiter:
-        A.apply_many(aps, ps)
+    while any(not s.converged for s in systems) and applications < maxiter:
+        A.apply_many([s.ap for s in systems], [s.p for s in systems])
         applications += 1
-        for i in (i for i, on in enumerate(active) if on):
-            pap, rr_new = _step(ops, dot, ps[i], aps[i], rs[i], rrs[i])
-            if not pap > 0:
-                raise SolverBreakdown(f"CG (right-hand side {i}): <p, A p> = {pap} at iteration "
-                                      f"{steps[i]}; the operator is not Hermitian "
-                                      "positive-definite")
-            alpha, beta = rrs[i] / pap, rr_new / rrs[i]
-            ops.blas("axpy_zpbx", xs[i], ps[i], rs[i], a=alpha, b=beta)
-            rrs[i] = rr_new
-            steps[i] += 1
-            histories[i].append(math.sqrt(rr_new / bbs[i]))
-            if not math.isfinite(rr_new):
-                raise SolverBreakdown(f"CG (right-hand side {i}): the residual became {rr_new} "
-                                      f"at iteration {steps[i]}")
-            active[i] = histories[i][-1] >= tol
-    answers = []
-    for i, b in enumerate(bs):
-        if bbs[i] == 0:
-            answers.append(zero_solution(A.queue, xs[i], start))
-            continue
-        answers.append(finish("CG", A, ops, b, xs[i], bbs[i], aps[i], not active[i], steps[i],
-                              applications, histories[i], start, maxiter))
-    return answers
+        for system in systems:
+            if not system.converged:
+                system.step(ops, dot)
+    return [zero_solution(A.queue, s.x, start) if bb == 0 else
+            s.finish(A, ops, start, maxiter, applications) for s, bb in zip(systems, bbs)]
+
+
+class _PlainCG:
+    """One system of CG (the classic recurrence) between steps: x, r, the search direction p
+    and A p, |r|^2 and what it counted; :func:`cg` steps one, :func:`cg_many` several."""
+
+    #: the vector passes a step uses, and the true residual's
+    BLAS = ("xmy_norm", "axpy_norm_ratio", "axpy_zpbx")
+
+    def __init__(self, A: LinearOperator, ops: VectorOps, b: accel.DeviceArray, bb: float,
+                 tol: float, x0: accel.DeviceArray | None, label: str = "CG"):
+        """x = x0 (or 0), r = b - A x, p = r (``bb``: |b|^2; a system of b = 0 is done
+        before it starts)."""
+        self.b, self.bb, self.tol, self.label = b, bb, tol, label
+        self.x = ops.new()
+        self.r, self.p, self.ap = ops.work(), ops.work(), ops.work()
+        self.iterations = 0
+        self.applications, self.rr = initial_residual(A, ops, b, bb, x0, self.x, self.r)
+        self.p.copy_from(A.queue, self.r)
+        self.history = [math.sqrt(self.rr / bb) if bb else 0.0]
+        self.converged = bb == 0 or self.history[-1] < tol
+
+    def step(self, ops: VectorOps, dot: Any) -> None:
+        """One step, after ``ap = A p`` was enqueued: r -= alpha A p (with |r|^2), then
+        x += alpha p and p = r + beta p in one pass."""
+        self.applications += 1
+        pap, rr_new = _step(ops, dot, self.p, self.ap, self.r, self.rr)  # r -= alpha A p
+        if not pap > 0:
+            raise SolverBreakdown(f"{self.label}: <p, A p> = {pap} at iteration "
+                                  f"{self.iterations}; the operator is not Hermitian "
+                                  "positive-definite")
+        ops.blas("axpy_zpbx", self.x, self.p, self.r, a=self.rr / pap, b=rr_new / self.rr)
+        self.rr = rr_new
+        self.iterations += 1
+        self.history.append(math.sqrt(self.rr / self.bb))
+        if not math.isfinite(self.rr):
+            raise SolverBreakdown(f"{self.label}: the residual became {self.rr} at iteration "
+                                  f"{self.iterations}")
+        self.converged = self.history[-1] < self.tol
+
+    def finish(self, A: LinearOperator, ops: VectorOps, start: float, maxiter: int,
+               applications: int | None = None) -> tuple[accel.DeviceArray, SolveInfo]:
+        """The answer (:func:`~.krylov.finish`); ``applications``: the operator's, where the
+        system shared them with others (:func:`cg_many`'s launches)."""
+        return finish("CG", A, ops, self.b, self.x, self.bb, self.ap, self.converged,
+                      self.iterations, self.applications if applications is None
+                      else applications, self.history, start, maxiter)
 
 
 class _SingleReduction:
@@ -193,37 +215,17 @@ def cg(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: int
         return _cg_single_reduction(A, b, tol, maxiter, x0, chosen == "pipelined")
     start = time.perf_counter()
     ops = vector_ops(A)
-    ops.prepare(blas=("xmy_norm", "axpy_norm_ratio", "axpy_zpbx"), reduce=("sumsq", "dot"))
+    ops.prepare(blas=_PlainCG.BLAS, reduce=("sumsq", "dot"))
     dot = ops.fused(ReduceTemplate, "dot")
-    x = ops.new()
-    r, p, ap = ops.work(), ops.work(), ops.work()
     b = flat(b)
     bb = ops.reduce("sumsq", b)
     if bb == 0:
-        return zero_solution(A.queue, x, start)
-    applications, rr = initial_residual(A, ops, b, bb, x0, x, r)
-    p.copy_from(A.queue, r)
-    history = [math.sqrt(rr / bb)]
-    converged = history[-1] < tol
-    iterations = 0
-    while not converged and iterations < maxiter:
-        A.apply(ap, p)
-        applications += 1
-        pap, rr_new = _step(ops, dot, p, ap, r, rr)  # r -= alpha A p
-        if not pap > 0:
-            raise SolverBreakdown(f"CG: <p, A p> = {pap} at iteration {iterations}; the operator "
-                                  "is not Hermitian positive-definite")
-        alpha = rr / pap
-        beta = rr_new / rr
-        ops.blas("axpy_zpbx", x, p, r, a=alpha, b=beta)  # x += alpha p; p = r + beta p
-        rr = rr_new
-        iterations += 1
-        history.append(math.sqrt(rr / bb))
-        if not math.isfinite(rr):
-            raise SolverBreakdown(f"CG: the residual became {rr} at iteration {iterations}")
-        converged = history[-1] < tol
-    return finish("CG", A, ops, b, x, bb, ap, converged, iterations, applications,
-                   history, start, maxiter)
+        return zero_solution(A.queue, ops.new(), start)
+    system = _PlainCG(A, ops, b, bb, tol, x0)
+    while not system.converged and system.iterations < maxiter:
+        A.apply(system.ap, system.p)
+        system.step(ops, dot)
+    return system.finish(A, ops, start, maxiter)
 
 
 def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, maxiter: int,

@@ -509,20 +509,11 @@ class DslashTemplate:
                         values[0], precision, reconstruct, params["link_load"]))
 
             def check() -> bool:
-                # only the sampled sites are converted (a whole 48^3 x 96 field took seconds)
-                if precision == "half":
-                    values, norms = out.values.get(queue), out.norms.get(queue)
-                    got = half_storage.spinor_from_half(values[:, sample], norms[sample]).T
-                else:
-                    got = out.get(queue)[:, sample].T
+                got = sampled_output(queue, out, sample)
                 return bool(np.max(np.abs(got - expected)) <= tol * np.max(np.abs(expected)))
 
-            def clear() -> None:  # a candidate that skips sites must not pass on another's output
-                for array in ((out.values, out.norms) if precision == "half" else (out,)):
-                    array.zero(queue)
-
             return tune.make_measure(queue, lambda: dslash(out, inp, gauge, 0), check,
-                                     setup=clear,
+                                     setup=lambda: zero_output(queue, out),
                                      bytes=sites * bytes_per_site(precision, reconstruct),
                                      flops=sites * FLOPS_PER_SITE)
 
@@ -531,18 +522,46 @@ class DslashTemplate:
         # on GPUs the launch shape is searched with the directions split between 1 or 4
         # work-items: the best shapes differ between the two, and a local search from the
         # best shape at 1 alone did not always reach the best at 4 (1 of 10 H200 runs 4% off)
-        launch = space.narrowed(**{**_at_test(*STRUCTURE),
-                                   **({"dir_split": [1, 4]} if gpu else {})})
-        first = tune.autotune(generate, launch)
-        budget = cls.STRUCTURE_EVALS["gpu" if gpu else "cpu"]
-        return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
-                             seeds=[first])
+        return structured_search(generate, space, gpu, {"dir_split": [1, 4]} if gpu else {})
 
 
 #: the parameters that shape the kernel rather than its launch (the second search's)
 #: (and half_bits: on the H200 the 16-bit reads' arithmetic mattered less than where the
 #: projection happens, so ``project16`` takes its place in the first)
 STRUCTURE = ("sites", "dir_split", "stage", "link_load", "carveout", "half_bits")
+
+
+def structured_search(generate: Any, space: tune.Space, gpu: bool,
+                      launch: dict[str, list[Any]] | None = None) -> dict[str, Any]:
+    """The dslash kernels' search (:meth:`DslashTemplate.autotune`'s and
+    :meth:`~operations.lqcd.dslash_multi.MultiDslash.autotune`'s): first the launch shape,
+    every parameter of :data:`STRUCTURE` in ``space`` at its ``test=`` value (``launch``: lists
+    that take their place), then from its best an iterated local search (``local``, seed 0)
+    over the whole ``space`` within :attr:`DslashTemplate.STRUCTURE_EVALS` more
+    configurations."""
+    pinned = _at_test(*(name for name in STRUCTURE if name in space.parameters))
+    first = tune.autotune(generate, space.narrowed(**{**pinned, **(launch or {})}))
+    budget = DslashTemplate.STRUCTURE_EVALS["gpu" if gpu else "cpu"]
+    return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
+                         seeds=[first])
+
+
+def sampled_output(queue: accel.CommandQueue, out: Any, sample: np.ndarray) -> np.ndarray:
+    """A tuning candidate's output at the ``sample``d sites, (sites, 12) complex: only they are
+    read back and converted (a whole 48^3 x 96 field took seconds); ``out``, a device spinor
+    or a :class:`.half.HalfSpinor`."""
+    if isinstance(out, half_storage.HalfSpinor):
+        values, norms = out.values.get(queue), out.norms.get(queue)
+        return half_storage.spinor_from_half(values[:, sample], norms[sample]).T
+    return out.get(queue)[:, sample].T
+
+
+def zero_output(queue: accel.CommandQueue, out: Any) -> None:
+    """Zero a tuning candidate's output before it runs: a candidate that skips sites must not
+    pass on another's output."""
+    for array in ((out.values, out.norms) if isinstance(out, half_storage.HalfSpinor)
+                  else (out,)):
+        array.zero(queue)
 
 
 def _at_test(*names: str) -> dict[str, list[Any]]:

@@ -27,7 +27,8 @@ from autotune import accel, tune
 from ..scalars import finite_real_scalar
 from . import half as half_storage
 from .dslash import (FLOPS_PER_SITE, TEMPLATE, DslashTemplate, bytes_per_site, check_options,
-                    spinor_array, tuning_problem)
+                    sampled_output, spinor_array, structured_search, tuning_problem,
+                    zero_output)
 from .dslash_links import PRECISIONS, layout_links, link_values
 
 
@@ -92,9 +93,9 @@ class MultiDslash:
                           "min_blocks": 0, "carveout": -1})
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int, nrhs: int, link_load: int) -> dict[str, Any]:
-        """As :meth:`DslashTemplate.autotune` searches, in this key's space: every valid
-        ``wgs``, ``min_blocks``, ``fast_math`` and ``project16`` with one site a work-item,
-        then an iterated local search from its best within
+        """As :meth:`DslashTemplate.autotune` searches (:func:`.dslash.structured_search`), in
+        this key's space: every valid ``wgs``, ``min_blocks``, ``fast_math`` and ``project16``
+        with one site a work-item, then an iterated local search from its best within
         :attr:`DslashTemplate.STRUCTURE_EVALS` more configurations. The right-hand sides are
         the tuning spinor times distinct phases, each output checked against the numpy
         reference times its phase (a kernel that mixed them up fails)."""
@@ -122,18 +123,13 @@ class MultiDslash:
             multi = cls(template, queue, nrhs, tuning=params)
 
             def check() -> bool:
-                for out, phase in zip(outs, phases):
-                    got = (half_storage.spinor_from_half(out.values.get(queue)[:, problem.sample],
-                                                         out.norms.get(queue)[problem.sample])
-                           if precision == "half" else out.get(queue)[:, problem.sample]).T
-                    if np.max(np.abs(got - phase * problem.expected)) > tol * scale:
-                        return False
-                return True
+                return all(np.max(np.abs(sampled_output(queue, out, problem.sample)
+                                         - phase * problem.expected)) <= tol * scale
+                           for out, phase in zip(outs, phases))
 
             def clear() -> None:
                 for out in outs:
-                    for array in ((out.values, out.norms) if precision == "half" else (out,)):
-                        array.zero(queue)
+                    zero_output(queue, out)
 
             return tune.make_measure(queue, lambda: multi(outs, inps, gauge, 0), check,
                                      setup=clear,
@@ -142,12 +138,7 @@ class MultiDslash:
 
         space = cls.autotune_space(context, problem.lattice.dims, precision, reconstruct, nrhs,
                                    link_load)
-        test = tune.tuner_of(MultiDslash).test
-        first = tune.autotune(generate, space.narrowed(
-            **{name: [test[name]] for name in ("sites", "carveout", "half_bits")}))
-        budget = DslashTemplate.STRUCTURE_EVALS["gpu" if context.device.is_gpu else "cpu"]
-        return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
-                             seeds=[first])
+        return structured_search(generate, space, context.device.is_gpu)
 
     def kernel(self, parity: int, dagger: bool, xpay: bool, storage: str = "hhh") -> accel.Kernel:
         """One variant's kernel (built on first use; half precision: ``storage`` as

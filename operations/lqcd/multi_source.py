@@ -20,7 +20,7 @@ from autotune import accel
 from .. import solvers
 from . import half as half_storage
 from .dslash_multi import MAX_RHS, MultiDslash
-from .wilson import _check_solve_options, _checked_rhs, _full_solution, _system_rhs
+from .wilson import _answer, _check_solve_options, _checked_rhs, _system_rhs
 
 if TYPE_CHECKING:
     from .wilson import WilsonOperator
@@ -103,10 +103,7 @@ def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float, maxiter: int,
         answers = solvers.cg_many(ManyNormalOperator.of(high, len(bs)), rhs, tol * 0.1, maxiter)
     results = []
     for b, norm, field, (x, info) in zip(hosts, norms, fields, answers):
-        out = _full_solution(high, x, field, True)
-        result = high.from_device(out)
-        check = high.from_device(high.apply(out, out=high.new_field()))
-        true = float(np.linalg.norm(b - check)) / norm if norm else 0.0
+        result, true = _answer(high, x, field, b, norm, True)
         results.append((result, dataclasses.replace(info, true_residual=true,
                                                     seconds=time.perf_counter() - start)))
     return results

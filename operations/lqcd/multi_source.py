@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -20,10 +20,7 @@ from autotune import accel
 from .. import solvers
 from . import half as half_storage
 from .dslash_multi import MAX_RHS, MultiDslash
-from .wilson import _answer, _check_solve_options, _checked_rhs, _system_rhs
-
-if TYPE_CHECKING:
-    from .wilson import WilsonOperator
+from .solve_steps import answer, check_solve_options, checked_rhs, system_rhs
 
 
 class ManyNormalOperator:
@@ -31,7 +28,7 @@ class ManyNormalOperator:
     (``apply_many(outs, inps)``: four launches of the multi-RHS dslash), and on one
     (``apply(out, inp)``: the operator's own), as :func:`operations.solvers.cg_many` takes it."""
 
-    def __init__(self, wilson: WilsonOperator, nrhs: int):
+    def __init__(self, wilson: Any, nrhs: int):
         self.wilson, self.nrhs = wilson, nrhs
         self.context, self.queue, self.dtype = wilson.context, wilson.queue, np.dtype(wilson.dtype)
         self.tuning = wilson.tuning
@@ -48,7 +45,7 @@ class ManyNormalOperator:
                                      for _ in range(nrhs)] for _ in range(2))
 
     @classmethod
-    def of(cls, wilson: WilsonOperator, nrhs: int) -> ManyNormalOperator:
+    def of(cls, wilson: Any, nrhs: int) -> ManyNormalOperator:
         """The operator for ``nrhs`` vectors of ``wilson``, made once (a sequence of solves
         allocates its fields and reads its dslash's tuning once)."""
         made = wilson.__dict__.setdefault("_many_normal", {})
@@ -70,14 +67,14 @@ class ManyNormalOperator:
         self.multi(outs, self._odd, gauge, 0, dagger=True, xs=self._mid, a=a)
 
 
-def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float, maxiter: int,
+def solve_many(op: Any, bs: Sequence[Any], tol: float, maxiter: int,
                precision: str | None = None, sloppy: str = "single",
                delta: float = 0.1) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
     """:meth:`WilsonOperator.solve_many`: the even-odd normal equations of every ``bs[r]``,
     solved by :func:`operations.solvers.cg_many` on :class:`ManyNormalOperator` (or, mixed,
     :func:`operations.solvers.cg_mixed_many` on the ``sloppy`` operator's, with reliable
     updates in double), then each full solution and its true residual |b - M x| / |b|."""
-    precision = _check_solve_options(op, "cg", precision, sloppy)
+    precision = check_solve_options(op, "cg", precision, sloppy)
     if op.domain is not None or getattr(op, "comm", None) is not None:
         raise ValueError("solve_many takes a whole-lattice operator on one process (not a "
                          "Schwarz block's, not a distributed one)")
@@ -86,12 +83,12 @@ def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float, maxiter: int,
         raise ValueError(f"bs must be a list of 1 to {MAX_RHS} host spinors, got "
                          f"{type(bs).__name__}")
     tol, maxiter = solvers.check_stopping(tol, maxiter)
-    hosts = [_checked_rhs(op, b) for b in bs]
+    hosts = [checked_rhs(op, b) for b in bs]
     norms = [float(np.linalg.norm(b)) for b in hosts]
     start = time.perf_counter()
     high = op.with_precision("double" if precision == "mixed" else precision)
     fields = [high.to_device(b) for b in hosts]
-    rhs = [_system_rhs(high, field, "cg", True)[1] for field in fields]
+    rhs = [system_rhs(high, field, "cg", True)[1] for field in fields]
     # the normal equations' residual bounds the true one only up to the condition number: a
     # tenth of the tolerance, as WilsonOperator.solve asks
     if precision == "mixed":
@@ -103,7 +100,7 @@ def solve_many(op: WilsonOperator, bs: Sequence[Any], tol: float, maxiter: int,
         answers = solvers.cg_many(ManyNormalOperator.of(high, len(bs)), rhs, tol * 0.1, maxiter)
     results = []
     for b, norm, field, (x, info) in zip(hosts, norms, fields, answers):
-        result, true = _answer(high, x, field, b, norm, True)
+        result, true = answer(high, x, field, b, norm, True)
         results.append((result, dataclasses.replace(info, true_residual=true,
                                                     seconds=time.perf_counter() - start)))
     return results

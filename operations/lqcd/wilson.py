@@ -22,29 +22,12 @@ from .. import solvers
 from ..scalars import finite_real_scalar
 
 from . import half as half_storage
+from . import multi_source
 from . import schwarz as schwarz_module
 from .dslash import DslashTemplate, check_options, spinor_array
+from .fields import SpinorField
 from .gauge import nonfinite_entries, unitarity_violation
-
-
-@dataclass
-class SpinorField:
-    """A spinor on the device: one (2, 12, V/2) array ``flat``, even parity first.
-
-    ``even`` and ``odd`` are views of its halves in the dslash layout; vector operations
-    (BLAS-1, reductions, solvers) work on ``flat``.
-    """
-
-    flat: accel.DeviceArray
-
-    def __post_init__(self) -> None:
-        half = self.flat.size // 2
-        shape = (12, half // 12)
-        self.even = self.flat.view(0, half, shape)
-        self.odd = self.flat.view(half, 2 * half, shape)
-
-    def parity(self, p: int) -> accel.DeviceArray:
-        return self.even if p == 0 else self.odd
+from .solve_steps import answer, check_solve_options, checked_rhs, system_rhs
 
 
 def link_array(U: Any) -> np.ndarray:
@@ -376,9 +359,7 @@ class WilsonOperator:
         for all of them (:mod:`.multi_source`). ``precision``, ``sloppy`` and ``delta`` as
         :meth:`solve`'s ("mixed": CG in ``sloppy``, "single" or "half", with reliable updates
         in double). Returns ``(x, info)`` per right-hand side, as :meth:`solve` does for one."""
-        from .multi_source import solve_many
-
-        return solve_many(self, bs, tol, maxiter, precision, sloppy, delta)
+        return multi_source.solve_many(self, bs, tol, maxiter, precision, sloppy, delta)
 
 
 class WilsonLinearOperator:
@@ -454,9 +435,9 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
            cg_recurrence: str | None = None) -> tuple[np.ndarray, solvers.SolveInfo]:
     """:meth:`WilsonOperator.solve` (``schwarz``: :func:`_schwarz_options`'s): the right-hand
     side, the solver of ``(method, precision)`` (:data:`_SOLVERS`), the full solution."""
-    precision = _check_solve_options(op, method, precision, sloppy)
+    precision = check_solve_options(op, method, precision, sloppy)
     tol, maxiter = solvers.check_stopping(tol, maxiter)
-    b = _checked_rhs(op, b)
+    b = checked_rhs(op, b)
     b_norm = float(np.linalg.norm(b))
     if b_norm == 0:  # M x = 0: x = 0 exactly, with no residual (and nothing to iterate)
         return np.zeros_like(b), solvers.SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], message="b = 0")
@@ -464,7 +445,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     low = op.with_precision(sloppy) if precision == "mixed" else None
     b_field = high.to_device(b)
     start = time.perf_counter()
-    kind, rhs = _system_rhs(high, b_field, method, even_odd)
+    kind, rhs = system_rhs(high, b_field, method, even_odd)
     A = high.linear_operator(kind)
     A_low = low.linear_operator(kind) if low is not None else None
     recurrence = solvers.check_recurrence(A, cg_recurrence)
@@ -475,80 +456,11 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     system = _System(A, A_low, rhs, tol * 0.1 if method == "cg" else tol, maxiter, nkrylov, K,
                      delta, recurrence)
     x, info = _SOLVERS[method, precision](system)
-    result, true = _answer(high, x, b_field, b, b_norm, even_odd)
+    result, true = answer(high, x, b_field, b, b_norm, even_odd)
     outer = {} if K is None else {"inner_iterations": K.inner_iterations,
                                   "preconditioner_seconds": K.seconds}
     return result, dataclasses.replace(info, true_residual=true,
                                        seconds=time.perf_counter() - start, **outer)
-
-
-def _check_solve_options(op: WilsonOperator, method: Any, precision: Any, sloppy: Any) -> str:
-    """The solve's precision (``precision``, else the operator's) once ``method``,
-    ``precision`` and ``sloppy`` are checked; a ValueError naming a bad one."""
-    if method not in _METHODS:
-        raise ValueError(f"method must be 'cg', 'bicgstab' or 'gcr', got {method!r}")
-    precision = precision or op.precision
-    if precision == "half":
-        raise ValueError("half precision is a sloppy precision: solve with precision='mixed', "
-                         "sloppy='half' (CG or BiCGstab in half with reliable updates in double)")
-    if precision not in ("double", "single", "mixed"):
-        raise ValueError(f"precision must be 'double', 'single' or 'mixed', got {precision!r}")
-    if sloppy not in ("single", "half"):
-        raise ValueError(f"sloppy must be 'single' or 'half', got {sloppy!r}")
-    return precision
-
-
-def _checked_rhs(op: WilsonOperator, b: Any) -> np.ndarray:
-    """``b`` as a complex128 host spinor, once its shape and finiteness are checked."""
-    b = op.check_spinor(b).astype(np.complex128)
-    bad = nonfinite_entries(b)
-    if bad:
-        raise ValueError(f"b has {bad} non-finite entries (NaN or inf) out of {b.size}; the "
-                         "right-hand side must be finite")
-    return b
-
-
-def _system_rhs(high: WilsonOperator, b_field: SpinorField, method: str,
-                even_odd: bool) -> tuple[str, accel.DeviceArray]:
-    """The kind of operator the solver iterates on (:attr:`WilsonLinearOperator.KINDS`) and its
-    right-hand side, on the device. Even-odd, the Schur complement M_pc x_e = b_e + kappa D_eo
-    b_o (x_o follows, :func:`_full_solution`); CG solves the normal equations A^dag A x =
-    A^dag rhs."""
-    if even_odd:
-        rhs = high.context.allocate(12 * high.lattice.half_volume, high.dtype)
-        high.dslash_parity(rhs, b_field.odd, 0, x=b_field.even, a=high.kappa)
-    else:
-        rhs = b_field.flat
-    if method != "cg":
-        return ("Mpc" if even_odd else "M"), rhs
-    normal = high.context.allocate(rhs.size, high.dtype)
-    if even_odd:
-        high.apply_pc_dagger(rhs, out=normal)
-        return "MpcdagMpc", normal
-    high.apply_dagger(SpinorField(rhs), out=SpinorField(normal))
-    return "MdagM", normal
-
-
-def _full_solution(high: WilsonOperator, x: accel.DeviceArray, b_field: SpinorField,
-                   even_odd: bool) -> SpinorField:
-    """The solver's solution ``x`` as a full device field: even-odd, x holds x_e and the odd
-    sites follow, x_o = b_o + kappa D_oe x_e."""
-    out = high.new_field()
-    if even_odd:
-        out.even.copy_from(high.queue, x.view(0, x.size, out.even.shape))
-        high.dslash_parity(out.odd, out.even, 1, x=b_field.odd, a=high.kappa)
-    else:
-        out.flat.copy_from(high.queue, x.view(0, x.size, out.flat.shape))
-    return out
-
-
-def _answer(high: WilsonOperator, x: accel.DeviceArray, b_field: SpinorField, b: np.ndarray,
-            b_norm: float, even_odd: bool) -> tuple[np.ndarray, float]:
-    """The solver's solution ``x`` as the full host solution, and its true residual
-    |b - M x| / |b| (``b_norm``: |b|; 0 for b = 0) computed in ``high``'s precision."""
-    out = _full_solution(high, x, b_field, even_odd)
-    check = high.from_device(high.apply(out, out=high.new_field()))
-    return high.from_device(out), float(np.linalg.norm(b - check)) / b_norm if b_norm else 0.0
 
 
 def _schwarz_preconditioner(high: WilsonOperator, outer: WilsonLinearOperator,
@@ -580,7 +492,6 @@ class _System:
 
 
 #: the methods :meth:`WilsonOperator.solve` takes
-_METHODS = ("cg", "bicgstab", "gcr")
 _Solver = Callable[[_System], tuple[accel.DeviceArray, solvers.SolveInfo]]
 _PLAIN: dict[str, _Solver] = {
     "cg": lambda s: solvers.cg(s.A, s.rhs, s.tol, s.maxiter, recurrence=s.recurrence),

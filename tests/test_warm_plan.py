@@ -158,6 +158,22 @@ def test_a_key_started_ahead_also_gets_the_time_until_its_turn():
     assert policy.share(estimator, [0, 1], 0) == pytest.approx(10, abs=0.5)  # in its turn: as before
 
 
+def test_the_time_until_a_keys_turn_is_at_most_what_is_left_of_the_limit_before_it():
+    """A key in its turn expected to run long is cut at its own limit: the key started ahead
+    while it runs gets its share and what is left of that limit, not of the expected time
+    (on an H200 it took the whole run's time, and a 6 s warm ran 17 s)."""
+    plans = [_plan("a", 99), _plan("a", 99), _plan("a", 99)]  # 100 s each
+    now = [100.0]
+    estimator = Estimator(plans, clock=lambda: now[0])
+    policy = WarmPolicy(max_minutes=1, started=time.perf_counter() - 24)  # 30 s left
+    estimator.start(0)
+    first = policy.share(estimator, [0, 1, 2], 0)
+    assert first == pytest.approx(10, abs=0.5) and estimator.deadlines[0] == pytest.approx(110, abs=0.5)
+    now[0] += 4  # 6 s of its limit left, 96 s of its expected time
+    ahead = policy.share(estimator, [0, 1, 2], 1)
+    assert ahead == pytest.approx(10 + 6, abs=0.5)
+
+
 def test_dry_run_shows_each_keys_plan_and_options_change_it(capsys, db):
     code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--warm-from", "none")
     assert code == 0 and "3 of 3 keys would be tuned, in about" in out

@@ -374,6 +374,8 @@ class Estimator:
         for index, plan in enumerate(self.plans):
             self.firsts.setdefault(plan.template, index)
         self._ratios: dict[str | None, float] = {}  #: as of the keys finished so far
+        #: when each key given a time limit (:meth:`WarmPolicy.share`) is to stop, by ``clock``
+        self.deadlines: dict[int, float] = {}
         self.first_estimate = self.remaining()
 
     def _evidence(self, template: str | None) -> tuple[float, float, float]:
@@ -491,17 +493,26 @@ class WarmPolicy:
         """The seconds the next key (the first of ``pending``; ``which``: the one at that place
         in it, a key started ahead while the first is tuned) may take under ``max_minutes``:
         its share of what is left, in proportion to the expected costs of the keys left. A key
-        started ahead gets, beside its share, the time the key in its turn is expected to take
-        yet: its search's clock starts now, its turn when that key ends (without it, keys
-        started ahead spent half their share before their turn: the H200's dslash searches of
-        2026-11-30 under ``--max-minutes 4`` measured 5 of their 24 second-step candidates)."""
+        started ahead gets, beside its share, the time until its turn: what the key in its turn
+        is expected to take yet, at most what is left of that key's own limit (its search's
+        clock starts now, its turn when that key ends; without it, keys started ahead spent
+        half their share before their turn: the H200's dslash searches of 2026-11-30 under
+        ``--max-minutes 4`` measured 5 of their 24 second-step candidates). Each key's limit
+        is noted in ``estimator.deadlines``."""
         if self.max_minutes is None:
             return None
         started = self.started if self.started is not None else time.perf_counter()
         left = self.max_minutes * 60 * (1 - RESERVE) - (time.perf_counter() - started)
         seconds = time_shares(left, [estimator.expected(i) for i in pending])[which]
-        if which:  # the turn before it ends within what is left of the run, at the latest
-            seconds += min(estimator.remaining([]), max(0.0, left))
+        now = estimator.clock()
+        if which:  # the turn before it ends within what is left of the run, at the latest,
+            # and by the time limit that key was given, where it was given one
+            until_turn = min(estimator.remaining([]), max(0.0, left))
+            deadline = estimator.deadlines.get(pending[0])
+            if deadline is not None:
+                until_turn = min(until_turn, max(0.0, deadline - now))
+            seconds += until_turn
+        estimator.deadlines[pending[which]] = now + seconds
         return seconds
 
 

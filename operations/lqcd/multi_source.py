@@ -26,14 +26,18 @@ from .solve_steps import answer, check_solve_options, checked_rhs, system_rhs
 class ManyNormalOperator:
     """M_pc^dag M_pc of one Wilson operator on ``nrhs`` even-site vectors at once
     (``apply_many(outs, inps)``: four launches of the multi-RHS dslash), and on one
-    (``apply(out, inp)``: the operator's own), as :func:`operations.solvers.cg_many` takes it."""
+    (``apply(out, inp)``: the operator's own), as :func:`operations.solvers.cg_many` takes it.
+    With ``nrhs`` 1 ``apply_many`` is the operator's own too: its dslash is tuned on the
+    one-field key (split directions and staging allowed), with no multi-RHS key to tune."""
 
     def __init__(self, wilson: Any, nrhs: int):
         self.wilson, self.nrhs = wilson, nrhs
         self.context, self.queue, self.dtype = wilson.context, wilson.queue, np.dtype(wilson.dtype)
         self.tuning = wilson.tuning
         self.size = 12 * wilson.lattice.half_volume
-        self.multi = MultiDslash(wilson.template, wilson.queue, nrhs)
+        self.multi = MultiDslash(wilson.template, wilson.queue, nrhs) if nrhs > 1 else None
+        if self.multi is None:
+            return
         #: the odd-site vectors between the two dslashes of M_pc, and M_pc inp between the two
         #: (16-bit for a half operator, as its own application keeps them)
         if wilson.precision == "half":
@@ -60,6 +64,10 @@ class ManyNormalOperator:
                    inps: Sequence[accel.DeviceArray]) -> None:
         """``outs[r] = M_pc^dag M_pc inps[r]`` for every r: M_pc = 1 - kappa^2 D_eo D_oe, its
         adjoint with D^dag, each dslash over every right-hand side in one launch."""
+        if self.multi is None:
+            for out, inp in zip(outs, inps, strict=True):
+                self.apply(out, inp)
+            return
         gauge, a = self.wilson.gauge, -self.wilson.kappa ** 2
         self.multi(self._odd, inps, gauge, 1)
         self.multi(self._mid, self._odd, gauge, 0, xs=inps, a=a)

@@ -94,8 +94,9 @@ class MultiDslash:
     def autotune(cls, context: accel.Context, dims: tuple[int, int, int, int], precision: str,
                  reconstruct: int, nrhs: int, link_load: int) -> dict[str, Any]:
         """As :meth:`DslashTemplate.autotune` searches (:func:`.dslash.structured_search`), in
-        this key's space: every valid ``wgs``, ``min_blocks``, ``fast_math`` and ``project16``
-        with one site a work-item, then an iterated local search from its best within
+        this key's space: every valid ``wgs`` and ``min_blocks`` an online dslash scans (on
+        GPUs work-groups up to 256, minimum blocks none, 2 or 4), ``fast_math`` and
+        ``project16`` with one site a work-item, then an iterated local search from its best within
         :attr:`DslashTemplate.STRUCTURE_EVALS` more configurations. The right-hand sides are
         the tuning spinor times distinct phases, each output checked against the numpy
         reference times its phase (a kernel that mixed them up fails)."""
@@ -138,7 +139,14 @@ class MultiDslash:
 
         space = cls.autotune_space(context, problem.lattice.dims, precision, reconstruct, nrhs,
                                    link_load)
-        return structured_search(generate, space, context.device.is_gpu)
+        gpu = context.device.is_gpu
+        # the launch shapes an online dslash scans (work-groups up to 256 on GPUs, minimum
+        # blocks none, 2 or 4): on an H200 the whole first search of a 12-field key ran past
+        # three minutes, and its sweep's best shapes were among these
+        online = DslashTemplate.autotune_online_space(context, problem.lattice.dims, precision,
+                                                      reconstruct)
+        return structured_search(generate, space, gpu, {
+            "wgs": online.parameters["wgs"], "min_blocks": online.parameters["min_blocks"]})
 
     def kernel(self, parity: int, dagger: bool, xpay: bool, storage: str = "hhh") -> accel.Kernel:
         """One variant's kernel (built on first use; half precision: ``storage`` as

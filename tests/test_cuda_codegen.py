@@ -164,3 +164,16 @@ def test_the_half_precision_blas_compiles_for_sm90():
         nvrtc.compile_source(source.text, "half_blas.cu", (9, 0))
     except nvrtc.NvrtcError as exc:
         pytest.fail(source.map_log(exc.log))
+
+
+@pytest.mark.parametrize("dst", ["cfloat", "cdouble"])
+def test_the_spinor_layout_compiles_for_sm90(dst):
+    """The host-to-device spinor reorders (spinor_layout.mako) as CUDA C++."""
+    from operations.lqcd.spinor_layout import TEMPLATE
+
+    source = accel.render(TEMPLATE, "cuda", {"dst": dst, "wgs": 128},
+                          header_kws={"backend": "cuda"})
+    try:
+        nvrtc.compile_source(source.text, "spinor_layout.cu", (9, 0))
+    except nvrtc.NvrtcError as exc:
+        pytest.fail(f"{dst}: {source.map_log(exc.log)}")

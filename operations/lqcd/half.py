@@ -236,9 +236,7 @@ class HalfConvertTemplate:
 
     @classmethod
     def autotune_space(cls, context: accel.Context, dtype: Any) -> tune.Space:
-        limit = context.device.max_work_group_size
-        return tune.Space({"wgs": [32, 64, 128, 256, 512]},
-                          [tune.at_most("wgs", limit)])
+        return site_kernel_space(context)
 
     @classmethod
     @tune.autotuner(test={"wgs": 128})
@@ -305,6 +303,13 @@ def _holds(back: np.ndarray, values: np.ndarray, scale: np.ndarray) -> bool:
         if not np.all(error <= want):
             return False
     return True
+
+
+def site_kernel_space(context: accel.Context) -> tune.Space:
+    """The space of a kernel a site a work-item in a grid-stride loop (:func:`site_launcher`):
+    its work-group size, up to 512 and the device's limit."""
+    return tune.Space({"wgs": [32, 64, 128, 256, 512]},
+                      [tune.at_most("wgs", context.device.max_work_group_size)])
 
 
 def site_launcher(queue: accel.CommandQueue, kernels: dict[str, accel.Kernel],

@@ -27,6 +27,7 @@ from . import schwarz as schwarz_module
 from .dslash import DslashTemplate, check_options, spinor_array
 from .fields import SpinorField
 from .gauge import nonfinite_entries, unitarity_violation
+from .spinor_layout import SpinorLayoutTemplate
 from .solve_steps import answer, check_solve_options, checked_rhs, system_rhs
 
 
@@ -145,15 +146,47 @@ class WilsonOperator:
         return SpinorField(self.context.allocate((2, 12, self.lattice.half_volume), self.dtype))
 
     def to_device(self, psi: np.ndarray) -> SpinorField:
-        """The host spinor ``psi`` as a new device field."""
+        """The host spinor ``psi`` as a new device field (copied as it is, reordered and
+        converted on the device: :mod:`.spinor_layout`)."""
         psi = self.check_spinor(psi)
         lat = self.lattice
-        halves = np.stack([lat.spinor_to_device(psi, p, self.dtype) for p in (0, 1)])
-        return SpinorField(self.context.to_device(self.queue, halves))
+        layout = self._layout()
+        if layout is None:  # no double precision on the device: reordered here
+            halves = np.stack([lat.spinor_to_device(psi, p, self.dtype) for p in (0, 1)])
+            return SpinorField(self.context.to_device(self.queue, halves))
+        staging = self._staging_with(np.ascontiguousarray(psi, dtype=np.complex128))
+        field = self.new_field()
+        layout.to_checkerboard(field.flat, staging, lat)
+        return field
 
     def from_device(self, field: SpinorField) -> np.ndarray:
         """The device field ``field`` as a host spinor (complex128)."""
-        return self.lattice.spinor_from_device((field.even.get(self.queue), field.odd.get(self.queue)))
+        layout = self._layout()
+        if layout is None:
+            return self.lattice.spinor_from_device((field.even.get(self.queue),
+                                                    field.odd.get(self.queue)))
+        staging = self._staging_with(None)
+        layout.from_checkerboard(staging, field.flat, self.lattice)
+        return staging.get(self.queue).reshape(self.lattice.shape + (4, 3))
+
+    def _layout(self) -> Any:
+        """The device's reorders between host spinors and this operator's fields (made on
+        first use), or None where the device has no double precision."""
+        if not hasattr(self, "_layouts"):
+            self._layouts = (SpinorLayoutTemplate(self.context, self.dtype).instantiate(self.queue)
+                             if self.context.device.double_precision else None)
+        return self._layouts
+
+    def _staging_with(self, host: np.ndarray | None) -> accel.DeviceArray:
+        """The device array of a host spinor's layout (12 V complex128; one an operator, reused:
+        its queue is in order), holding ``host`` if given."""
+        staging = getattr(self, "_staging", None)
+        if staging is None:
+            staging = self._staging = self.context.allocate(12 * self.lattice.volume,
+                                                            np.complex128)
+        if host is not None:
+            staging.set(self.queue, host.reshape(-1))
+        return staging
 
     def check_spinor(self, psi: Any) -> np.ndarray:
         """``psi`` if it is a host spinor this operator takes (numeric, of shape (T, Z, Y, X, 4,

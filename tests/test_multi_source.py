@@ -68,20 +68,26 @@ def test_mixed_precision_sources_reach_double_precision_together(context, system
             (info.iterations, one.iterations)
 
 
-@pytest.mark.parametrize("precision,reconstruct,same", [("single", 8, 1e-5), ("half", 12, 1e-3)])
+@pytest.mark.parametrize("precision,reconstruct,nrhs,same",
+                         [("single", 8, 2, 1e-5), ("half", 12, 2, 1e-3), ("single", 12, 5, 1e-5)])
 def test_the_batched_normal_operator_is_the_one_field_one(context, command_queue, system,
-                                                          precision, reconstruct, same):
-    """ManyNormalOperator.apply_many on two vectors: M_pc^dag M_pc of each, as the operator's
-    own apply_pc_normal computes it (half: 16-bit fields between the dslashes in both)."""
-    from operations.lqcd.multi_source import ManyNormalOperator
+                                                          precision, reconstruct, nrhs, same):
+    """ManyNormalOperator.apply_many: M_pc^dag M_pc of each vector, as the operator's own
+    apply_pc_normal computes it (half: 16-bit fields between the dslashes in both); five
+    vectors go in a launch of four and the operator's own for the fifth."""
+    from operations.lqcd.multi_source import MOST_PER_LAUNCH, ManyNormalOperator
 
-    u, bs = system
+    u, _ = system
     op = WilsonOperator(context, u, KAPPA, precision, reconstruct, check=False,
                         tuning={"wgs": 16})
-    A = ManyNormalOperator.of(op, 2)
-    assert ManyNormalOperator.of(op, 2) is A  # made once: its fields and tuning kept
-    inps = [op.to_device(b).even.view(0, A.size) for b in bs[:2]]
-    outs = [context.allocate(A.size, A.dtype) for _ in range(2)]
+    A = ManyNormalOperator.of(op, nrhs)
+    assert ManyNormalOperator.of(op, nrhs) is A  # made once: its fields and tuning kept
+    assert max(g.stop - g.start for g in A.groups) <= MOST_PER_LAUNCH
+    rng = np.random.default_rng(nrhs)
+    shape = (12 * op.lattice.half_volume,)
+    inps = [context.to_device(op.queue, (rng.standard_normal(shape) + 1j * rng.standard_normal(
+        shape)).astype(A.dtype)) for _ in range(nrhs)]
+    outs = [context.allocate(A.size, A.dtype) for _ in range(nrhs)]
     A.apply_many(outs, inps)
     for inp, out in zip(inps, outs):
         want = context.allocate(A.size, A.dtype)
@@ -98,7 +104,8 @@ def test_one_source_takes_the_one_field_dslash(context, system):
     u, bs = system
     op = WilsonOperator(context, u, KAPPA, "single", 12, check=False, tuning={"wgs": 16})
     [(x, info)] = op.solve_many(bs[:1], 1e-5)
-    assert ManyNormalOperator.of(op, 1).multi is None
+    [group] = ManyNormalOperator.of(op, 1).groups
+    assert group.multi is None
     x1, one = op.solve(bs[0], "cg", 1e-5)
     assert info.converged and info.iterations == one.iterations, (info, one)
     assert np.linalg.norm(x - x1) <= 1e-5 * np.linalg.norm(x1)

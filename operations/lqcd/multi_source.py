@@ -23,30 +23,56 @@ from .dslash_multi import MAX_RHS, MultiDslash
 from .solve_steps import answer, check_solve_options, checked_rhs, system_rhs
 
 
+#: the most right-hand sides one multi-RHS dslash launch takes in a solve: more sources go in
+#: groups of this many (and the rest). On an H200 (2026-11-30, 32^4) four fields a launch
+#: were no faster a field than two (half 12: 45.8 us against 44.1, the sweep of
+#: benchmarks/wilson_dslash_multi.py), and a key of twelve fields had not finished tuning in
+#: six minutes, where four took 93 s.
+MOST_PER_LAUNCH = 4
+
+
+@dataclasses.dataclass
+class _Group:
+    """Right-hand sides ``start`` to ``stop`` of a step, one multi-RHS dslash (None for one
+    source: the operator's own) with its fields between the dslashes."""
+
+    start: int
+    stop: int
+    multi: MultiDslash | None = None
+    odd: list[Any] = dataclasses.field(default_factory=list)
+    mid: list[Any] = dataclasses.field(default_factory=list)
+
+
 class ManyNormalOperator:
     """M_pc^dag M_pc of one Wilson operator on ``nrhs`` even-site vectors at once
-    (``apply_many(outs, inps)``: four launches of the multi-RHS dslash), and on one
-    (``apply(out, inp)``: the operator's own), as :func:`operations.solvers.cg_many` takes it.
-    With ``nrhs`` 1 ``apply_many`` is the operator's own too: its dslash is tuned on the
-    one-field key (split directions and staging allowed), with no multi-RHS key to tune."""
+    (``apply_many(outs, inps)``: four launches of the multi-RHS dslash for each group of at
+    most :data:`MOST_PER_LAUNCH` vectors), and on one (``apply(out, inp)``: the operator's
+    own), as :func:`operations.solvers.cg_many` takes it. A group of one takes the operator's
+    own application: its dslash is tuned on the one-field key (split directions and staging
+    allowed), with no multi-RHS key to tune."""
 
     def __init__(self, wilson: Any, nrhs: int):
         self.wilson, self.nrhs = wilson, nrhs
         self.context, self.queue, self.dtype = wilson.context, wilson.queue, np.dtype(wilson.dtype)
         self.tuning = wilson.tuning
         self.size = 12 * wilson.lattice.half_volume
-        self.multi = MultiDslash(wilson.template, wilson.queue, nrhs) if nrhs > 1 else None
-        if self.multi is None:
-            return
-        #: the odd-site vectors between the two dslashes of M_pc, and M_pc inp between the two
-        #: (16-bit for a half operator, as its own application keeps them)
+        self.groups = [self._group(start, min(nrhs, start + MOST_PER_LAUNCH))
+                       for start in range(0, nrhs, MOST_PER_LAUNCH)]
+
+    def _group(self, start: int, stop: int) -> _Group:
+        wilson, n = self.wilson, stop - start
+        if n == 1:
+            return _Group(start, stop)
+        # the odd-site vectors between the two dslashes of M_pc, and M_pc inp between the
+        # two (16-bit for a half operator, as its own application keeps them)
         if wilson.precision == "half":
             sites = wilson.lattice.half_volume
-            self._odd, self._mid = ([half_storage.HalfSpinor.allocate(wilson.context, sites)
-                                     for _ in range(nrhs)] for _ in range(2))
+            odd, mid = ([half_storage.HalfSpinor.allocate(wilson.context, sites)
+                         for _ in range(n)] for _ in range(2))
         else:
-            self._odd, self._mid = ([wilson.context.allocate(self.size, self.dtype)
-                                     for _ in range(nrhs)] for _ in range(2))
+            odd, mid = ([wilson.context.allocate(self.size, self.dtype) for _ in range(n)]
+                        for _ in range(2))
+        return _Group(start, stop, MultiDslash(wilson.template, wilson.queue, n), odd, mid)
 
     @classmethod
     def of(cls, wilson: Any, nrhs: int) -> ManyNormalOperator:
@@ -63,16 +89,20 @@ class ManyNormalOperator:
     def apply_many(self, outs: Sequence[accel.DeviceArray],
                    inps: Sequence[accel.DeviceArray]) -> None:
         """``outs[r] = M_pc^dag M_pc inps[r]`` for every r: M_pc = 1 - kappa^2 D_eo D_oe, its
-        adjoint with D^dag, each dslash over every right-hand side in one launch."""
-        if self.multi is None:
-            for out, inp in zip(outs, inps, strict=True):
-                self.apply(out, inp)
-            return
+        adjoint with D^dag, each dslash over every right-hand side of a group in one launch."""
+        if len(outs) != self.nrhs or len(inps) != self.nrhs:
+            raise ValueError(f"apply_many takes {self.nrhs} vectors each, got {len(outs)} "
+                             f"and {len(inps)}")
         gauge, a = self.wilson.gauge, -self.wilson.kappa ** 2
-        self.multi(self._odd, inps, gauge, 1)
-        self.multi(self._mid, self._odd, gauge, 0, xs=inps, a=a)
-        self.multi(self._odd, self._mid, gauge, 1, dagger=True)
-        self.multi(outs, self._odd, gauge, 0, dagger=True, xs=self._mid, a=a)
+        for g in self.groups:
+            out, inp = list(outs[g.start:g.stop]), list(inps[g.start:g.stop])
+            if g.multi is None:
+                self.apply(out[0], inp[0])
+                continue
+            g.multi(g.odd, inp, gauge, 1)
+            g.multi(g.mid, g.odd, gauge, 0, xs=inp, a=a)
+            g.multi(g.odd, g.mid, gauge, 1, dagger=True)
+            g.multi(out, g.odd, gauge, 0, dagger=True, xs=g.mid, a=a)
 
 
 def solve_many(op: Any, bs: Sequence[Any], tol: float, maxiter: int,
@@ -107,11 +137,11 @@ def solve_many(op: Any, bs: Sequence[Any], tol: float, maxiter: int,
     else:
         answers = solvers.cg_many(ManyNormalOperator.of(high, len(bs)), rhs, tol * 0.1, maxiter)
     results = []
-    for b, norm, field, (x, info) in zip(hosts, norms, fields, answers):
-        result, true = answer(high, x, field, b, norm, True)
+    for norm, field, (x, info) in zip(norms, fields, answers):
+        result, true = answer(high, x, field, norm, True)
         results.append((result, dataclasses.replace(info, true_residual=true,
                                                     seconds=time.perf_counter() - start)))
     return results
 
 
-__all__ = ["ManyNormalOperator", "solve_many"]
+__all__ = ["MOST_PER_LAUNCH", "ManyNormalOperator", "solve_many"]

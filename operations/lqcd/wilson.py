@@ -489,7 +489,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     system = _System(A, A_low, rhs, tol * 0.1 if method == "cg" else tol, maxiter, nkrylov, K,
                      delta, recurrence)
     x, info = _SOLVERS[method, precision](system)
-    result, true = answer(high, x, b_field, b, b_norm, even_odd)
+    result, true = answer(high, x, b_field, b_norm, even_odd)
     outer = {} if K is None else {"inner_iterations": K.inner_iterations,
                                   "preconditioner_seconds": K.seconds}
     return result, dataclasses.replace(info, true_residual=true,

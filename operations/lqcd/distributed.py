@@ -37,6 +37,7 @@ from .halo import sections as halo_sections
 from .lattice import Lattice
 from .partition import Partition
 from .recordings import DslashRecordings
+from .spinor_layout import SpinorLayoutTemplate
 from .transport import Route, Transport, make_transport
 from .transport import check_kind as check_transport
 from .wilson import SpinorField, WilsonOperator, check_links, host_spinor, link_array
@@ -421,11 +422,13 @@ class DistributedWilsonOperator(WilsonOperator):
 
     def to_device(self, psi: np.ndarray) -> SpinorField:
         """This rank's block of the global spinor ``psi``, on the device."""
-        psi = self.check_spinor(psi)
-        block = self.partition.block(psi, site_axis=0)
-        lat = self.lattice
-        halves = np.stack([lat.spinor_to_device(block, p, self.dtype) for p in (0, 1)])
-        return SpinorField(self.context.to_device(self.queue, halves))
+        return self._field_of(self.partition.block(self.check_spinor(psi), site_axis=0))
+
+    def _layout_tuning(self) -> dict[str, Any] | None:
+        """One rank tunes the reorders (or reads the store) and tells the others (every rank
+        moves its block at once)."""
+        with tune.collective(self.comm):
+            return SpinorLayoutTemplate.autotune(self.context, self.dtype)
 
     def from_device(self, field: SpinorField) -> np.ndarray:
         """The global spinor whose blocks the ranks' ``field`` hold (on every rank)."""

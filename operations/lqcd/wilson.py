@@ -148,7 +148,10 @@ class WilsonOperator:
     def to_device(self, psi: np.ndarray) -> SpinorField:
         """The host spinor ``psi`` as a new device field (copied as it is, reordered and
         converted on the device: :mod:`.spinor_layout`)."""
-        psi = self.check_spinor(psi)
+        return self._field_of(self.check_spinor(psi))
+
+    def _field_of(self, psi: np.ndarray) -> SpinorField:
+        """A new device field of the checked host spinor ``psi`` (of this operator's lattice)."""
         lat = self.lattice
         layout = self._layout()
         if layout is None:  # no double precision on the device: reordered here
@@ -173,9 +176,14 @@ class WilsonOperator:
         """The device's reorders between host spinors and this operator's fields (made on
         first use), or None where the device has no double precision."""
         if not hasattr(self, "_layouts"):
-            self._layouts = (SpinorLayoutTemplate(self.context, self.dtype).instantiate(self.queue)
+            self._layouts = (SpinorLayoutTemplate(self.context, self.dtype, self._layout_tuning())
+                             .instantiate(self.queue)
                              if self.context.device.double_precision else None)
         return self._layouts
+
+    def _layout_tuning(self) -> dict[str, Any] | None:
+        """The reorders' tuning: None, the stored result (tuned on a miss)."""
+        return None
 
     def _staging_with(self, host: np.ndarray | None) -> accel.DeviceArray:
         """The device array of a host spinor's layout (12 V complex128; one an operator, reused:

@@ -204,14 +204,28 @@ def test_a_tie_the_rule_would_break_toward_a_slower_median_is_timed_until_told_a
         return settle([fast, test], seconds=0.0, doubt_seconds=doubt_seconds, rounds=48)
 
     stopped = [choose(seed, 0.0) for seed in range(12)]  # no time beyond the eight rounds
-    assert sum(f.winner == {"c": "test"} for f in stopped) >= 6
     assert all(f.rounds == choice.MIN_ROUNDS for f in stopped)
+    # tied by the interval only (test='s median twice the fastest's): the fastest keeps it
+    # (the rule over every tie took test= in 6 or more of the 12; on the 2-core CPU warm then
+    # stored BLAS configurations 1.5-2x slower than the best known, 2026-11-30)
+    assert sum(f.winner == {"c": "fast"} for f in stopped) >= 11
+    assert sum(f.ties > 0 for f in stopped) >= 6  # still reported as ties
     doubted = [choose(seed, None) for seed in range(12)]
-    assert sum(f.winner == {"c": "fast"} for f in doubted) >= 10
-    assert max(f.rounds for f in doubted) > choice.MIN_ROUNDS
-    # where the rule already takes the fastest, nothing more is timed
-    assert all(d.rounds == choice.MIN_ROUNDS for s, d in zip(stopped, doubted)
-               if s.winner == {"c": "fast"})
+    assert sum(f.winner == {"c": "fast"} for f in doubted) >= 11
+    assert max(f.rounds for f in doubted) > choice.MIN_ROUNDS  # and timed on while doubtful
+
+
+def test_the_rule_chooses_among_ties_within_the_resolution_by_their_median_too():
+    """rank's close ties: tied by the interval and by the median ratio; a candidate tied only
+    because a few rounds' extremes reach down to the fastest is tied but not close."""
+    rng = random.Random(3)
+    fast = [1e-3 * math.exp(0.02 * rng.gauss(0, 1)) for _ in range(8)]
+    near = [f * 1.003 * math.exp(0.01 * rng.gauss(0, 1)) for f in fast]  # 0.3% slower
+    far = [f * 2.0 for f in fast]
+    far[0] = fast[0] * 0.99  # one round's extreme reaches below the fastest
+    ranking = rank([fast, near, far])
+    assert ranking.fastest == 0 and 2 in ranking.tied and 1 in ranking.tied
+    assert ranking.close == (0, 1)
 
 
 def test_test_outside_the_space_is_timed_but_never_chosen():

@@ -19,9 +19,12 @@ until the ranking is settled at 95% confidence or the sample budget is spent. Th
   :data:`MIN_ROUNDS` rounds, and less by the square root of the rounds beyond: a difference
   smaller than that does not reproduce from one tuning to the next on that machine). It is *settled* once that interval lies wholly above the resolution (slower) or
   wholly below it (surely a tie).
-- **The rule.** Among the ties the winner is ``test=`` if it is one, else the earliest in the
-  space's declared order (:func:`tie_break`): the same inputs give the same answer on a noisy
-  machine. The online tuner locks by the same rule.
+- **The rule.** Among the ties whose median ratio to the fastest is itself within the
+  resolution (:attr:`Ranking.close`) the winner is ``test=`` if it is one, else the earliest
+  in the space's declared order (:func:`tie_break`): the same inputs give the same answer on a
+  noisy machine. A tie only by its interval (a few rounds' extremes reaching down, the median
+  ratio beyond the resolution) is not broken toward: the fastest keeps it. The online tuner
+  locks by the same rule.
 - **Spread.** How much one batch varies: the interquartile range of the batches over 1.349 times
   their median (a robust relative standard deviation: 0.02 for Gaussian noise of 2%). Above
   :data:`NOISY` the machine is too noisy to rank, and the tuner warns once.
@@ -127,6 +130,9 @@ class Ranking:
 
     fastest: int  #: the index of the series with the lowest median
     tied: tuple[int, ...]  #: the fastest and its ties, in index order
+    #: the ties whose median ratio to the fastest is within the resolution too (the fastest
+    #: first among them by index order): those the rule chooses among
+    close: tuple[int, ...]
     slower: tuple[int, ...]  #: told apart from the fastest: slower
     settled: bool  #: every comparison is sure at the confidence, with enough rounds
     resolution: float  #: the relative difference told apart
@@ -153,7 +159,7 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
     # one batch as the margin tied candidates up to 1.2% apart, and the rule took the slower)
     resolution = max(floor, noise * math.sqrt(least / max(len(best), least)))
     limit = math.log1p(resolution)
-    tied, slower, settled = [fastest], [], True
+    tied, close, slower, settled = [fastest], [fastest], [], True
     for i, d in ratios.items():
         n = len(d)
         # too few rounds for an interval (an online scan's few launches): the median decides
@@ -162,8 +168,11 @@ def rank(series: Sequence[Sequence[float]], *, floor: float = RESOLUTION,
             slower.append(i)
         else:
             tied.append(i)
+            if statistics.median(d) <= limit:
+                close.append(i)
         settled = settled and n >= least and (low > limit or high <= limit)
-    return Ranking(fastest, tuple(sorted(tied)), tuple(slower), settled, resolution, noise)
+    return Ranking(fastest, tuple(sorted(tied)), tuple(sorted(close)), tuple(slower), settled,
+                   resolution, noise)
 
 
 def could_tie(leaders: Sequence[Any], trials: Mapping[Any, Any]) -> list[Any]:
@@ -321,9 +330,10 @@ def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
     return _choice(live, ranking, done, clock() - started)
 
 
-def _pick(live: Sequence[Contender], ranking: Ranking) -> int:
-    """The index of the contender the rule chooses now."""
-    tied = [i for i in ranking.tied if live[i].eligible]
+def _pick(live: Sequence[Contender], ranking: Ranking, ties: str = "close") -> int:
+    """The index of the contender the rule chooses now (``ties``: among the ranking's "close"
+    ties, or, for :func:`doubtful`, among all its "tied")."""
+    tied = [i for i in getattr(ranking, ties) if live[i].eligible]
     if tied:
         test = next((i for i, c in enumerate(live) if c.test), None)
         return tie_break(tied, test, lambda i: math.inf if live[i].position is None
@@ -334,12 +344,13 @@ def _pick(live: Sequence[Contender], ranking: Ranking) -> int:
 
 
 def doubtful(live: Sequence[Contender], ranking: Ranking) -> bool:
-    """Whether the rule would now choose a tied candidate whose median is slower than the
-    fastest's by more than the resolution: tied only because the interval of a few rounds
-    still reaches down to it (more rounds tell them apart, or show the tie)."""
+    """Whether the rule, over every tie, would now choose a tied candidate whose median is
+    slower than the fastest's by more than the resolution: tied only because the interval of
+    a few rounds still reaches down to it (more rounds tell them apart, or show the tie; if
+    none are left, the fastest keeps it)."""
     if ranking.settled or not any(c.eligible for c in live):
         return False
-    index = _pick(live, ranking)
+    index = _pick(live, ranking, "tied")
     if index == ranking.fastest:
         return False
     ratio = statistics.median(live[index].samples) / statistics.median(

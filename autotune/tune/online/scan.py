@@ -448,13 +448,14 @@ def choose(timed: list[Candidate], shares: Mapping[Hashable, float], test: Mappi
            ) -> tuple[Candidate, tuple[int, tuple[float, float], float]]:
     """The best by the rule of :mod:`~autotune.tune.choice`: the candidates that cannot be told
     apart from the fastest, launch round by launch round (each round's time the parts' mix),
-    are ties; among them ``test`` wins, else the lowest ``order`` (a place in the space's
-    declared order; else the first timed). The best, and its (ties, 95% interval, spread)."""
+    are ties; among those whose median ratio is within the resolution too (``close``) ``test``
+    wins, else the lowest ``order`` (a place in the space's declared order; else the first
+    timed). The best, and its (ties, 95% interval, spread)."""
     series = [_mix(c, shares) for c in timed]
     ranking = rank(series)
     wanted = dict(test)
     tested = next((i for i, c in enumerate(timed) if dict(c.params) == wanted), None)
-    index = tie_break(ranking.tied, tested,
+    index = tie_break(ranking.close, tested,
                       lambda i: order(timed[i].params) if order is not None else i)
     return timed[index], (len(ranking.tied) - 1, median_interval(series[index]),
                           spread(series[index]))

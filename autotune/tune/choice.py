@@ -330,10 +330,11 @@ def settle(contenders: Sequence[Contender], *, seconds: float | None = None,
     return _choice(live, ranking, done, clock() - started)
 
 
-def _pick(live: Sequence[Contender], ranking: Ranking, ties: str = "close") -> int:
-    """The index of the contender the rule chooses now (``ties``: among the ranking's "close"
-    ties, or, for :func:`doubtful`, among all its "tied")."""
-    tied = [i for i in getattr(ranking, ties) if live[i].eligible]
+def _pick(live: Sequence[Contender], ranking: Ranking,
+          among: Sequence[int] | None = None) -> int:
+    """The index of the contender the rule chooses now, among ``among`` (default the
+    ranking's close ties; :func:`doubtful` asks about all its ties)."""
+    tied = [i for i in (ranking.close if among is None else among) if live[i].eligible]
     if tied:
         test = next((i for i, c in enumerate(live) if c.test), None)
         return tie_break(tied, test, lambda i: math.inf if live[i].position is None
@@ -350,7 +351,7 @@ def doubtful(live: Sequence[Contender], ranking: Ranking) -> bool:
     none are left, the fastest keeps it)."""
     if ranking.settled or not any(c.eligible for c in live):
         return False
-    index = _pick(live, ranking, "tied")
+    index = _pick(live, ranking, ranking.tied)
     if index == ranking.fastest:
         return False
     ratio = statistics.median(live[index].samples) / statistics.median(

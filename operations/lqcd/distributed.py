@@ -441,18 +441,6 @@ class DistributedWilsonOperator(WilsonOperator):
             out[t0:t0 + lt, z0:z0 + lz, y0:y0 + ly, x0:x0 + lx] = block
         return out
 
-    def _on_even_sites(self, psi: np.ndarray, device_op: Callable[[accel.DeviceArray,
-                                                                   accel.DeviceArray], None]
-                       ) -> np.ndarray:
-        """The host forms of ``apply_pc`` and ``apply_pc_normal``: ``device_op(out, inp)`` on
-        this rank's block of the even sites of the global ``psi``; the global result, zeros on
-        the odd sites."""
-        field = self.to_device(psi)
-        result = self.new_field()
-        result.odd.zero(self.queue)
-        device_op(result.even, field.even)
-        return self.from_device(result)
-
     def _in_domain(self, block: tuple[int, ...], precision: str) -> WilsonOperator:
         """The Schwarz block system on this rank's part: a plain operator on the rank's block
         (blocks never span two ranks, so it communicates nothing), Dirichlet at the part's

@@ -96,8 +96,8 @@ class MultiDslash:
         """As :meth:`DslashTemplate.autotune` searches (:func:`.dslash.structured_search`), in
         this key's space: every valid ``wgs`` and ``min_blocks`` an online dslash scans (on
         GPUs work-groups up to 256, minimum blocks none, 2 or 4), ``fast_math`` and
-        ``project16`` with one site a work-item, then an iterated local search from its best within
-        :attr:`DslashTemplate.STRUCTURE_EVALS` more configurations. The right-hand sides are
+        ``project16`` with one site a work-item, then an iterated local search from its best
+        within :attr:`DslashTemplate.STRUCTURE_EVALS` more configurations. The right-hand sides are
         the tuning spinor times distinct phases, each output checked against the numpy
         reference times its phase (a kernel that mixed them up fails)."""
         check_options(dims, precision, reconstruct, -1)

@@ -200,7 +200,43 @@ def kernel_args(spinor: Any, sites: int) -> tuple[str, list[Any]]:
 CONVERT_TEMPLATE = Path(__file__).with_name("half_convert.mako")
 
 
-class HalfConvertTemplate:
+class SiteKernelTemplate:
+    """Base of the templates whose kernels take a site a work-item in a grid-stride loop, their
+    work-group size tuned (:func:`site_kernel_space`; :class:`HalfConvertTemplate`,
+    :class:`~operations.lqcd.spinor_layout.SpinorLayoutTemplate`); :class:`SiteKernels`
+    launches them."""
+
+    def _build(self, context: accel.Context, tuning: dict[str, Any] | None, source: Path,
+               render: dict[str, Any], **key: Any) -> None:
+        """Read the tuning of ``key`` (``tuning``: as :func:`tune.tuning_for` takes it) and
+        build ``source`` with ``render`` and the tuned ``wgs``."""
+        self.context = context
+        self.tuning = tune.tuning_for(type(self), context, tuning, **key).parameters
+        self.wgs = self.tuning["wgs"]
+        self.program = context.build(source, {**render, "wgs": self.wgs})
+        #: the most work-groups a launch takes (the grid-stride loop covers the other sites)
+        self.groups = 8 * context.device.multiprocessors
+
+
+class SiteKernels:
+    """The kernels ``names`` of a :class:`SiteKernelTemplate` on one queue (enqueued, not
+    waited for)."""
+
+    def __init__(self, template: SiteKernelTemplate, queue: accel.CommandQueue,
+                 names: tuple[str, ...]):
+        self.template = template
+        self.queue = queue
+        self._kernels = {name: template.program.get_kernel(name) for name in names}
+        self._launchers: dict[tuple[str, int], Any] = {}
+
+    def _launch(self, name: str, sites: int, args: list[Any]) -> None:
+        """Kernel ``name`` over ``sites`` sites with ``args``."""
+        launch, _ = site_launcher(self.queue, self._kernels, self._launchers, name, sites,
+                                  self.template.wgs, self.template.groups)
+        launch(args)
+
+
+class HalfConvertTemplate(SiteKernelTemplate):
     """Spinor fields of one parity between half precision and ``dtype`` (complex64 or
     complex128), one site per work-item: ``to_half(out, inp)`` and ``from_half(out, inp)``
     (:meth:`instantiate`). The work-group size is tuned; every candidate is checked against
@@ -223,13 +259,8 @@ class HalfConvertTemplate:
                             f"not {self.dtype}")
         if self.dtype == np.complex128 and not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision")
-        self.context = context
-        self.tuning = tune.tuning_for(HalfConvertTemplate, context, tuning,
-                                      dtype=self.dtype).parameters
-        self.wgs = self.tuning["wgs"]
-        self.program = context.build(CONVERT_TEMPLATE, {"cplx": accel.c_type(self.dtype),
-                                                        "wgs": self.wgs, "half_max": HALF_MAX})
-        self.groups = 8 * context.device.multiprocessors
+        self._build(context, tuning, CONVERT_TEMPLATE,
+                    {"cplx": accel.c_type(self.dtype), "half_max": HALF_MAX}, dtype=self.dtype)
 
     def instantiate(self, queue: accel.CommandQueue) -> HalfConvert:
         return HalfConvert(self, queue)
@@ -325,19 +356,14 @@ def site_launcher(queue: accel.CommandQueue, kernels: dict[str, accel.Kernel],
     return launch, groups
 
 
-class HalfConvert:
+class HalfConvert(SiteKernels):
     """The conversions of one template on one queue (enqueued, not waited for)."""
 
     def __init__(self, template: HalfConvertTemplate, queue: accel.CommandQueue):
-        self.template = template
-        self.queue = queue
-        self._kernels = {name: template.program.get_kernel(name) for name in ("to_half", "from_half")}
-        self._launchers: dict[tuple[str, int], Any] = {}
+        super().__init__(template, queue, ("to_half", "from_half"))
 
     def _enqueue(self, name: str, sites: int, args: list[Any]) -> None:
-        launch, _ = site_launcher(self.queue, self._kernels, self._launchers, name, sites,
-                                  self.template.wgs, self.template.groups)
-        launch(args + [np.uint64(sites)])
+        self._launch(name, sites, args + [np.uint64(sites)])
 
     def _check(self, field: accel.DeviceArray, spinor: HalfSpinor) -> int:
         if not isinstance(spinor, HalfSpinor):

@@ -20,14 +20,14 @@ import numpy as np
 
 from autotune import accel, tune
 
-from .half import site_kernel_space, site_launcher
+from .half import SiteKernels, SiteKernelTemplate, site_kernel_space
 from .lattice import Lattice
 
 TEMPLATE = Path(__file__).with_name("spinor_layout.mako")
 DEVICE_DTYPES = (np.dtype(np.complex64), np.dtype(np.complex128))
 
 
-class SpinorLayoutTemplate:
+class SpinorLayoutTemplate(SiteKernelTemplate):
     """Both reorders between the host's complex128 spinors and device fields of ``dtype``
     (complex64 or complex128): ``to_checkerboard(out, inp)`` and ``from_checkerboard(out,
     inp)`` (:meth:`instantiate`), for any lattice. The work-group size is tuned; every
@@ -51,13 +51,8 @@ class SpinorLayoutTemplate:
         if not context.device.double_precision:
             raise TypeError(f"{context.device.name} has no double precision for the host's "
                             "complex128 spinors: reorder them on the host")
-        self.context = context
-        self.tuning = tune.tuning_for(SpinorLayoutTemplate, context, tuning,
-                                      dtype=self.dtype).parameters
-        self.wgs = self.tuning["wgs"]
-        self.program = context.build(TEMPLATE, {"dst": accel.c_type(self.dtype),
-                                                "wgs": self.wgs})
-        self.groups = 8 * context.device.multiprocessors
+        self._build(context, tuning, TEMPLATE, {"dst": accel.c_type(self.dtype)},
+                    dtype=self.dtype)
 
     def instantiate(self, queue: accel.CommandQueue) -> SpinorLayout:
         return SpinorLayout(self, queue)
@@ -99,15 +94,11 @@ class SpinorLayoutTemplate:
         return tune.autotune(generate)
 
 
-class SpinorLayout:
+class SpinorLayout(SiteKernels):
     """The reorders of one template on one queue (enqueued, not waited for)."""
 
     def __init__(self, template: SpinorLayoutTemplate, queue: accel.CommandQueue):
-        self.template = template
-        self.queue = queue
-        self._kernels = {name: template.program.get_kernel(name)
-                         for name in ("to_checkerboard", "from_checkerboard")}
-        self._launchers: dict[tuple[str, int], Any] = {}
+        super().__init__(template, queue, ("to_checkerboard", "from_checkerboard"))
 
     def _enqueue(self, name: str, host_side: accel.DeviceArray, field: accel.DeviceArray,
                  lattice: Lattice, args: list[Any]) -> None:
@@ -120,9 +111,8 @@ class SpinorLayout:
             raise ValueError(f"{name}: expected a device field of {size} {t.dtype}, got "
                              f"{field.size} x {field.dtype}")
         x, y, z, _ = lattice.dims
-        launch, _ = site_launcher(self.queue, self._kernels, self._launchers, name,
-                                  lattice.half_volume, t.wgs, t.groups)
-        launch(args + [np.uint64(v) for v in (lattice.half_volume, x // 2, y, z)])
+        self._launch(name, lattice.half_volume,
+                     args + [np.uint64(v) for v in (lattice.half_volume, x // 2, y, z)])
 
     def to_checkerboard(self, out: accel.DeviceArray, inp: accel.DeviceArray,
                         lattice: Lattice) -> None:

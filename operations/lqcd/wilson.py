@@ -254,14 +254,15 @@ class WilsonOperator:
     def _on_even_sites(self, psi: np.ndarray, device_op: Callable[[accel.DeviceArray,
                                                                    accel.DeviceArray], None]
                        ) -> np.ndarray:
-        """``device_op(out, inp)`` on the even sites of the host spinor ``psi``: a host spinor
-        with the result on the even sites and zeros on the odd ones."""
-        psi = self.check_spinor(psi)
-        even = self.context.to_device(self.queue, self.lattice.spinor_to_device(psi, 0, self.dtype))
-        result = self.context.allocate(even.shape, self.dtype)
-        device_op(result, even)
-        even = result.get(self.queue)
-        return self.lattice.spinor_from_device((even, np.zeros_like(even)))
+        """The host forms of ``apply_pc`` and ``apply_pc_normal``: ``device_op(out, inp)`` on
+        the even sites of the host spinor ``psi`` (a distributed operator's: this rank's block
+        of the global one), moved as :meth:`to_device` and :meth:`from_device` move fields; a
+        host spinor with the result on the even sites and zeros on the odd ones."""
+        field = self.to_device(psi)
+        result = self.new_field()
+        result.odd.zero(self.queue)
+        device_op(result.even, field.even)
+        return self.from_device(result)
 
     # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
     def _dispatch(self, psi: Any, out: Any, device_op) -> Any:
@@ -532,7 +533,6 @@ class _System:
     recurrence: str  #: CG's (solvers.CG_RECURRENCES)
 
 
-#: the methods :meth:`WilsonOperator.solve` takes
 _Solver = Callable[[_System], tuple[accel.DeviceArray, solvers.SolveInfo]]
 _PLAIN: dict[str, _Solver] = {
     "cg": lambda s: solvers.cg(s.A, s.rhs, s.tol, s.maxiter, recurrence=s.recurrence),

@@ -134,13 +134,19 @@ def test_the_multi_dslash_is_tuned_on_a_key_of_its_own(context, command_queue, p
 
     lat, u, psi, _ = problem
     function = "operations.lqcd.dslash_multi.MultiDslash.autotune"
-    template = DslashTemplate(context, DIMS, "single", 8, -1, {"wgs": 16, "link_load": 8})
+    # the template's own shape (one work-item a site kept out of the first step by sites 2,
+    # wgs 256 one work-group here: slow) is the first measured beyond that step's
+    template = DslashTemplate(context, DIMS, "single", 8, -1,
+                              {"wgs": 256, "sites": 2, "fast_math": True, "link_load": 8})
     multi = MultiDslash(template, command_queue, 2)
     store = ResultStore.open()
     trials = store.trials(function=function)
     assert trials and all(t.status == "ok" for t in trials), [(t.parameters, t.message)
                                                               for t in trials]
     tried = [json.loads(t.parameters) for t in trials]
+    beyond = [p for p in tried if p["sites"] == 2]
+    assert beyond and beyond[0] == {**{k: v for k, v in template.parameters.items()
+                                      if k != "link_load"}, "dir_split": 1, "stage": False}
     assert all(p["dir_split"] == 1 and p["stage"] is False and "link_load" not in p
                for p in tried)
     assert {p["fast_math"] for p in tried} == {False, True}

@@ -165,6 +165,30 @@ def test_bad_strategy_and_budget_are_clear_errors():
         tune.autotune(lambda a: None, max_seconds=float("nan"), a=[1, 2])
 
 
+def test_seeds_from_outside_are_measured_after_the_functions_own_and_checked():
+    """``search_settings(seeds=...)``: a caller's configurations, measured right after the
+    tuning function's own ``seeds=`` (a multi-field dslash's one-field row), those outside the
+    space dropped; a value that is not a tuple of dicts is refused at once."""
+    order = []
+
+    def generate(**p):
+        assert SPACE.why_not(p) is None, p
+        order.append(p)
+        value = cost(p)
+        return lambda iterations: value
+
+    own, given = {"a": 9, "b": 1, "c": True}, {"a": 2, "b": 7, "c": False}
+    bad = {"a": 11, "b": 7, "c": False}  # a + b = 18: excluded by the restriction
+    with tune.search_settings(seeds=(bad, given)):
+        tune.search(generate, SPACE, strategy="random", max_evals=5, seed=4, workers=0,
+                    seeds=[own])
+    assert order[:2] == [own, given] and bad not in order
+    for wrong in ([given], ({"a": 1}, "b=2"), ({1: 2},)):
+        with pytest.raises(ValueError, match="seeds must be a tuple of parameter dicts"):
+            with tune.search_settings(seeds=wrong):
+                pass
+
+
 def test_search_settings_from_outside_win():
     log: Counter = Counter()
     with tune.search_settings(strategy="random", max_evals=7, seed=3):

@@ -89,6 +89,10 @@ class SearchSettings:
     #: other databases (URLs) read, never written, for a tuned call's warm start, besides its
     #: own: e.g. ``tune.db.example``'s trials of other devices
     warm_from: tuple[str, ...] | None = None
+    #: configurations every search in the block measures first (those its space allows), after
+    #: the tuning function's own ``seeds=`` and before the database's warm start: a caller's
+    #: knowledge the key cannot carry (a multi-field dslash seeded with its one-field row)
+    seeds: tuple[dict[str, Any], ...] | None = None
 
 
 _settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", default=SearchSettings())
@@ -96,8 +100,9 @@ _settings: ContextVar[SearchSettings] = ContextVar("autotune_search_settings", d
 
 @contextlib.contextmanager
 def search_settings(**settings: Any) -> Iterator[SearchSettings]:
-    """Within the block, searches use this strategy, budget and seed (None leaves one as the
-    tuning function says)."""
+    """Within the block, searches use these settings (:class:`SearchSettings`: strategy,
+    budget, seed, ``seeds`` to measure first...; None leaves one as the tuning function
+    says)."""
     outer = _settings.get()  # a setting left None here keeps the enclosing block's
     chosen = SearchSettings(**{name: settings.get(name) if settings.get(name) is not None
                                else getattr(outer, name) for name in SearchSettings.__dataclass_fields__})
@@ -109,6 +114,9 @@ def search_settings(**settings: Any) -> Iterator[SearchSettings]:
     if chosen.settle is not None and (isinstance(chosen.settle, bool) or
                                       not isinstance(chosen.settle, int) or chosen.settle < 0):
         raise ValueError(f"settle must be an int >= 0 (rounds; 0: no re-timing), got {chosen.settle!r}")
+    if chosen.seeds is not None and (not isinstance(chosen.seeds, tuple) or not all(
+            isinstance(c, dict) and all(isinstance(k, str) for k in c) for c in chosen.seeds)):
+        raise ValueError(f"seeds must be a tuple of parameter dicts, got {chosen.seeds!r}")
     if chosen.warm_from is not None and (not isinstance(chosen.warm_from, tuple) or not all(
             isinstance(u, str) and u for u in chosen.warm_from)):
         raise ValueError(f"warm_from must be a tuple of database URLs, got {chosen.warm_from!r}")
@@ -312,8 +320,9 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
                                 keep=_choice.LEADERS if rounds else 0, baseline=baseline)
     resumed = _resume(run, space, evaluator)
     warm = [c for c in run.seeds if space.why_not(c) is None]
-    first: list[dict[str, Any]] = []  # the caller's seeds, then the database's warm start
-    for c in [*(dict(c) for c in seeds if space.why_not(c) is None), *warm]:
+    first: list[dict[str, Any]] = []  # the caller's seeds, the block's, the database's warm start
+    given = [*seeds, *(chosen.seeds or ())]
+    for c in [*(dict(c) for c in given if space.why_not(c) is None), *warm]:
         if c not in first:
             first.append(c)
     context = StrategyContext(space, configs, evaluator, np.random.default_rng(seed), first,

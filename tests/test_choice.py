@@ -9,7 +9,6 @@ import logging
 import math
 import random
 import sqlite3
-import time
 from math import comb
 from pathlib import Path
 
@@ -311,6 +310,8 @@ class NoisyTemplate:
     autotune_version = 0
     autotune_sources = ()
     noise = 0.02
+    seed = 5  #: the noise replayed: the same draws every run (a run that drew otherwise could
+    #: rank block 2 slower than 3 by more than the resolution, and rightly keep 3)
 
     @classmethod
     def autotune_space(cls, context, size):
@@ -319,7 +320,7 @@ class NoisyTemplate:
     @classmethod
     @tune.autotuner(test={"block": 1})
     def autotune(cls, context, size):
-        rng = random.Random(time.perf_counter_ns())
+        rng = random.Random(cls.seed)
         times = {1: 4e-6, 2: 1.003e-6, 3: 1e-6, 4: 2e-6}
 
         def generate(block):

@@ -61,6 +61,26 @@ def _noisy(seconds: float, noise: float, rng: random.Random):
     return lambda iterations: seconds * math.exp(noise * rng.gauss(0, 1))
 
 
+def test_a_close_tie_goes_to_the_searchs_earliest_seed_before_the_declared_order():
+    """Blocks 2 and 3 equally fast under 2% noise: tied and close. With no seed the first
+    declared wins; seeded with 3 (a warm start's stored best, or ``search_settings(seeds=)``),
+    3 wins; among seeds the earliest tied one (block 1, slower, is not a tie)."""
+    times = {1: 4e-6, 2: 1e-6, 3: 1e-6, 4: 2e-6}
+
+    def winner(seeds, given=()):
+        rng = random.Random(7)
+        with tune.search_settings(seeds=tuple(given) or None):
+            result = tune.search(lambda block: _noisy(times[block], 0.02, rng),
+                                 {"block": [1, 2, 3, 4]}, workers=0, seeds=seeds)
+        assert result.choice is not None and result.choice.ties >= 1
+        return result.best["block"]
+
+    assert winner([]) == 2
+    assert winner([{"block": 3}]) == 3
+    assert winner([{"block": 1}, {"block": 3}, {"block": 2}]) == 3
+    assert winner([], given=[{"block": 3}]) == 3
+
+
 def test_close_candidates_under_noise_are_tied_and_a_clearly_slower_one_is_not():
     rng = random.Random(3)
     series = [[_noisy(s, 0.02, rng)(1) for _ in range(40)] for s in (1.003e-3, 1.0e-3, 1.2e-3)]

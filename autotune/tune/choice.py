@@ -21,8 +21,11 @@ until the ranking is settled at 95% confidence or the sample budget is spent. Th
   wholly below it (surely a tie).
 - **The rule.** Among the ties whose median ratio to the fastest is itself within the
   resolution (:attr:`Ranking.close`) the winner is ``test=`` if it is one, else the earliest
-  in the space's declared order (:func:`tie_break`): the same inputs give the same answer on a
-  noisy machine. A tie only by its interval (a few rounds' extremes reaching down, the median
+  of the search's seeds (the configurations it measured first: those given, then the warm
+  start, the stored best of this device or the nearest), else the earliest in the space's
+  declared order (:func:`tie_break`): the same inputs give the same answer on a noisy machine,
+  and where the search could not tell them apart the longer searches behind the stored
+  results decide. A tie only by its interval (a few rounds' extremes reaching down, the median
   ratio beyond the resolution) is not broken toward: the fastest keeps it. The online tuner
   locks by the same rule.
 - **Spread.** How much one batch varies: the interquartile range of the batches over 1.349 times
@@ -193,7 +196,8 @@ def could_tie(leaders: Sequence[Any], trials: Mapping[Any, Any]) -> list[Any]:
 
 def tie_break(tied: Sequence[int], test: int | None, position: Callable[[int], float]) -> int:
     """The winner among ``tied`` (indices): ``test`` if it is one of them, else the one with
-    the lowest ``position`` (the space's declared order; ties of that by index)."""
+    the lowest ``position`` (the search's seeds, then the space's declared order; ties of that
+    by index)."""
     if test is not None and test in tied:
         return test
     return min(tied, key=lambda i: (position(i), i))
@@ -206,7 +210,9 @@ class Contender:
     config: dict[str, Any]
     measure: Callable[[int], float]
     iterations: int = 1  #: calls a batch
-    position: int | None = None  #: in the space's declared order; None outside the space
+    #: in the rule's order (the search's seeds, then the space's declared order); None
+    #: outside the space
+    position: int | None = None
     test: bool = False  #: the ``test=`` configuration
     eligible: bool = True  #: may win (``test=`` outside the space is timed, never chosen)
     samples: list[float] = field(default_factory=list)  #: seconds a call, one per round

@@ -341,7 +341,7 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         raise AutotuneError(_summarise_failures(trials, len(configs), tried)
                             + stopped) from evaluator.last_error
     key, score = best
-    run.choice = chosen_now = _settle(evaluator, configs, baseline or reference, rounds)
+    run.choice = chosen_now = _settle(evaluator, configs, baseline or reference, rounds, first)
     if chosen_now is not None:
         info["choice"] = chosen_now.summary()
         return SearchResult(best=chosen_now.winner, score=chosen_now.seconds,
@@ -350,11 +350,14 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
 
 
 def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
-            test: dict[str, Any] | None, rounds: int) -> _choice.Choice | None:
+            test: dict[str, Any] | None, rounds: int,
+            seeds: Sequence[dict[str, Any]] = ()) -> _choice.Choice | None:
     """Time the leaders (the :data:`~.choice.LEADERS` fastest) and ``test=`` again,
     interleaved, within :data:`~.choice.SHARE` of the search's time (:data:`~.choice.DOUBT_SHARE`
     while the rule would take a candidate that looks slower), and choose
-    (:func:`~.choice.settle`)."""
+    (:func:`~.choice.settle`). The rule's order among close ties: the search's ``seeds`` first
+    (given ones, then the warm start: the stored best of this or the nearest device), then the
+    space's declared order."""
     if not rounds:
         return None
     searched = clock() - evaluator.started
@@ -364,6 +367,11 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
         position = {evaluator.key(c): i for i, c in enumerate(configs)}
         ranked = sorted((k for k in timed if k != evaluator.reference),
                         key=lambda k: (timed[k].median_seconds, position.get(k, len(position))))
+        preferred = {}
+        for c in seeds:
+            preferred.setdefault(evaluator.key(c), len(preferred))
+        order = {k: preferred[k] if k in preferred else len(preferred) + i
+                 for k, i in position.items()}
         keys = _choice.could_tie(ranked[:_choice.LEADERS], timed)
         test_key = None if test is None else evaluator.key(test)
         if test_key in timed and test_key not in keys:
@@ -374,7 +382,7 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
             if built is not None:
                 contenders.append(_choice.Contender(
                     evaluator.config(k), built, batch_iterations(built, timed[k].median_seconds),
-                    position.get(k), k == test_key, k != evaluator.reference))
+                    order.get(k), k == test_key, k != evaluator.reference))
         return _choice.settle(contenders, seconds=_choice.SHARE * searched,
                               doubt_seconds=_choice.DOUBT_SHARE * searched, rounds=rounds)
     finally:

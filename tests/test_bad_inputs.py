@@ -202,6 +202,12 @@ def test_solve_refuses_a_non_finite_rhs(context, wilson):
         b.reshape(-1)[[3, 500][:count]] = value
         with pytest.raises(ValueError, match=rf"^b has {count} non-finite entries \(NaN or inf\)"):
             op.solve(b, maxiter=3)
+        with pytest.raises(ValueError, match=rf"^b has {count} non-finite entries"):
+            op.solve_many([np.ones(SPINOR, dtype=np.complex128), b], maxiter=3)
+    huge = np.full(SPINOR, 1e160, dtype=np.complex128)  # finite, but |b|^2 is not
+    with pytest.raises(ValueError, match=r"^b's norm overflows double precision .* scale the "
+                                         r"right-hand side down"):
+        op.solve(huge, maxiter=3)
 
 
 # 5. Sizes past 32-bit indices ---------------------------------------------------------------------

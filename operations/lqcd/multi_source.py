@@ -121,8 +121,7 @@ def solve_many(op: Any, bs: Sequence[Any], tol: float, maxiter: int,
         raise ValueError(f"bs must be a list of 1 to {MAX_RHS} host spinors, got "
                          f"{type(bs).__name__}")
     tol, maxiter = solvers.check_stopping(tol, maxiter)
-    hosts = [checked_rhs(op, b) for b in bs]
-    norms = [float(np.linalg.norm(b)) for b in hosts]
+    hosts, norms = zip(*(checked_rhs(op, b) for b in bs))
     start = time.perf_counter()
     high = op.with_precision("double" if precision == "mixed" else precision)
     fields = [high.to_device(b) for b in hosts]

@@ -37,14 +37,21 @@ def check_solve_options(op: Any, method: Any, precision: Any, sloppy: Any) -> st
     return precision
 
 
-def checked_rhs(op: Any, b: Any) -> np.ndarray:
-    """``b`` as a complex128 host spinor, once its shape and finiteness are checked."""
+def checked_rhs(op: Any, b: Any) -> tuple[np.ndarray, float]:
+    """``b`` as a complex128 host spinor and its norm |b|, once its shape and finiteness are
+    checked: one pass over it (the norm is finite only if every entry is; the entries are
+    counted only when it is not)."""
     b = op.check_spinor(b).astype(np.complex128, copy=False)  # only read: no copy needed
-    bad = nonfinite_entries(b)
-    if bad:
-        raise ValueError(f"b has {bad} non-finite entries (NaN or inf) out of {b.size}; the "
-                         "right-hand side must be finite")
-    return b
+    flat = b.reshape(-1)
+    norm = math.sqrt(max(float(np.vdot(flat, flat).real), 0.0))
+    if not math.isfinite(norm):
+        bad = nonfinite_entries(b)
+        if bad:
+            raise ValueError(f"b has {bad} non-finite entries (NaN or inf) out of {b.size}; "
+                             "the right-hand side must be finite")
+        raise ValueError("b's norm overflows double precision (its squares sum past 1.8e308); "
+                         "scale the right-hand side down and the solution up by the same factor")
+    return b, norm
 
 
 def system_rhs(high: Any, b_field: SpinorField, method: str,

@@ -479,8 +479,7 @@ def _solve(op: WilsonOperator, b: np.ndarray, method: str, tol: float, even_odd:
     side, the solver of ``(method, precision)`` (:data:`_SOLVERS`), the full solution."""
     precision = check_solve_options(op, method, precision, sloppy)
     tol, maxiter = solvers.check_stopping(tol, maxiter)
-    b = checked_rhs(op, b)
-    b_norm = float(np.linalg.norm(b))
+    b, b_norm = checked_rhs(op, b)
     if b_norm == 0:  # M x = 0: x = 0 exactly, with no residual (and nothing to iterate)
         return np.zeros_like(b), solvers.SolveInfo(True, 0, 0, 0.0, 0.0, [0.0], message="b = 0")
     high = op.with_precision("double" if precision == "mixed" else precision)

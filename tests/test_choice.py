@@ -460,6 +460,22 @@ def test_the_online_scan_locks_by_the_same_rule():
     assert math.isfinite(choose(timed, {None: 1.0}, test, None)[1][2])
 
 
+@pytest.mark.force_autotune
+def test_an_online_tuner_breaks_a_close_tie_toward_its_seeds_as_a_search_does(context, tmp_path):
+    """The online tuner's order for the rule: its seeds (stored choices for other arguments,
+    then the given ones) before the space's declared order."""
+    from online_busy import busy_tuner
+
+    seed, first_declared = {"reps": 3, "wgs": 64}, {"reps": 300, "wgs": 16}
+    tuner = busy_tuner(context, tmp_path / "t.db", seeds=[seed])
+    assert tuner.seeds == [seed]
+    rng = random.Random(2)
+    same = [1.0 + 0.02 * rng.gauss(0, 1) for _ in range(16)]
+    timed = [_candidate(first_declared, list(same)), _candidate(seed, list(same)),
+             _candidate(tuner.test, [2.0] * 16)]
+    assert choose(timed, {None: 1.0}, tuner.test, tuner._position)[0].params == seed
+
+
 def test_a_postgresql_database_of_schema_2_is_upgraded_and_keeps_the_statistics(postgres_url):
     import sqlalchemy
     from dataclasses import replace

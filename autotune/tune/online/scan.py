@@ -449,8 +449,8 @@ def choose(timed: list[Candidate], shares: Mapping[Hashable, float], test: Mappi
     """The best by the rule of :mod:`~autotune.tune.choice`: the candidates that cannot be told
     apart from the fastest, launch round by launch round (each round's time the parts' mix),
     are ties; among those whose median ratio is within the resolution too (``close``) ``test``
-    wins, else the lowest ``order`` (a place in the space's declared order; else the first
-    timed). The best, and its (ties, 95% interval, spread)."""
+    wins, else the lowest ``order`` (the tuner's: its seeds, then the space's declared order;
+    else the first timed). The best, and its (ties, 95% interval, spread)."""
     series = [_mix(c, shares) for c in timed]
     ranking = rank(series)
     wanted = dict(test)

@@ -101,7 +101,8 @@ class OnlineTuner:
         #: stored results must lie in this space (the template's, where the scan covers part of it)
         self._valid_space = self._fingerprint.space or self.space
         self._configurations = scan_order(configurations, self.test)  # test= first
-        #: each configuration's place in the space's declared order: ties are broken by it
+        #: each configuration's place in the space's declared order: ties are broken by it,
+        #: after the seeds (:meth:`_position`)
         self._declared_order = {encode_parameters(c): i for i, c in enumerate(configurations)}
         #: scanned first, in order: what this device chose for the same function under other
         #: arguments, then the ``seeds`` given
@@ -293,8 +294,15 @@ class OnlineTuner:
             builds.submit(unready)
 
     def _position(self, params: Mapping[str, Any]) -> float:
-        """``params``' place in the space's declared order (after all of them if not there)."""
-        return self._declared_order.get(encode_parameters(dict(params)), math.inf)
+        """``params``' place in the tie rule's order, as an offline search's
+        (:mod:`~autotune.tune.choice`): the seeds first (this device's choices for other
+        arguments, then the given seeds), then the space's declared order (after all of them
+        if not there)."""
+        encoded = encode_parameters(dict(params))
+        for i, seed in enumerate(self.seeds):
+            if encode_parameters(seed) == encoded:
+                return i - len(self.seeds)
+        return self._declared_order.get(encoded, math.inf)
 
     def _scan_done(self, result: ScanResult) -> None:
         """The scan ended (the lock held): lock on its best (``test=`` where every candidate

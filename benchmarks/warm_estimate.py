@@ -3,7 +3,8 @@
 Runs ``python -m autotune warm`` (the README's main command; every argument after ``--`` goes
 to it, e.g. ``-- --device cuda``) in this process, keeping each key's plan (expected seconds)
 and actual seconds in tuning order, then replays the estimator over them: at 5, 10, 20, 30 and
-50% of the keys, the estimate of the time left (the :class:`~autotune.cli.warm_plan.Estimator`
+50% of the keys, and after 10% of the keys' time (as ``warm``'s closing line judges it), the
+estimate of the time left (the :class:`~autotune.cli.warm_plan.Estimator`
 fed the keys before, in order) against the actual time the keys after took. ``--replay FILE``
 replays a saved run instead (of this or an earlier estimator), without tuning; ``--json FILE``
 saves the run's keys. Each template's actual over expected is printed too.
@@ -68,6 +69,25 @@ def replay(rows: list[dict]) -> list[tuple[float, int, float, float]]:
     return out
 
 
+def replay_by_time(rows: list[dict], share: float = 0.1) -> tuple[int, float, float]:
+    """As ``warm``'s closing line judges it: after ``share`` of the run's time (the keys'
+    actual seconds added up; the first key that ends past it), (keys done, estimated left,
+    actual left)."""
+    rows = [r for r in rows if r["actual"] is not None]
+    total = sum(r["actual"] for r in rows)
+    plans = [KeyPlan(r["template"], 1, None, None, "replay", seconds_per_trial=r["expected"] / 2)
+             for r in rows]
+    estimator = Estimator(plans, clock=lambda: 0.0)
+    spent = 0.0
+    for k, row in enumerate(rows):
+        if spent >= share * total:
+            return k, estimator.remaining(), total - spent
+        estimator.start(k)
+        estimator.finish(k, row["actual"])
+        spent += row["actual"]
+    return len(rows), 0.0, 0.0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replay", metavar="FILE", help="a saved run's keys, not a new run")
@@ -93,6 +113,10 @@ def main() -> int:
     print("\n| share of keys | keys done | estimated left | actual left | error |\n|---|---|---|---|---|")
     for share, k, estimated, actual in replay(rows):
         print(f"| {share:.0%} | {k} | {estimated:.1f} s | {actual:.1f} s | "
+              f"{estimated / actual - 1:+.0%} |")
+    k, estimated, actual = replay_by_time(rows)
+    if actual > 0:
+        print(f"| 10% of the time | {k} | {estimated:.1f} s | {actual:.1f} s | "
               f"{estimated / actual - 1:+.0%} |")
     return status
 

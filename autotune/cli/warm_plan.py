@@ -350,9 +350,13 @@ def interleaved(templates: Sequence[str], costs: Sequence[float] | None = None) 
 FIRST_KEY_WEIGHT = 0.25
 #: the plan's figures as evidence, in keys of mean expected cost: a template's ratio is pulled
 #: toward the run's ratio as by this many of its keys, the run's ratio toward 1 (the plan) by
-#: ``RUN_PRIOR_KEYS`` keys
-TEMPLATE_PRIOR_KEYS = 1.0
-RUN_PRIOR_KEYS = 2.0
+#: ``RUN_PRIOR_KEYS`` keys. Replayed after a tenth of the run's time on the ten runs of
+#: benchmarks/data/warm_estimate_*.json (H200, Xeon, AMD EPYC; ``warm_estimate.py
+#: --replay``), 1 and 2 let the first two or three dslash keys on the H200 (slower than their
+#: plan by one-off costs) scale the whole run: worst error 66%; 4 and 16: 19%, and no worse
+#: than 27% at 5-30% of the keys.
+TEMPLATE_PRIOR_KEYS = 4.0
+RUN_PRIOR_KEYS = 16.0
 
 
 class Estimator:

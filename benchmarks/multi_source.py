@@ -31,32 +31,43 @@ from autotune import accel
 from operations.lqcd import WilsonOperator, weak_field
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def add_solve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of the solve timed (this script's and ``solve_profile.py``'s)."""
     parser.add_argument("--dims", type=int, nargs=4, default=[32, 32, 32, 32])
     parser.add_argument("--precision", default="mixed", choices=["mixed", "single", "double"])
     parser.add_argument("--sloppy", default="half", choices=["half", "single"])
     parser.add_argument("--reconstruct", type=int, default=12)
-    parser.add_argument("--sources", type=int, nargs="+", default=[1, 4, 12])
     parser.add_argument("--kappa", type=float, default=0.12)
     parser.add_argument("--tol", type=float, default=1e-10)
     parser.add_argument("--db")
     parser.add_argument("--json")
-    args = parser.parse_args()
+
+
+def solve_setup(args: argparse.Namespace) -> tuple[accel.Context, WilsonOperator, dict, tuple]:
+    """The database (``--db``, else a copy of tune.db.example), the device, the Wilson operator
+    of ``args``, the solve's precision options and a host spinor's shape."""
     folder = tempfile.mkdtemp()
     db = args.db or shutil.copy(Path(__file__).resolve().parents[1] / "tune.db.example",
                                 Path(folder) / "tune.db")
     os.environ["AUTOTUNE_DB"] = str(db)
     context = accel.create_some_context()
     dims = tuple(args.dims)
-    u = weak_field(dims, 0.3, seed=1)
     mixed = args.precision == "mixed"
-    op = WilsonOperator(context, u, args.kappa, "double" if mixed else args.precision,
-                        args.reconstruct, check=False)
+    op = WilsonOperator(context, weak_field(dims, 0.3, seed=1), args.kappa,
+                        "double" if mixed else args.precision, args.reconstruct, check=False)
     how = {"precision": "mixed", "sloppy": args.sloppy} if mixed else {}
-    rng = np.random.default_rng(2)
     x, y, z, t = dims
-    shape = (t, z, y, x, 4, 3)
+    return context, op, how, (t, z, y, x, 4, 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    add_solve_arguments(parser)
+    parser.add_argument("--sources", type=int, nargs="+", default=[1, 4, 12])
+    args = parser.parse_args()
+    context, op, how, shape = solve_setup(args)
+    dims, mixed = tuple(args.dims), args.precision == "mixed"
+    rng = np.random.default_rng(2)
     print(f"device: {context.device.describe()}  date: {time.strftime('%Y-%m-%d')}  "
           f"{args.precision}{f' ({args.sloppy})' if mixed else ''} {args.reconstruct}, {dims}, "
           f"kappa {args.kappa}, tol {args.tol}")

@@ -19,18 +19,14 @@ import argparse
 import cProfile
 import io
 import json
-import os
 import pstats
-import shutil
-import tempfile
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 
-from autotune import accel
-from operations.lqcd import WilsonOperator, weak_field
+from multi_source import add_solve_arguments, solve_setup
 
 
 def profile_rows(stats: pstats.Stats, key: str, top: int) -> list[dict]:
@@ -45,30 +41,14 @@ def profile_rows(stats: pstats.Stats, key: str, top: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dims", type=int, nargs=4, default=[32, 32, 32, 32])
-    parser.add_argument("--precision", default="mixed", choices=["mixed", "single", "double"])
-    parser.add_argument("--sloppy", default="half", choices=["half", "single"])
-    parser.add_argument("--reconstruct", type=int, default=12)
+    add_solve_arguments(parser)
     parser.add_argument("--sources", type=int, default=1)
-    parser.add_argument("--kappa", type=float, default=0.12)
-    parser.add_argument("--tol", type=float, default=1e-10)
-    parser.add_argument("--db")
     parser.add_argument("--top", type=int, default=25)
-    parser.add_argument("--json")
     args = parser.parse_args()
-    folder = tempfile.mkdtemp()
-    db = args.db or shutil.copy(Path(__file__).resolve().parents[1] / "tune.db.example",
-                                Path(folder) / "tune.db")
-    os.environ["AUTOTUNE_DB"] = str(db)
-    context = accel.create_some_context()
+    context, op, how, shape = solve_setup(args)
     dims = tuple(args.dims)
-    mixed = args.precision == "mixed"
-    op = WilsonOperator(context, weak_field(dims, 0.3, seed=1), args.kappa,
-                        "double" if mixed else args.precision, args.reconstruct, check=False)
-    how = {"precision": "mixed", "sloppy": args.sloppy} if mixed else {}
     rng = np.random.default_rng(2)
-    x, y, z, t = dims
-    bs = [rng.standard_normal((t, z, y, x, 4, 3)) + 1j * rng.standard_normal((t, z, y, x, 4, 3))
+    bs = [rng.standard_normal(shape) + 1j * rng.standard_normal(shape)
           for _ in range(args.sources)]
 
     def solve() -> list:

@@ -53,12 +53,17 @@ def run_warm(arguments: list[str]) -> tuple[int, list[dict]]:
     return status, rows
 
 
-def replay(rows: list[dict]) -> list[tuple[float, int, float, float]]:
-    """(share, keys done, estimated left, actual left) at each of :data:`POINTS`."""
+def _replayed(rows: list[dict]) -> tuple[list[dict], Estimator]:
+    """The keys that finished, and an estimator of their plans (each row's expected seconds)."""
     rows = [r for r in rows if r["actual"] is not None]
     plans = [KeyPlan(r["template"], 1, None, None, "replay", seconds_per_trial=r["expected"] / 2)
              for r in rows]  # one evaluation and the baseline: 2 trials
-    estimator = Estimator(plans, clock=lambda: 0.0)
+    return rows, Estimator(plans, clock=lambda: 0.0)
+
+
+def replay(rows: list[dict]) -> list[tuple[float, int, float, float]]:
+    """(share, keys done, estimated left, actual left) at each of :data:`POINTS`."""
+    rows, estimator = _replayed(rows)
     points = {max(1, round(share * len(rows))): share for share in POINTS}
     out = []
     for k, row in enumerate(rows):
@@ -73,11 +78,8 @@ def replay_by_time(rows: list[dict], share: float = 0.1) -> tuple[int, float, fl
     """As ``warm``'s closing line judges it: after ``share`` of the run's time (the keys'
     actual seconds added up; the first key that ends past it), (keys done, estimated left,
     actual left)."""
-    rows = [r for r in rows if r["actual"] is not None]
+    rows, estimator = _replayed(rows)
     total = sum(r["actual"] for r in rows)
-    plans = [KeyPlan(r["template"], 1, None, None, "replay", seconds_per_trial=r["expected"] / 2)
-             for r in rows]
-    estimator = Estimator(plans, clock=lambda: 0.0)
     spent = 0.0
     for k, row in enumerate(rows):
         if spent >= share * total:

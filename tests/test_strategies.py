@@ -69,17 +69,24 @@ def test_a_narrowed_space_keeps_the_restrictions_and_only_its_own_values():
         SPACE.narrowed(a=[3, 12])
 
 
-@pytest.mark.parametrize("strategy", ["brute_force", "random", "local", "annealing", "genetic"])
-def test_given_seeds_are_measured_first_and_invalid_ones_dropped(strategy):
-    """``seeds=`` (a template's own guesses, e.g. the best of an earlier narrower search) are
-    what a strategy measures first; a seed outside the valid space is never generated."""
-    order = []
-
+def _recording(order: list[dict]):
+    """A measure of ``cost`` that appends each configuration it is given to ``order`` (and
+    fails on one outside the valid space)."""
     def generate(**p):
         assert SPACE.why_not(p) is None, p
         order.append(p)
         value = cost(p)
         return lambda iterations: value
+
+    return generate
+
+
+@pytest.mark.parametrize("strategy", ["brute_force", "random", "local", "annealing", "genetic"])
+def test_given_seeds_are_measured_first_and_invalid_ones_dropped(strategy):
+    """``seeds=`` (a template's own guesses, e.g. the best of an earlier narrower search) are
+    what a strategy measures first; a seed outside the valid space is never generated."""
+    order: list[dict] = []
+    generate = _recording(order)
 
     good = [{"a": 9, "b": 1, "c": True}, {"a": 2, "b": 7, "c": False}]
     bad = {"a": 11, "b": 7, "c": False}  # a + b = 18: excluded by the restriction
@@ -169,13 +176,8 @@ def test_seeds_from_outside_are_measured_after_the_functions_own_and_checked():
     """``search_settings(seeds=...)``: a caller's configurations, measured right after the
     tuning function's own ``seeds=`` (a multi-field dslash's one-field row), those outside the
     space dropped; a value that is not a tuple of dicts is refused at once."""
-    order = []
-
-    def generate(**p):
-        assert SPACE.why_not(p) is None, p
-        order.append(p)
-        value = cost(p)
-        return lambda iterations: value
+    order: list[dict] = []
+    generate = _recording(order)
 
     own, given = {"a": 9, "b": 1, "c": True}, {"a": 2, "b": 7, "c": False}
     bad = {"a": 11, "b": 7, "c": False}  # a + b = 18: excluded by the restriction

@@ -367,11 +367,14 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
         position = {evaluator.key(c): i for i, c in enumerate(configs)}
         ranked = sorted((k for k in timed if k != evaluator.reference),
                         key=lambda k: (timed[k].median_seconds, position.get(k, len(position))))
-        preferred = {}
+        preferred: dict[Any, int] = {}
         for c in seeds:
             preferred.setdefault(evaluator.key(c), len(preferred))
-        order = {k: preferred[k] if k in preferred else len(preferred) + i
-                 for k, i in position.items()}
+
+        def order(k: Any) -> int | None:  # the rule's: the seeds, then the declared order
+            return preferred[k] if k in preferred else \
+                None if k not in position else len(preferred) + position[k]
+
         keys = _choice.could_tie(ranked[:_choice.LEADERS], timed)
         test_key = None if test is None else evaluator.key(test)
         if test_key in timed and test_key not in keys:
@@ -382,7 +385,7 @@ def _settle(evaluator: DeviceEvaluator, configs: list[dict[str, Any]],
             if built is not None:
                 contenders.append(_choice.Contender(
                     evaluator.config(k), built, batch_iterations(built, timed[k].median_seconds),
-                    order.get(k), k == test_key, k != evaluator.reference))
+                    order(k), k == test_key, k != evaluator.reference))
         return _choice.settle(contenders, seconds=_choice.SHARE * searched,
                               doubt_seconds=_choice.DOUBT_SHARE * searched, rounds=rounds)
     finally:

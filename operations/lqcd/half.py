@@ -206,6 +206,11 @@ class SiteKernelTemplate:
     :class:`~operations.lqcd.spinor_layout.SpinorLayoutTemplate`); :class:`SiteKernels`
     launches them."""
 
+    @classmethod
+    def autotune_space(cls, context: accel.Context, dtype: Any) -> tune.Space:
+        """Every subclass's space: :func:`site_kernel_space` (its key's ``dtype`` aside)."""
+        return site_kernel_space(context)
+
     def _build(self, context: accel.Context, tuning: dict[str, Any] | None, source: Path,
                render: dict[str, Any], **key: Any) -> None:
         """Read the tuning of ``key`` (``tuning``: as :func:`tune.tuning_for` takes it) and
@@ -264,10 +269,6 @@ class HalfConvertTemplate(SiteKernelTemplate):
 
     def instantiate(self, queue: accel.CommandQueue) -> HalfConvert:
         return HalfConvert(self, queue)
-
-    @classmethod
-    def autotune_space(cls, context: accel.Context, dtype: Any) -> tune.Space:
-        return site_kernel_space(context)
 
     @classmethod
     @tune.autotuner(test={"wgs": 128})

@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune import accel, tune
 
-from .half import SiteKernels, SiteKernelTemplate, site_kernel_space
+from .half import SiteKernels, SiteKernelTemplate
 from .lattice import Lattice
 
 TEMPLATE = Path(__file__).with_name("spinor_layout.mako")
@@ -56,10 +56,6 @@ class SpinorLayoutTemplate(SiteKernelTemplate):
 
     def instantiate(self, queue: accel.CommandQueue) -> SpinorLayout:
         return SpinorLayout(self, queue)
-
-    @classmethod
-    def autotune_space(cls, context: accel.Context, dtype: Any) -> tune.Space:
-        return site_kernel_space(context)
 
     @classmethod
     @tune.autotuner(test={"wgs": 128})

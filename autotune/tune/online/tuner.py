@@ -107,6 +107,7 @@ class OnlineTuner:
         #: scanned first, in order: what this device chose for the same function under other
         #: arguments, then the ``seeds`` given
         self.seeds: list[dict[str, Any]] = []
+        self._seed_order: dict[str, int] = {}  #: the seeds' places before the declared order
         self._url = database_url(db)
         self._comm = comm
         self._scan = Scan(name, samples, self._scan_done, budget=budget, refine=comm is None,
@@ -274,6 +275,8 @@ class OnlineTuner:
         self.seeds = [] if self._comm is not None else database.stored_seeds(
             self._url, self.key, self._fingerprint, self.test, self.space, self._valid_space)
         self.seeds += [p for p in self._declared if p not in self.seeds]
+        self._seed_order = {encode_parameters(p): i - len(self.seeds)
+                            for i, p in enumerate(self.seeds)}
         if self.seeds:
             self._configurations = scan_order(self._configurations, self.test, self.seeds)
             logger.info("online tuning %s: scanning these first: %s", self.name, self.seeds)
@@ -299,10 +302,7 @@ class OnlineTuner:
         arguments, then the given seeds), then the space's declared order (after all of them
         if not there)."""
         encoded = encode_parameters(dict(params))
-        for i, seed in enumerate(self.seeds):
-            if encode_parameters(seed) == encoded:
-                return i - len(self.seeds)
-        return self._declared_order.get(encoded, math.inf)
+        return self._seed_order.get(encoded, self._declared_order.get(encoded, math.inf))
 
     def _scan_done(self, result: ScanResult) -> None:
         """The scan ended (the lock held): lock on its best (``test=`` where every candidate

@@ -236,6 +236,9 @@ class Choice:
     contenders: int  #: candidates timed again, ``test=`` included
     retime_seconds: float  #: wall time of the re-timing
     tied: tuple[dict[str, Any], ...] = ()  #: the fastest and its ties
+    #: those of ``tied`` whose median is within the resolution of the fastest's too: the rule
+    #: chooses among them
+    close: tuple[dict[str, Any], ...] = ()
     test_seconds: float | None = None  #: ``test=``'s median, where it was timed again
     test_low: float | None = None
     test_high: float | None = None
@@ -377,5 +380,6 @@ def _choice(live: list[Contender], ranking: Ranking, rounds: int, spent: float) 
         ties=len(ranking.tied) - 1, spread=spread(w.samples), rounds=rounds,
         settled=ranking.settled, resolution=ranking.resolution, contenders=len(live),
         retime_seconds=spent, tied=tuple(dict(live[i].config) for i in ranking.tied),
+        close=tuple(dict(live[i].config) for i in ranking.close),
         test_seconds=statistics.median(timed.samples) if timed is not None else None,
         test_low=test_low, test_high=test_high)

@@ -82,7 +82,9 @@ class DeviceArray(ABC):
         if not wait and not host.flags.c_contiguous:
             raise ValueError("an asynchronous copy needs a C-contiguous host array")
         host = np.ascontiguousarray(host)
-        if self.nbytes and queue._keep(functools.partial(
+        # a copy kept for a later turn reads a snapshot of ``host`` (the caller may change it
+        # once this returns); taken only where a copy can be kept: a whole field is 200 MB
+        if self.nbytes and queue._may_keep() and queue._keep(functools.partial(
                 self._kept_upload, queue, np.array(host, copy=True) if wait else host, wait)):
             return  # enqueued when this thread's turn comes (see accel.tuning_turn)
         queue._wait_turn()

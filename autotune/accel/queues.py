@@ -489,6 +489,11 @@ class CommandQueue(ABC):
             if turn is not None:
                 turn.take()
 
+    def _may_keep(self) -> bool:
+        """Whether :meth:`_keep` may keep a command now (a tuning queue in a tuning turn);
+        False means it will not."""
+        return self.tuning and _turn.get() is not None
+
     def _keep(self, command: Callable[[], None]) -> bool:
         """Keep ``command`` (a copy to the device on this queue) until this thread's turn comes,
         where its :func:`tuning_turn` allows that (True); else False: run it now."""

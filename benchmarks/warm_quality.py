@@ -5,7 +5,7 @@ Usage::
 
     python benchmarks/warm_quality.py [--device SEL] [--quick] [--max-minutes M]
         [--reference tune.db.example] [--exhaustive-db FILE] [--rounds 3]
-        [--warm-option '--strategy brute_force'] [--json FILE] [OPERATION ...]
+        [--warm-option '--strategy brute_force'] [--json FILE] [--keep-db FILE] [OPERATION ...]
 
 1. ``python -m autotune warm`` (the README's main command, with ``--device`` and
    ``--max-minutes`` as given) runs into a new temporary database; its wall time and its closing
@@ -37,6 +37,7 @@ import datetime
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -146,6 +147,8 @@ def main() -> int:
     parser.add_argument("--exhaustive-db", help="where the exhaustive searches for keys the "
                                                 "reference lacks are kept")
     parser.add_argument("--json", help="write the rows here")
+    parser.add_argument("--keep-db", metavar="FILE",
+                        help="keep warm's database here (its trials say how a key chose)")
     parser.add_argument("--warm-option", action="append", default=[], metavar="OPTIONS",
                         help="more options for warm, e.g. '--strategy brute_force' for the "
                              "exhaustive search to compare the plans with")
@@ -159,6 +162,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         fresh = Path(folder) / "fresh.db"
         took, err = warm(fresh, args.device, operations, extra)
+        if args.keep_db:
+            shutil.copyfile(fresh, args.keep_db)
         estimate = next((line for line in err.splitlines() if line.startswith("warm: estimated")), "")
         results = rows_of(fresh)
         reference = rows_of(Path(args.reference)) if Path(args.reference).is_file() else {}

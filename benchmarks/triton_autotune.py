@@ -5,7 +5,7 @@ own ``@triton.autotune`` (which benchmarks its configurations again in every new
 Target (issue #43): with 8 configurations, the first call in a second process starts at least
 10x sooner than with Triton's autotuner, with the same configuration chosen.
 
-    python benchmarks/triton_autotune.py [--size 4096] [--db PATH]
+    python benchmarks/triton_autotune.py [--size 4096] [--work 0] [--db PATH]
 
 For each decorator (ours; ours with ``prefetch=False``; Triton's) it starts two child
 processes one after the other, each running this file with ``--child``: the first tunes (and
@@ -13,7 +13,9 @@ fills Triton's compile cache, one cache folder per decorator, so every second pr
 compiled kernels from disk), the second is measured. A child times its first call, from just
 before the launch until the result is on the GPU, and checks it against ``torch.matmul``; it
 also reports the time from decoration to that result, which includes making the arguments
-(the CUDA context's start among it): what ``prefetch`` overlaps. Needs torch, Triton and a GPU.
+(the CUDA context's start among it): what ``prefetch`` overlaps. ``--work S``: each child waits
+S seconds after decorating, before making its arguments, as a program reading its input does
+(the wait releases the interpreter, as file and network reads do). Needs torch, Triton and a GPU.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ def matmul_kernel(a, b, c, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, 
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-def child(mode: str, size: int, database: str, chosen: list[int] | None = None) -> dict:
+def child(mode: str, size: int, database: str, chosen: list[int] | None = None,
+          work: float = 0.0) -> dict:
     """Build the kernel with decorator ``mode`` (``ours``, ``triton``, or ``plain``: Triton's
     with the one configuration ``chosen``, which it launches without timing), time its first
     call."""
@@ -76,6 +79,7 @@ def child(mode: str, size: int, database: str, chosen: list[int] | None = None) 
 
     matmul = decorate(matmul_kernel)
     decorated = time.perf_counter()
+    time.sleep(work)  # the program's own work before its first launch (reading its input)
 
     a = torch.randn(size, size, device="cuda", dtype=torch.float16)
     b = torch.randn(size, size, device="cuda", dtype=torch.float16)
@@ -99,9 +103,9 @@ def child(mode: str, size: int, database: str, chosen: list[int] | None = None) 
 
 
 def run_child(mode: str, size: int, database: str, cache: str,
-              chosen: list[int] | None = None) -> dict:
+              chosen: list[int] | None = None, work: float = 0.0) -> dict:
     env = dict(os.environ, TRITON_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
-    extra = ["--config", ",".join(map(str, chosen))] if chosen else []
+    extra = (["--config", ",".join(map(str, chosen))] if chosen else []) + ["--work", str(work)]
     done = subprocess.run([sys.executable, __file__, "--child", mode, "--size", str(size),
                            "--db", database, *extra], capture_output=True, text=True, env=env,
                           timeout=600)
@@ -113,27 +117,31 @@ def run_child(mode: str, size: int, database: str, cache: str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", type=int, default=4096, help="M = N = K (default 4096)")
+    parser.add_argument("--work", type=float, default=0.0,
+                        help="seconds each child waits between decorating and making its "
+                             "arguments (a program reading its input); default 0")
     parser.add_argument("--db", help="tuning database (default: a new file in a temporary folder)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         chosen = [int(v) for v in args.config.split(",")] if args.config else None
-        print(json.dumps(child(args.child, args.size, args.db, chosen)))
+        print(json.dumps(child(args.child, args.size, args.db, chosen, args.work)))
         return 0
     with tempfile.TemporaryDirectory(prefix="triton-autotune-") as folder:
         database = args.db or str(Path(folder) / "tune.db")
         runs = {}
         for mode in ("ours", "ours_no_prefetch", "triton"):
             cache = str(Path(folder) / f"cache-{mode}")
-            runs[mode] = [run_child(mode, args.size, database, cache) for _ in range(2)]
+            runs[mode] = [run_child(mode, args.size, database, cache, work=args.work)
+                          for _ in range(2)]
         chosen = runs["ours"][1]["config"]
         runs["plain"] = [run_child("plain", args.size, database, str(Path(folder) / "cache-plain"),
-                                   chosen) for _ in range(2)]
+                                   chosen, work=args.work) for _ in range(2)]
     ours, theirs, floor = runs["ours"][1], runs["triton"][1], runs["plain"][1]["first_call_s"]
     print(f"device: {ours['device']}; Triton {ours['triton']}; matmul {args.size}^3 float16, "
           f"{len(SHAPES)} configurations; {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC")
-    print(f"command: python benchmarks/triton_autotune.py --size {args.size}")
+    print(f"command: python benchmarks/triton_autotune.py --size {args.size} --work {args.work}")
     print(f"{'decorator':<34}{'process 1':>12}{'process 2':>12}{'2 less plain':>14}"
           f"{'2 from decoration':>19}  config (BM, BN, BK, stages, warps), how process 2 chose")
     for mode, label in (("ours", "autotune.integrations.triton"),

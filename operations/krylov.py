@@ -83,9 +83,13 @@ class VectorOps:
         self._pool: list[accel.DeviceArray] = []  #: work vectors no solve holds now
         self._pool_lock = threading.Lock()
 
-    def fused(self, family: type, op: str) -> Any:
-        """The instantiated pass of ``op`` (``family``: BlasTemplate or ReduceTemplate), made once."""
-        key = (family.__name__, op)
+    def fused(self, family: type, op: str, copy: int = 0) -> Any:
+        """The instantiated pass of ``op`` (``family``: BlasTemplate or ReduceTemplate), made once.
+
+        ``copy``: which instance of it: each has its own results on the device and the host, so
+        that systems stepped in lockstep enqueue their reductions side by side before one wait
+        (copy 0 is the one every other caller shares)."""
+        key = (family.__name__, op) if copy == 0 else (family.__name__, op, copy)
         inst = self._passes.get(key)
         if inst is None:
             tuning = self.tuning

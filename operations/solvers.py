@@ -86,9 +86,10 @@ def cg_many(A: LinearOperator, bs: Sequence[accel.DeviceArray], tol: float = 1e-
     while any(not s.converged for s in systems) and applications < maxiter:
         A.apply_many([s.ap for s in systems], [s.p for s in systems])
         applications += 1
-        for system in systems:
-            if not system.converged:
-                system.step(ops, dot)
+        active = [s for s in systems if not s.converged]
+        for system, found in zip(active, _steps(ops, dot, [(s.p, s.ap, s.r, s.rr)
+                                                         for s in active])):
+            system.advance(ops, *found)
     return [zero_solution(A.queue, s.x, start) if bb == 0 else
             s.finish(A, ops, start, maxiter, applications) for s, bb in zip(systems, bbs)]
 
@@ -116,8 +117,12 @@ class _PlainCG:
     def step(self, ops: VectorOps, dot: Any) -> None:
         """One step, after ``ap = A p`` was enqueued: r -= alpha A p (with |r|^2), then
         x += alpha p and p = r + beta p in one pass."""
+        self.advance(ops, *_step(ops, dot, self.p, self.ap, self.r, self.rr))
+
+    def advance(self, ops: VectorOps, pap: float, rr_new: float) -> None:
+        """The rest of a step once r -= alpha A p is enqueued and <p, A p> and the new |r|^2
+        are known (:func:`_step`, :func:`_steps`): x += alpha p and p = r + beta p."""
         self.applications += 1
-        pap, rr_new = _step(ops, dot, self.p, self.ap, self.r, self.rr)  # r -= alpha A p
         if not pap > 0:
             raise SolverBreakdown(f"{self.label}: <p, A p> = {pap} at iteration "
                                   f"{self.iterations}; the operator is not Hermitian "
@@ -181,6 +186,29 @@ def _sums(ops: VectorOps, r: Any, w: Any, apply: Any) -> tuple[complex, float]:
     sums.enqueue([r, w], {}, mark=True)
     apply()
     return ops.global_sum(sums.result())
+
+
+def _steps(ops: VectorOps, dot: Any, steps: Sequence[tuple[Any, Any, Any, float]]
+           ) -> list[tuple[float, float]]:
+    """:func:`_step` for each of several independent systems' ``(p, ap, r, rr)``: each one's
+    (<p, A p>, |r|^2), r -= alpha A p done. With more than one on a single process, every
+    system's two passes are enqueued (each system its own instances, :meth:`VectorOps.fused`'s
+    ``copy``) before the host waits once for them all: the device runs one system's passes
+    while the host enqueues the next's, and the systems' waits are not paid one after another.
+    Across ranks, or where the passes are tuned online, one system after another."""
+    if len(steps) < 2 or ops.comm is not None or ops.tuning is not None:
+        return [_step(ops, dot, *step) for step in steps]
+    passes = [(ops.fused(ReduceTemplate, "dot", i), ops.fused(BlasTemplate, "axpy_norm_ratio", i))
+              for i in range(len(steps))]
+    for (dot_i, update), (p, ap, r, rr) in zip(passes, steps):
+        dot_i.enqueue([p, ap], {})
+        update.enqueue([ap, r], {"a": DeviceRatio(-rr, dot_i.out)})
+    found = []
+    for dot_i, update in passes:
+        rr_new = update.result()[0]  # the first waits for every system's passes
+        pap = dot_i.result()[0]
+        found.append(((pap.real if isinstance(pap, complex) else pap), rr_new))
+    return found
 
 
 def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
@@ -408,9 +436,15 @@ class _MixedCG:
         """One step, after ``aps = A_low ps`` was enqueued: r -= alpha A p, then either a
         reliable update (the residual fell by ``delta`` since the last, or below ``tol``: x
         accumulated and r = b - A x in high precision) or x += alpha p, p = r + beta p."""
+        self.advance(A, *_step(self.m.lo, dot, self.ps, self.aps, self.m.rs, self.rr),
+                     delta, tol)
+
+    def advance(self, A: LinearOperator, pap: float, rr_new: float, delta: float,
+                tol: float) -> None:
+        """The rest of a step once r -= alpha A p is enqueued and <p, A p> and the new |r|^2
+        are known (:func:`_step`, :func:`_steps`)."""
         m, lo = self.m, self.m.lo
         self.applications += 1
-        pap, rr_new = _step(lo, dot, self.ps, self.aps, m.rs, self.rr)
         if not pap > 0:
             raise SolverBreakdown(f"mixed CG: <p, A p> = {pap} at iteration {self.iterations}")
         alpha = self.rr / pap
@@ -468,9 +502,10 @@ def cg_mixed_many(A: LinearOperator, A_low: LinearOperator, bs: Sequence[accel.D
     while steps < maxiter and any(s is not None and not s.converged for s in systems):
         A_low.apply_many(outs, inps)
         steps += 1
-        for system in systems:
-            if system is not None and not system.converged:
-                system.step(A, dot, delta, tol)
+        active = [s for s in systems if s is not None and not s.converged]
+        for system, found in zip(active, _steps(lo, dot, [(s.ps, s.aps, s.m.rs, s.rr)
+                                                        for s in active])):
+            system.advance(A, *found, delta, tol)
     return [system.finish(A, start, maxiter) if system is not None
             else zero_solution(A.queue, m.x, start) for system, (_, _, m) in zip(systems, starts)]
 

@@ -137,6 +137,31 @@ def retime(device: str | None, pairs: dict[tuple, tuple[dict, dict]],
     return ratios
 
 
+def best_known(results: dict, reference_db: Path, device_sel: str | None,
+               exhaustive_db: str | None) -> dict:
+    """The best known row of each key of ``results``: ``reference_db``'s, else an exhaustive
+    search's, made once into ``exhaustive_db`` (default ``data/warm_quality_<device>.db``)."""
+    reference = rows_of(reference_db) if reference_db.is_file() else {}
+    missing = {k for k in results if k not in reference}
+    if not missing:
+        return reference
+    device = next(iter(results))[3]
+    cache = Path(exhaustive_db or HERE / "data" /
+                 f"warm_quality_{re.sub(r'[^A-Za-z0-9]+', '_', device)}.db")
+    known = rows_of(cache) if cache.is_file() else {}
+    if any(k not in known for k in missing):
+        from autotune.tune.registry import registered_templates
+
+        functions = {f for f, *_ in missing}
+        ops = sorted(t.name for t in registered_templates() if t.function in functions)
+        print(f"no reference for {len(missing)} keys ({', '.join(ops)}): exhaustive "
+              f"searches into {cache} (once)")
+        warm(cache, device_sel, ops, ["--strategy", "brute_force", "--warm-from", "none"])
+        known = rows_of(cache)
+    reference.update({k: v for k, v in known.items() if k in missing})
+    return reference
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("operations", nargs="*")
@@ -166,23 +191,8 @@ def main() -> int:
             shutil.copyfile(fresh, args.keep_db)
         estimate = next((line for line in err.splitlines() if line.startswith("warm: estimated")), "")
         results = rows_of(fresh)
-        reference = rows_of(Path(args.reference)) if Path(args.reference).is_file() else {}
-        missing = {k for k in results if k not in reference}
+        reference = best_known(results, Path(args.reference), args.device, args.exhaustive_db)
         device = next(iter(results))[3] if results else "none"
-        if missing:
-            cache = Path(args.exhaustive_db or HERE / "data" /
-                         f"warm_quality_{re.sub(r'[^A-Za-z0-9]+', '_', device)}.db")
-            known = rows_of(cache) if cache.is_file() else {}
-            if any(k not in known for k in missing):
-                from autotune.tune.registry import registered_templates
-
-                functions = {f for f, *_ in missing}
-                ops = sorted(t.name for t in registered_templates() if t.function in functions)
-                print(f"no reference for {len(missing)} keys ({', '.join(ops)}): exhaustive "
-                      f"searches into {cache} (once)")
-                warm(cache, args.device, ops, ["--strategy", "brute_force", "--warm-from", "none"])
-                known = rows_of(cache)
-            reference.update({k: v for k, v in known.items() if k in missing})
     from autotune.tune.encoding import decode_parameters
 
     differ = {k: (decode_parameters(r.parameters), decode_parameters(reference[k].parameters))

@@ -267,7 +267,8 @@ class Choice:
         """The choice as plain JSON values (for a result's ``search`` text)."""
         speedup = self.speedup
         return {"rounds": self.rounds, "settled": self.settled, "contenders": self.contenders,
-                "ties": self.ties, "resolution": round(self.resolution, 6),
+                "ties": self.ties, "close": max(len(self.close) - 1, 0),
+                "resolution": round(self.resolution, 6),
                 "seconds": round(self.retime_seconds, 3),
                 "speedup": None if speedup is None else [round(v, 4) for v in speedup],
                 "test_interval": None if self.test_low is None else [self.test_low, self.test_high]}

@@ -188,18 +188,31 @@ def _sums(ops: VectorOps, r: Any, w: Any, apply: Any) -> tuple[complex, float]:
     return ops.global_sum(sums.result())
 
 
+def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
+          r: accel.DeviceArray, rr: float) -> tuple[float, float]:
+    """<p, A p>, then r -= (rr / <p, A p>) A p; returns (<p, A p>, |r|^2) after one wait
+    (:func:`_steps` for one system).
+
+    The update reads <p, A p> on the device, so the host waits once per CG step, not twice;
+    the dot product's copy to the host, enqueued behind its kernel, is complete by then.
+    """
+    return _steps(ops, dot, [(p, ap, r, rr)])[0]
+
+
 def _steps(ops: VectorOps, dot: Any, steps: Sequence[tuple[Any, Any, Any, float]]
            ) -> list[tuple[float, float]]:
-    """:func:`_step` for each of several independent systems' ``(p, ap, r, rr)``: each one's
-    (<p, A p>, |r|^2), r -= alpha A p done. With more than one on a single process, every
-    system's two passes are enqueued (each system its own instances, :meth:`VectorOps.fused`'s
-    ``copy``) before the host waits once for them all: the device runs one system's passes
-    while the host enqueues the next's, and the systems' waits are not paid one after another.
-    Across ranks, or where the passes are tuned online, one system after another."""
-    if len(steps) < 2 or ops.comm is not None or ops.tuning is not None:
+    """For each of independent systems' ``(p, ap, r, rr)``: <p, A p>, then r -= (rr / <p, A p>)
+    A p; returns each one's (<p, A p>, |r|^2). Every system's two passes are enqueued (each
+    system its own instances, :meth:`VectorOps.fused`'s ``copy``; ``dot`` the first's) before
+    the host waits once for them all: the device runs one system's passes while the host
+    enqueues the next's, and the systems' waits are not paid one after another. Across ranks,
+    or where the passes are tuned online (a tuner an instance), one system after another."""
+    if ops.comm is not None:
+        return [_step_across_ranks(ops, dot, *step) for step in steps]
+    if ops.tuning is not None and len(steps) > 1:
         return [_step(ops, dot, *step) for step in steps]
-    passes = [(ops.fused(ReduceTemplate, "dot", i), ops.fused(BlasTemplate, "axpy_norm_ratio", i))
-              for i in range(len(steps))]
+    passes = [(dot if i == 0 else ops.fused(ReduceTemplate, "dot", i),
+               ops.fused(BlasTemplate, "axpy_norm_ratio", i)) for i in range(len(steps))]
     for (dot_i, update), (p, ap, r, rr) in zip(passes, steps):
         dot_i.enqueue([p, ap], {})
         update.enqueue([ap, r], {"a": DeviceRatio(-rr, dot_i.out)})
@@ -211,22 +224,15 @@ def _steps(ops: VectorOps, dot: Any, steps: Sequence[tuple[Any, Any, Any, float]
     return found
 
 
-def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
-          r: accel.DeviceArray, rr: float) -> tuple[float, float]:
-    """<p, A p>, then r -= (rr / <p, A p>) A p; returns (<p, A p>, |r|^2) after one wait.
-
-    The update reads <p, A p> on the device, so the host waits once per CG step, not twice;
-    the dot product's copy to the host, enqueued behind its kernel, is complete by then.
-    """
+def _step_across_ranks(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
+                       r: accel.DeviceArray, rr: float) -> tuple[float, float]:
+    """:func:`_step` where each rank holds a block of the vectors: the ranks' sum of <p, A p>
+    first (one more wait a step), written back for the update to read on the device."""
     dot.enqueue([p, ap], {})
-    if ops.comm is not None:  # the ranks' sum first: one more wait per step
-        outputs = ops.global_sum(dot.result())
-        ops.publish(dot, outputs)
-        rr_new = ops.blas("axpy_norm_ratio", ap, r, a=DeviceRatio(-rr, dot.out))
-        pap = outputs[0]
-        return (pap.real if isinstance(pap, complex) else pap), rr_new
+    outputs = ops.global_sum(dot.result())
+    ops.publish(dot, outputs)
     rr_new = ops.blas("axpy_norm_ratio", ap, r, a=DeviceRatio(-rr, dot.out))
-    pap = dot.result()[0]
+    pap = outputs[0]
     return (pap.real if isinstance(pap, complex) else pap), rr_new
 
 

@@ -5,7 +5,7 @@ Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_solver
     [--transport auto|peer|host] [--methods cg bicgstab gcr-schwarz] [--block BX BY BZ BT]
     [--recurrence auto|classic|single_reduction|pipelined ...]
     [--inner-iterations 10 ...] [--inner-precision half] [--nkrylov 16] [--delta 0.1 ...]
-    [--sloppy single half] [--repeat 1] [--json FILE]
+    [--sloppy single half] [--policy overlap ...] [--repeat 1] [--json FILE]
 
 One rank per GPU (``rank_context``). The right-hand side is one global Gaussian field (the
 same for every grid, so 1 and N GPUs solve the same system); each rank takes its block. The
@@ -22,7 +22,9 @@ the residual has fallen by ``--delta`` (``solvers.gcr_mixed``). Each is timed fr
 kernel to the last, every rank synchronised before and after, host conversions excluded, after one
 warm-up solve of a few iterations (builds and tuning out of the way). Strong scaling: run the
 same ``--dims`` with ``-n 1 --grid 1 1 1 1`` and with N ranks. ``--repeat N`` times each solve N times and reports the median (every
-time is in the JSON). Several ``--kappa`` values run
+time is in the JSON). ``--policy``: how each dslash meets its exchange
+(``DistributedWilsonOperator``'s ``policy``, default overlap); several run each solve once per
+policy, all in one process. Several ``--kappa`` values run
 every method at each (the links are the same); several ``--inner-iterations`` and ``--delta``
 (and ``--nkrylov``) values run the GCR methods once per combination, all in one process.
 """
@@ -79,6 +81,8 @@ def main() -> None:
     parser.add_argument("--graphs", nargs="+", default=["auto"], choices=["auto", "off"],
                         help="record each dslash once and launch it again (CUDA graphs): "
                              "auto where possible, off never; each setting solved in turn")
+    parser.add_argument("--policy", nargs="+", default=["overlap"],
+                        choices=list(DistributedWilsonOperator.POLICIES) + ["tuned"])
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
@@ -95,10 +99,12 @@ def main() -> None:
         "reconstruct": args.reconstruct, "inner_iterations": args.inner_iterations,
         "inner_precision": args.inner_precision, "sloppy": args.sloppy, "nkrylov": args.nkrylov, "delta": args.delta,
         "date": time.strftime("%Y-%m-%d"), "runs": []}
-    for kappa, graphs in ((k, g) for k in args.kappa for g in args.graphs):
+    for kappa, graphs, policy in ((k, g, p) for k in args.kappa for g in args.graphs
+                                  for p in args.policy):
         high = DistributedWilsonOperator(comm, context, u, kappa, tuple(args.grid), "double",
                                          args.reconstruct, check=False, transport=args.transport,
-                                         graphs=None if graphs == "auto" else False)
+                                         graphs=None if graphs == "auto" else False,
+                                         policy=policy)
         result.update(local=list(high.partition.local), transport=high.transport.name)
         block = tuple(args.block) if args.block else high.partition.local
         result["block"] = list(block)
@@ -106,6 +112,7 @@ def main() -> None:
         for row in (r for sloppy in args.sloppy
                     for r in _runs(args, comm, high, field, block, sloppy)):
             row["kappa"] = kappa
+            row["policy"] = policy
             row["graphs"] = high.recordings is not None
             result["runs"].append(row)
             if comm.rank == 0:  # each as it finishes: a run cut short keeps what it measured
@@ -114,7 +121,7 @@ def main() -> None:
                          f"{row['reliable_updates']} updates)"
                          if row["inner_iterations"] else "")
                 print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, "
-                      f"{high.transport.name} transport"
+                      f"{high.transport.name} transport, policy {policy}"
                       f"{', dslashes recorded' if row['graphs'] else ''}"
                       f" ({row['recorded']} recorded, {row['launched']} launched)"
                       f", kappa {kappa}: "

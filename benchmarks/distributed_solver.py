@@ -5,7 +5,7 @@ Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_solver
     [--transport auto|peer|host] [--methods cg bicgstab gcr-schwarz] [--block BX BY BZ BT]
     [--recurrence auto|classic|single_reduction|pipelined ...]
     [--inner-iterations 10 ...] [--inner-precision half] [--nkrylov 16] [--delta 0.1 ...]
-    [--sloppy single half] [--policy overlap ...] [--repeat 1] [--json FILE]
+    [--sloppy single half] [--policy overlap ...] [--repeat 1] [--profile] [--json FILE]
 
 One rank per GPU (``rank_context``). The right-hand side is one global Gaussian field (the
 same for every grid, so 1 and N GPUs solve the same system); each rank takes its block. The
@@ -24,7 +24,9 @@ warm-up solve of a few iterations (builds and tuning out of the way). Strong sca
 same ``--dims`` with ``-n 1 --grid 1 1 1 1`` and with N ranks. ``--repeat N`` times each solve N times and reports the median (every
 time is in the JSON). ``--policy``: how each dslash meets its exchange
 (``DistributedWilsonOperator``'s ``policy``, default overlap); several run each solve once per
-policy, all in one process. Several ``--kappa`` values run
+policy, all in one process. ``--profile``: after the timed solves, one more solve inside the
+range a CUDA profiler started with ``--profile-from-start off`` records (one solve setting only;
+``benchmarks/solve_kernels.py`` runs it under Nsight Compute). Several ``--kappa`` values run
 every method at each (the links are the same); several ``--inner-iterations`` and ``--delta``
 (and ``--nkrylov``) values run the GCR methods once per combination, all in one process.
 """
@@ -47,7 +49,7 @@ from operations.lqcd import DistributedWilsonOperator, haar_field
 from operations.lqcd.distributed import rank_context
 from operations.lqcd.schwarz import SchwarzPreconditioner
 
-from timing import ranks_time
+from timing import profiled, ranks_time
 
 
 METHODS = ("cg", "bicgstab", "gcr-schwarz", "gcr-schwarz-mixed")
@@ -83,8 +85,15 @@ def main() -> None:
                              "auto where possible, off never; each setting solved in turn")
     parser.add_argument("--policy", nargs="+", default=["overlap"],
                         choices=list(DistributedWilsonOperator.POLICIES) + ["tuned"])
+    parser.add_argument("--profile", action="store_true",
+                        help="one more solve in the profiler's range (one solve setting only)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    settings = (len(args.kappa) * len(args.graphs) * len(args.policy) * len(args.sloppy)
+                * len(args.methods) * len(args.recurrence))
+    if args.profile and settings != 1:
+        parser.error(f"--profile records one solve setting, got {settings}: give one value each "
+                     "of --kappa, --graphs, --policy, --sloppy, --methods and --recurrence")
     comm = MPI.COMM_WORLD
     context = rank_context(comm)
     dims = tuple(args.dims)
@@ -179,6 +188,10 @@ def _runs(args: argparse.Namespace, comm: Any, high: DistributedWilsonOperator, 
             times = [ranks_time(comm, high.queue, lambda: solved.append(solve(20000)[1]))
                      for _ in range(args.repeat)]
             recorded = [a - b for a, b in zip(_recorded(high, low), recorded_before)]
+            if args.profile:
+                comm.Barrier()
+                with profiled(high.queue):
+                    solve(20000)
             seconds = float(np.median(times))
             info = solved[0]
             yield {"method": method, "sloppy": sloppy, "converged": bool(info.converged),

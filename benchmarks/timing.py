@@ -1,10 +1,14 @@
-"""Timing helpers shared by the benchmarks: CUDA-event medians for our queues and for CuPy."""
+"""Timing helpers shared by the benchmarks: CUDA-event medians for our queues and for CuPy,
+the wall time of a call across MPI ranks, and the range a profiler (Nsight Compute started
+with ``--profile-from-start off``) records."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 
@@ -52,3 +56,22 @@ def ranks_time(comm: Any, queue: Any, fn: Callable[[], Any], launches: int = 1,
     queue.finish()
     comm.Barrier()
     return (time.perf_counter() - start) / launches
+
+
+@contextlib.contextmanager
+def profiled(queue: Any, on: bool = True) -> Iterator[None]:
+    """With ``on``, the body's device work is what a CUDA profiler started with
+    ``--profile-from-start off`` records (``cuProfilerStart``/``cuProfilerStop`` around it, the
+    queue drained first and last, so no work from before or after falls inside); elsewhere, or
+    with ``on`` False, the body alone."""
+    if not on or getattr(getattr(queue, "context", None), "backend", None) != "cuda":
+        yield
+        return
+    driver = ctypes.CDLL("libcuda.so.1")
+    queue.finish()
+    driver.cuProfilerStart()
+    try:
+        yield
+    finally:
+        queue.finish()
+        driver.cuProfilerStop()

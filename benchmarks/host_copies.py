@@ -12,7 +12,9 @@ clock around the whole call, as a user's solve pays it (median of ``--repeats``)
 - up, staged: the caller's array copied into the page-locked buffer, then ``set`` from it;
 - down, pageable: ``DeviceArray.get`` into a new array (its pages touched first by the copy);
 - down, staged: ``get`` into the page-locked buffer, then a new array copied from it (what a
-  caller must get: an array of its own).
+  caller must get: an array of its own);
+- down, into an array used before: ``get(out=)`` into pageable memory whose pages are present
+  (what ``WilsonOperator.solve(out=)`` does with an array the caller reuses).
 
 The buffer's allocation (once an operator) is reported apart. On a CPU device the two ways are
 the same memory and the figures only check that the script runs.
@@ -68,10 +70,13 @@ def main() -> None:
         device.get(queue, out=staging)
         return staging.copy()
 
+    reused = np.zeros_like(host)  # a caller's array, written before (``solve(out=)``)
     rows = {"up, pageable": median_seconds(lambda: device.set(queue, host), args.repeats),
             "up, staged": median_seconds(up_staged, args.repeats),
             "down, pageable": median_seconds(lambda: device.get(queue), args.repeats),
-            "down, staged": median_seconds(down_staged, args.repeats)}
+            "down, staged": median_seconds(down_staged, args.repeats),
+            "down, into an array used before": median_seconds(
+                lambda: device.get(queue, out=reused), args.repeats)}
     assert np.array_equal(down_staged(), host)
     nbytes = host.nbytes
     print(f"device: {context.device.name} ({context.backend})  {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC  "

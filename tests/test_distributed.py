@@ -169,6 +169,7 @@ def _check_case(context, case, ranks):
         assert sorted(k for k in rank if k.startswith(("cg", "bicgstab", "gcr"))) == sorted(solves)
         for label in solves:
             solve = rank[label]
+            assert solve["into_out"], (name, label)  # solve(out=...) wrote the caller's array
             distributed, single = solve["iterations"]
             if "schwarz" in label:
                 assert "never spans two GPUs" in rank["schwarz_refusal"], rank["schwarz_refusal"]

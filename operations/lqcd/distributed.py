@@ -430,11 +430,19 @@ class DistributedWilsonOperator(WilsonOperator):
         with tune.collective(self.comm):
             return SpinorLayoutTemplate.autotune(self.context, self.dtype)
 
-    def from_device(self, field: SpinorField) -> np.ndarray:
-        """The global spinor whose blocks the ranks' ``field`` hold (on every rank)."""
-        mine = super().from_device(field)
+    def host_shape(self) -> tuple[int, ...]:
+        """The global lattice's host spinor shape (T, Z, Y, X, 4, 3): every rank takes and gives
+        whole global spinors."""
+        return self.global_lattice.shape + (4, 3)
+
+    def from_device(self, field: SpinorField, out: np.ndarray | None = None) -> np.ndarray:
+        """The global spinor whose blocks the ranks' ``field`` hold (on every rank): a new
+        array, or ``out`` (:meth:`check_out`) written in place."""
+        out = self.check_out(out)
+        mine = super().from_device(field)  # this rank's block
         blocks = parallel.allgather(self.comm, mine, "the ranks' blocks of the field")
-        out = np.empty(self.global_lattice.shape + (4, 3), dtype=np.complex128)
+        if out is None:
+            out = np.empty(self.host_shape(), dtype=np.complex128)
         for rank, block in enumerate(blocks):
             x0, y0, z0, t0 = Partition(self.partition.dims, self.partition.grid, rank).origin
             lx, ly, lz, lt = self.partition.local

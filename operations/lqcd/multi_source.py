@@ -107,7 +107,8 @@ class ManyNormalOperator:
 
 def solve_many(op: Any, bs: Sequence[Any], tol: float, maxiter: int,
                precision: str | None = None, sloppy: str = "single",
-               delta: float = 0.1) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
+               delta: float = 0.1, out: Sequence[Any] | None = None
+               ) -> list[tuple[np.ndarray, solvers.SolveInfo]]:
     """:meth:`WilsonOperator.solve_many`: the even-odd normal equations of every ``bs[r]``,
     solved by :func:`operations.solvers.cg_many` on :class:`ManyNormalOperator` (or, mixed,
     :func:`operations.solvers.cg_mixed_many` on the ``sloppy`` operator's, with reliable
@@ -121,6 +122,11 @@ def solve_many(op: Any, bs: Sequence[Any], tol: float, maxiter: int,
         raise ValueError(f"bs must be a list of 1 to {MAX_RHS} host spinors, got "
                          f"{type(bs).__name__}")
     tol, maxiter = solvers.check_stopping(tol, maxiter)
+    if out is not None and (isinstance(out, np.ndarray) or not isinstance(out, Sequence)
+                            or len(out) != len(bs)):
+        raise ValueError(f"out must be None or a list of {len(bs)} host spinors, one for each "
+                         f"right-hand side, got {type(out).__name__}")
+    outs = [op.check_out(o) for o in out] if out is not None else [None] * len(bs)
     hosts, norms = zip(*(checked_rhs(op, b) for b in bs))
     start = time.perf_counter()
     high = op.with_precision("double" if precision == "mixed" else precision)
@@ -136,8 +142,8 @@ def solve_many(op: Any, bs: Sequence[Any], tol: float, maxiter: int,
     else:
         answers = solvers.cg_many(ManyNormalOperator.of(high, len(bs)), rhs, tol * 0.1, maxiter)
     results = []
-    for norm, field, (x, info) in zip(norms, fields, answers):
-        result, true = answer(high, x, field, norm, True)
+    for norm, field, into, (x, info) in zip(norms, fields, outs, answers):
+        result, true = answer(high, x, field, norm, True, into)
         results.append((result, dataclasses.replace(info, true_residual=true,
                                                     seconds=time.perf_counter() - start)))
     return results

@@ -88,15 +88,24 @@ def full_solution(high: Any, x: accel.DeviceArray, b_field: SpinorField,
     return out
 
 
+def zero_answer(b: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """The solution of M x = 0 (x = 0) as b's host spinor: a new array, or ``out`` zeroed."""
+    if out is None:
+        return np.zeros_like(b)
+    out[...] = 0
+    return out
+
+
 def answer(high: Any, x: accel.DeviceArray, b_field: SpinorField, b_norm: float,
-           even_odd: bool) -> tuple[np.ndarray, float]:
-    """The solver's solution ``x`` as the full host solution, and its true residual
+           even_odd: bool, out: np.ndarray | None = None) -> tuple[np.ndarray, float]:
+    """The solver's solution ``x`` as the full host solution (a new array, or written into the
+    checked host spinor ``out``), and its true residual
     |b - M x| / |b| (``b_norm``: |b| of the host's b; 0 for b = 0), computed on the device in
     ``high``'s precision against ``b_field`` (b there, left as it is), summed over
     the ranks of a distributed operator. Only the solution comes back to the host (a 32^4
     spinor is 200 MB: M x came back too, and b - M x was summed on the host, before)."""
-    out = full_solution(high, x, b_field, even_odd)
-    check = high.apply(out, out=high.new_field())
+    full = full_solution(high, x, b_field, even_odd)
+    check = high.apply(full, out=high.new_field())
     ops = krylov.vector_ops(high.linear_operator("M"))
     rr = float(ops.blas("xmy_norm", b_field.flat, check.flat))  # check = b - M x
-    return high.from_device(out), math.sqrt(max(rr, 0.0)) / b_norm if b_norm else 0.0
+    return high.from_device(full, out), math.sqrt(max(rr, 0.0)) / b_norm if b_norm else 0.0

@@ -68,10 +68,17 @@ def profiled(queue: Any, on: bool = True) -> Iterator[None]:
         yield
         return
     driver = ctypes.CDLL("libcuda.so.1")
+
+    def call(name: str) -> None:
+        with queue.context.thread_scope():  # the driver applies it to the current context
+            status = getattr(driver, name)()
+        if status != 0:
+            raise RuntimeError(f"{name} failed: CUDA error {status}")
+
     queue.finish()
-    driver.cuProfilerStart()
+    call("cuProfilerStart")
     try:
         yield
     finally:
         queue.finish()
-        driver.cuProfilerStop()
+        call("cuProfilerStop")

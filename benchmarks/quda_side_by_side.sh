@@ -24,7 +24,8 @@
 #                                                     double-half). Needs build-mpi. PART: quda, ours or
 #                                                     both (default): each part about 5 minutes
 #
-# QUDA_SRC: the folder of QUDA's build script (default .gpu/quda, a copy of ../shared/quda);
+# QUDA_SRC: the folder of QUDA's build script (default .gpu/quda: `.ci/gpu-prepare --with-quda`,
+# which also lets QUDA_RECONSTRUCT=6 build 18- and 12-parameter links only, about 7 minutes);
 # its binaries land in /tmp/qb/tests. DB: default /tmp/side-by-side/tune.db.
 set -u
 cmd=${1:?"give build, build-mpi, tune, dslash, solvers or grid"}; shift

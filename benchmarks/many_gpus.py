@@ -5,13 +5,16 @@ mixed CG's time to solution with each recurrence on one GPU and on N.
 
 Usage (the GPU machine, after ../shared/device's setup with mpi4py and mpich):
     python benchmarks/many_gpus.py --out DIR [--gpus 2] [--runs 3] [--db tune.db]
-        [--dims 32 32 32 32] [--solver]
+        [--dims 32 32 32 32] [--solver] [--part all|dslash|solver]
 
 ``--dims`` is one GPU's block; the lattice is cut in t over ``--gpus`` GPUs. Each step is one
 ``mpiexec`` of ``distributed_dslash.py`` or ``distributed_solver.py`` (their JSON files and logs
 go to DIR); the summary (``summary.json`` and a Markdown table on the screen) takes, per policy,
 the median and the best of the runs' medians. Weak scaling is one GPU's dslash at the block
 over N GPUs' at N blocks; strong scaling one GPU's at the whole lattice over N GPUs'.
+``--part dslash`` or ``--part solver`` runs one half (``summary_dslash.json`` or
+``summary_solver.json``), so that each fits a command's time limit on large lattices (the
+mixed CG at 48^3 x 96 on one GPU, with its dslash keys tuned first, is minutes on its own).
 """
 
 from __future__ import annotations
@@ -85,7 +88,10 @@ def main() -> None:
     parser.add_argument("--db", help="AUTOTUNE_DB for every step (default: as set)")
     parser.add_argument("--dims", type=int, nargs=4, default=[32, 32, 32, 32])
     parser.add_argument("--solver", action="store_true", help="the mixed CG too")
+    parser.add_argument("--part", choices=("all", "dslash", "solver"), default="all",
+                        help="the dslash's runs, the solver's (implies --solver) or both")
     args = parser.parse_args()
+    args.solver = args.solver or args.part == "solver"
     args.out.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     if args.db:
@@ -95,9 +101,13 @@ def main() -> None:
     whole = block[:3] + [block[3] * n]
     one, cut = [1, 1, 1, 1], [1, 1, 1, n]
     summary: dict = {"date": time.strftime("%Y-%m-%d"), "gpus": n, "block": block, "lattice": whole}
-    summary["one_gpu_block"] = dslash(args.out, env, 1, block, one, "1_block", ("overlap",))
-    summary["one_gpu_lattice"] = dslash(args.out, env, 1, whole, one, "1_lattice", ("overlap",))
-    runs = [dslash(args.out, env, n, whole, cut, f"{n}_run{i}", POLICIES) for i in range(args.runs)]
+    dslashes = args.part != "solver"
+    summary["one_gpu_block"] = (dslash(args.out, env, 1, block, one, "1_block", ("overlap",))
+                                if dslashes else None)
+    summary["one_gpu_lattice"] = (dslash(args.out, env, 1, whole, one, "1_lattice", ("overlap",))
+                                  if dslashes else None)
+    runs = [dslash(args.out, env, n, whole, cut, f"{n}_run{i}", POLICIES)
+            for i in range(args.runs if dslashes else 0)]
     summary["runs"] = runs
     good = [r for r in runs if r]
     t_block = (summary["one_gpu_block"] or {}).get("overlap")
@@ -121,7 +131,17 @@ def main() -> None:
         summary["cg"] = {"one_gpu": cg_one, f"{n}_gpus": cg_n,
                          "strong": {k: cg_one[k.split("+")[0]] / t for k, t in (cg_n or {}).items()
                                     if cg_one and k.split("+")[0] in cg_one}}
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    name = "summary.json" if args.part == "all" else f"summary_{args.part}.json"
+    (args.out / name).write_text(json.dumps(summary, indent=1))
+    if dslashes:
+        print_dslash(t_block, t_whole, rows)
+    if args.solver:
+        print(f"mixed CG seconds, one GPU {summary['cg']['one_gpu']}, {n} GPUs "
+              f"{summary['cg'][f'{n}_gpus']}, strong scaling {summary['cg']['strong']}")
+
+
+def print_dslash(t_block: float | None, t_whole: float | None, rows: list[dict]) -> None:
+    """The dslash's table: each policy's median and best, weak and strong scaling."""
     print(f"one GPU: block {t_block and t_block * 1e6:.1f} us, lattice "
           f"{t_whole and t_whole * 1e6:.1f} us" if t_block and t_whole else "one GPU: failed")
     print("| policy | median | best | runs | weak (median / best) | strong (median / best) |")
@@ -132,9 +152,6 @@ def main() -> None:
                    if "weak_median" in row else "- | -")
         print(f"| {row['policy']} | {row['median_us']:.1f} us | {row['best_us']:.1f} us | "
               f"{', '.join(f'{t:.1f}' for t in row['all_us'])} | {scaling} |")
-    if args.solver:
-        print(f"mixed CG seconds, one GPU {summary['cg']['one_gpu']}, {n} GPUs "
-              f"{summary['cg'][f'{n}_gpus']}, strong scaling {summary['cg']['strong']}")
 
 
 if __name__ == "__main__":

@@ -516,12 +516,25 @@ def cg_mixed_many(A: LinearOperator, A_low: LinearOperator, bs: Sequence[accel.D
             else zero_solution(A.queue, m.x, start) for system, (_, _, m) in zip(systems, starts)]
 
 
+def _residual_sums(A_low: LinearOperator, lo: VectorOps, r: Any, w: Any,
+                   q: Any) -> tuple[complex, float]:
+    """(<r, w>, |r|^2) of a single-reduction step: w = A_low r first; pipelined (``q`` given:
+    w kept by recurrence), q = A_low w beside the sums instead."""
+    if q is not None:
+        return _sums(lo, r, w, lambda: A_low.apply(q, w))
+    A_low.apply(w, r)
+    return lo.blas("cdot_norm", r, w)
+
+
 def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
                                tol: float, maxiter: int, delta: float,
                                pipelined: bool = False) -> tuple[accel.DeviceArray, SolveInfo]:
     """Mixed CG with one reduction a step (``pipelined``: the next application runs while the
     host waits for it, as in :func:`_cg_single_reduction`; after a reliable update w = A r is
-    applied again, and the q applied beside the sums is made again from it)."""
+    applied again, and the q applied beside the sums is made again from it). Where the
+    recurrence's <p, A p> falls to zero or below in the low precision, the solve restarts from
+    a reliable update with new directions (counted among the updates); a second breakdown on
+    the step right after such a restart raises :class:`SolverBreakdown`."""
     start = time.perf_counter()
     tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta, ("cdot_norm", "cg_update")
                                   + (("xpay", "axpy") if pipelined else ()))
@@ -538,39 +551,55 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
     iterations = applications = updates = 0
     converged = False
     steps = _SingleReduction("mixed CG")
+    restarted = -1  # the iteration of the last restart after a breakdown (none yet)
 
-    def sums() -> tuple[complex, float]:
-        """w = A r where not kept by recurrence, then (<r, w>, |r|^2); pipelined, q = A w
-        beside the sums."""
+    def update() -> bool:
+        """A reliable update (x += x_low, r = b - A x in high precision); True where it meets
+        the tolerance. Pipelined: w = A r applied again, for the true residual."""
+        nonlocal r_max, applications, updates
+        r_max = m.reliable_update(A)
+        applications += 1
+        updates += 1
+        history.append(math.sqrt(r_max / bb))
+        if history[-1] < tol:
+            return True
         if pipelined:
-            return _sums(lo, rs, w, lambda: A_low.apply(q, w))
-        A_low.apply(w, rs)
-        return lo.blas("cdot_norm", rs, w)
+            A_low.apply(w, rs)
+            applications += 1
+        return False
 
     if pipelined:
         A_low.apply(w, rs)
         applications += 1
     while iterations < maxiter:
-        rw, rr = sums()
+        rw, rr = _residual_sums(A_low, lo, rs, w, q)
         applications += 1
         if iterations and (rr < delta ** 2 * r_max or rr / bb < tol ** 2):
-            r_max = m.reliable_update(A)  # x += x_low, r = b - A x in high precision
-            applications += 1
-            updates += 1
-            history.append(math.sqrt(r_max / bb))
-            if history[-1] < tol:
+            if update():
                 converged = True
                 break
-            if pipelined:  # w = A r for the true residual, then the sums and q from it
-                A_low.apply(w, rs)
-                applications += 1
-            rw, rr = sums()
+            rw, rr = _residual_sums(A_low, lo, rs, w, q)  # (and pipelined, q from the new w)
             applications += 1
         elif iterations:
             history.append(math.sqrt(rr / bb))
         if not math.isfinite(rr):
             raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
-        steps.step(lo, xs, p, rs, s, w, rw, rr, iterations, q, z)
+        try:
+            steps.step(lo, xs, p, rs, s, w, rw, rr, iterations, q, z)
+        except SolverBreakdown:
+            # <p, A p> by recurrence fell to <= 0: rounding in the low precision (the pipelined
+            # form in 16 bits drifts), unless it happens again on a fresh start, where it is
+            # <r, A r> itself. Restart from the true residual, with new directions.
+            if restarted == iterations:
+                raise
+            restarted = iterations
+            if update():
+                converged = True
+                break
+            steps = _SingleReduction("mixed CG")
+            for v in (p, s, z) if pipelined else (p, s):
+                v.zero(queue)
+            continue
         iterations += 1
     if not converged:
         m.fold(queue)

@@ -33,16 +33,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from many_gpus import mpiexec
+
 HERE = Path(__file__).resolve().parent
 METRIC = "gpu__time_duration.sum"
-
-
-def mpiexec() -> str:
-    """The MPI launcher the tests use (the mpich wheel's, beside the interpreter, first)."""
-    sys.path.insert(0, str(HERE.parent / "tests"))
-    from processes import mpiexec as found
-
-    return found()
 
 
 def kernel_times(log: str) -> list[tuple[str, float]]:

@@ -188,6 +188,17 @@ def _sums(ops: VectorOps, r: Any, w: Any, apply: Any) -> tuple[complex, float]:
     return ops.global_sum(sums.result())
 
 
+def _residual_sums(A: LinearOperator, ops: VectorOps, r: Any, w: Any,
+                   q: Any) -> tuple[complex, float]:
+    """(<r, w>, |r|^2) of a single-reduction step (plain or mixed: ``A`` and ``ops`` the
+    iterating precision's): w = A r first; pipelined (``q`` given: w kept by recurrence),
+    q = A w beside the sums instead."""
+    if q is not None:
+        return _sums(ops, r, w, lambda: A.apply(q, w))
+    A.apply(w, r)
+    return ops.blas("cdot_norm", r, w)
+
+
 def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
           r: accel.DeviceArray, rr: float) -> tuple[float, float]:
     """<p, A p>, then r -= (rr / <p, A p>) A p; returns (<p, A p>, |r|^2) after one wait
@@ -292,11 +303,7 @@ def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, ma
     iterations = 0
     steps = _SingleReduction("CG")
     while not converged and iterations < maxiter:
-        if pipelined:
-            rw, rr = _sums(ops, r, w, lambda: A.apply(q, w))
-        else:
-            A.apply(w, r)
-            rw, rr = ops.blas("cdot_norm", r, w)
+        rw, rr = _residual_sums(A, ops, r, w, q)
         applications += 1
         if iterations:  # |r|^2 of the last step's residual: the stopping test
             history.append(math.sqrt(rr / bb))
@@ -516,16 +523,6 @@ def cg_mixed_many(A: LinearOperator, A_low: LinearOperator, bs: Sequence[accel.D
             else zero_solution(A.queue, m.x, start) for system, (_, _, m) in zip(systems, starts)]
 
 
-def _residual_sums(A_low: LinearOperator, lo: VectorOps, r: Any, w: Any,
-                   q: Any) -> tuple[complex, float]:
-    """(<r, w>, |r|^2) of a single-reduction step: w = A_low r first; pipelined (``q`` given:
-    w kept by recurrence), q = A_low w beside the sums instead."""
-    if q is not None:
-        return _sums(lo, r, w, lambda: A_low.apply(q, w))
-    A_low.apply(w, r)
-    return lo.blas("cdot_norm", r, w)
-
-
 def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: accel.DeviceArray,
                                tol: float, maxiter: int, delta: float,
                                pipelined: bool = False) -> tuple[accel.DeviceArray, SolveInfo]:
@@ -544,7 +541,8 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
         return zero_solution(queue, x, start)
     p, s, w = lo.work(), lo.work(), lo.work()
     q, z = (lo.work(), lo.work()) if pipelined else (None, None)
-    for v in (p, s, z) if pipelined else (p, s):
+    directions = (p, s, z) if pipelined else (p, s)  # zero at the start and at a restart
+    for v in directions:
         v.zero(queue)
     r_max = bb
     history = [1.0]
@@ -597,7 +595,7 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
                 converged = True
                 break
             steps = _SingleReduction("mixed CG")
-            for v in (p, s, z) if pipelined else (p, s):
+            for v in directions:
                 v.zero(queue)
             continue
         iterations += 1

@@ -24,6 +24,7 @@ axpy_zpbx        x = x + a p;  p = z + b p                -
 cg_update        p = r + b p;  s = w + b s;               -
                  x = x + a p;  r = r - a s
 cdot_norm        -                                        <x, y>, |x|^2
+cdot_norm_redot  -                                        <x, y>, |x|^2, Re <x, z>
 bicgstab_xs      x = x + a p + w s;  s = s - w t          <r0, s>, |s|^2
 bicgstab_p       p = r + b (p - w v)                      -
 ================ ======================================= =========================================
@@ -44,8 +45,8 @@ from .fused import DeviceRatio, FusedOp, FusedTemplate, Output
 from .host import host_call
 
 __all__ = ["BlasTemplate", "DeviceRatio", "OPS", "axpby", "axpy", "axpy_norm", "axpy_zpbx",
-           "bicgstab_p", "bicgstab_xs", "caxpy", "caxpy_norm", "cdot_norm", "cg_update", "xmy_norm",
-           "xpay"]
+           "bicgstab_p", "bicgstab_xs", "caxpy", "caxpy_norm", "cdot_norm", "cdot_norm_redot",
+           "cg_update", "xmy_norm", "xpay"]
 
 _NORM_Y = Output("real", ("NORM2(y)",))
 
@@ -96,6 +97,10 @@ def _ref_cdot_norm(v, s):
     return {}, (np.vdot(v["x"], v["y"]), _norm(v["x"]))
 
 
+def _ref_cdot_norm_redot(v, s):
+    return {}, (np.vdot(v["x"], v["y"]), _norm(v["x"]), float(np.vdot(v["x"], v["z"]).real))
+
+
 def _ref_bicgstab_xs(v, s):
     x = v["x"] + s["a"] * v["p"] + s["w"] * v["s"]
     new_s = v["s"] - s["w"] * v["t"]
@@ -131,6 +136,10 @@ OPS = {op.name: op for op in (
     _op("cdot_norm", ("x", "y"), (), (), "",
         (Output("field", ("CDOT_RE(x, y)", "CDOT_IM(x, y)")), Output("real", ("NORM2(x)",))),
         _ref_cdot_norm),
+    _op("cdot_norm_redot", ("x", "y", "z"), (), (), "",
+        (Output("field", ("CDOT_RE(x, y)", "CDOT_IM(x, y)")), Output("real", ("NORM2(x)",)),
+         Output("real", ("CDOT_RE(x, z)",))),
+        _ref_cdot_norm_redot),
     _op("bicgstab_xs", ("x", "p", "s", "t", "r0"), ("x", "s"), (("a", "field"), ("w", "field")),
         "x = ADD(x, ADD(MUL(a, p), MUL(w, s))); s = SUB(s, MUL(w, t));",
         (Output("field", ("CDOT_RE(r0, s)", "CDOT_IM(r0, s)")), Output("real", ("NORM2(s)",))),
@@ -199,6 +208,12 @@ def cg_update(a, b, x, p, r, s, w, *, context=None):
 def cdot_norm(x, y, *, context=None):
     """(<x, y>, |x|^2) in one pass."""
     return _call("cdot_norm", (x, y), context)
+
+
+def cdot_norm_redot(x, y, z, *, context=None):
+    """(<x, y>, |x|^2, Re <x, z>) in one pass: a single-reduction CG step's sums, the third
+    for its <p, A p> without assuming the residuals orthogonal (``operations.solvers``)."""
+    return _call("cdot_norm_redot", (x, y, z), context)
 
 
 def bicgstab_xs(a, p, w, s, t, x, r0, *, context=None):

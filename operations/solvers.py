@@ -146,57 +146,79 @@ class _PlainCG:
 
 
 class _SingleReduction:
-    """Chronopoulos-Gear CG's scalars: each step, from (<r, w>, |r|^2) with w = A r, the step
-    length alpha and the direction's beta, then p = r + beta p, s = w + beta s, x += alpha p,
-    r -= alpha s (``cg_update``, one pass). p and s start at 0."""
+    """Chronopoulos-Gear CG's scalars: each step, from (<r, w>, |r|^2, Re <r, s>) with w = A r
+    and s = A p of the last step, the step length alpha and the direction's beta, then
+    p = r + beta p, s = w + beta s, x += alpha p, r -= alpha s (``cg_update``, one pass). p and
+    s start at 0.
 
-    def __init__(self, solver: str):
+    <p, A p> of the new direction is <r, w> + 2 beta Re <r, s> + beta^2 <p, A p> of the last:
+    A Hermitian and s = A p are all it assumes. The textbook form, <r, w> - beta |r|^2 / alpha,
+    also assumes r orthogonal to the earlier residuals, which rounding in a low precision, and
+    a mixed solve's reliable update (r replaced by the true residual), break: in 16 bits near
+    the critical kappa that form diverged where this one converges as classic CG does.
+    ``textbook``: the textbook form all the same, for the pipelined recurrence, whose w and s
+    are both kept by recurrence (s = A p no longer holds; with this form it diverged in single
+    precision where the textbook form converged, in twice classic CG's steps)."""
+
+    def __init__(self, solver: str, textbook: bool = False):
         self.solver = solver
+        self.textbook = textbook
         self.gamma: float | None = None  # |r|^2 of the last step
-        self.alpha = 0.0
+        self.pap = self.alpha = 0.0  # <p, A p> of the last step's direction, its alpha
 
-    def scalars(self, rw: complex, gamma: float, iterations: int) -> tuple[float, float]:
-        """(alpha, beta) of the step from <r, w> and |r|^2 = ``gamma``."""
+    def scalars(self, rw: complex, gamma: float, rs: float,
+                iterations: int) -> tuple[float, float]:
+        """(alpha, beta) of the step from <r, w>, |r|^2 = ``gamma`` and Re <r, s>."""
         beta = 0.0 if self.gamma is None else gamma / self.gamma
         rw = rw.real if isinstance(rw, complex) else rw
-        denominator = rw - (beta * gamma / self.alpha if beta else 0.0)
-        if not denominator > 0:
-            raise SolverBreakdown(f"{self.solver}: <p, A p> = {denominator} at iteration "
+        if not beta:
+            pap = rw
+        elif self.textbook:
+            pap = rw - beta * gamma / self.alpha
+        else:
+            pap = rw + 2.0 * beta * rs + beta * beta * self.pap
+        if not pap > 0:
+            raise SolverBreakdown(f"{self.solver}: <p, A p> = {pap} at iteration "
                                   f"{iterations}; the operator is not Hermitian positive-definite")
-        self.alpha = gamma / denominator
-        self.gamma = gamma
+        self.gamma, self.pap, self.alpha = gamma, pap, gamma / pap
         return self.alpha, beta
 
-    def step(self, ops: VectorOps, x: Any, p: Any, r: Any, s: Any, w: Any, rw: complex,
-             gamma: float, iterations: int, q: Any = None, z: Any = None) -> None:
-        """The step's update; pipelined (``q`` = A w and ``z`` given): also z = q + beta z and
-        w -= alpha z, so that w stays A r and z stays A s without applying the operator."""
-        alpha, beta = self.scalars(rw, gamma, iterations)
+    def step(self, ops: VectorOps, x: Any, p: Any, r: Any, s: Any, w: Any,
+             sums: tuple[complex, float, float], iterations: int, q: Any = None,
+             z: Any = None) -> None:
+        """The step's update from ``sums`` (:func:`_residual_sums`); pipelined (``q`` = A w and
+        ``z`` given): also z = q + beta z and w -= alpha z, so that w stays A r and z stays A s
+        without applying the operator."""
+        alpha, beta = self.scalars(*sums, iterations)
         ops.blas("cg_update", x, p, r, s, w, a=alpha, b=beta)
         if q is not None:
             ops.blas("xpay", q, z, a=beta)  # z = q + beta z
             ops.blas("axpy", z, w, a=-alpha)  # w = w - alpha z
 
 
-def _sums(ops: VectorOps, r: Any, w: Any, apply: Any) -> tuple[complex, float]:
-    """(<r, w>, |r|^2), with ``apply()`` (the next operator application) enqueued behind the
-    pass that sums them, so that it runs while the host waits for the sums (and, across ranks,
-    their global sum)."""
-    sums = ops.fused(BlasTemplate, "cdot_norm")
-    sums.enqueue([r, w], {}, mark=True)
+#: the pass of a single-reduction CG step's sums (:func:`_residual_sums`)
+SINGLE_REDUCTION_SUMS = "cdot_norm_redot"
+
+
+def _sums(ops: VectorOps, r: Any, w: Any, s: Any, apply: Any) -> tuple[complex, float, float]:
+    """(<r, w>, |r|^2, Re <r, s>), with ``apply()`` (the next operator application) enqueued
+    behind the pass that sums them, so that it runs while the host waits for the sums (and,
+    across ranks, their global sum)."""
+    sums = ops.fused(BlasTemplate, SINGLE_REDUCTION_SUMS)
+    sums.enqueue([r, w, s], {}, mark=True)
     apply()
     return ops.global_sum(sums.result())
 
 
-def _residual_sums(A: LinearOperator, ops: VectorOps, r: Any, w: Any,
-                   q: Any) -> tuple[complex, float]:
-    """(<r, w>, |r|^2) of a single-reduction step (plain or mixed: ``A`` and ``ops`` the
-    iterating precision's): w = A r first; pipelined (``q`` given: w kept by recurrence),
-    q = A w beside the sums instead."""
+def _residual_sums(A: LinearOperator, ops: VectorOps, r: Any, w: Any, s: Any,
+                   q: Any) -> tuple[complex, float, float]:
+    """(<r, w>, |r|^2, Re <r, s>) of a single-reduction step (plain or mixed: ``A`` and ``ops``
+    the iterating precision's), in one pass and one global sum: w = A r first; pipelined
+    (``q`` given: w kept by recurrence), q = A w beside the sums instead."""
     if q is not None:
-        return _sums(ops, r, w, lambda: A.apply(q, w))
+        return _sums(ops, r, w, s, lambda: A.apply(q, w))
     A.apply(w, r)
-    return ops.blas("cdot_norm", r, w)
+    return ops.blas(SINGLE_REDUCTION_SUMS, r, w, s)
 
 
 def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
@@ -283,8 +305,8 @@ def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, ma
     the host waits for the sums."""
     start = time.perf_counter()
     ops = vector_ops(A)
-    ops.prepare(blas=("xmy_norm", "cdot_norm", "cg_update") + (("xpay", "axpy") if pipelined
-                                                               else ()), reduce=("sumsq",))
+    ops.prepare(blas=("xmy_norm", SINGLE_REDUCTION_SUMS, "cg_update")
+                + (("xpay", "axpy") if pipelined else ()), reduce=("sumsq",))
     x = ops.new()
     r, p, s, w = ops.work(), ops.work(), ops.work(), ops.work()
     q, z = (ops.work(), ops.work()) if pipelined else (None, None)
@@ -301,9 +323,10 @@ def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, ma
     history = [math.sqrt(rr / bb)]
     converged = history[-1] < tol
     iterations = 0
-    steps = _SingleReduction("CG")
+    steps = _SingleReduction("CG", textbook=pipelined)
     while not converged and iterations < maxiter:
-        rw, rr = _residual_sums(A, ops, r, w, q)
+        sums = _residual_sums(A, ops, r, w, s, q)
+        rr = sums[1]
         applications += 1
         if iterations:  # |r|^2 of the last step's residual: the stopping test
             history.append(math.sqrt(rr / bb))
@@ -312,7 +335,7 @@ def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, ma
             converged = history[-1] < tol
             if converged:
                 break
-        steps.step(ops, x, p, r, s, w, rw, rr, iterations, q, z)
+        steps.step(ops, x, p, r, s, w, sums, iterations, q, z)
         iterations += 1
     if not converged:  # stopped by maxiter: the last step's residual, not yet measured
         rr = ops.reduce("sumsq", r)
@@ -533,7 +556,8 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
     a reliable update with new directions (counted among the updates); a second breakdown on
     the step right after such a restart raises :class:`SolverBreakdown`."""
     start = time.perf_counter()
-    tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta, ("cdot_norm", "cg_update")
+    tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta,
+                                  (SINGLE_REDUCTION_SUMS, "cg_update")
                                   + (("xpay", "axpy") if pipelined else ()))
     hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
     queue = A.queue
@@ -548,7 +572,7 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
     history = [1.0]
     iterations = applications = updates = 0
     converged = False
-    steps = _SingleReduction("mixed CG")
+    steps = _SingleReduction("mixed CG", textbook=pipelined)
     restarted = -1  # the iteration of the last restart after a breakdown (none yet)
 
     def update() -> bool:
@@ -570,20 +594,22 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
         A_low.apply(w, rs)
         applications += 1
     while iterations < maxiter:
-        rw, rr = _residual_sums(A_low, lo, rs, w, q)
+        sums = _residual_sums(A_low, lo, rs, w, s, q)
+        rr = sums[1]
         applications += 1
         if iterations and (rr < delta ** 2 * r_max or rr / bb < tol ** 2):
             if update():
                 converged = True
                 break
-            rw, rr = _residual_sums(A_low, lo, rs, w, q)  # (and pipelined, q from the new w)
+            sums = _residual_sums(A_low, lo, rs, w, s, q)  # (pipelined: q from the new w)
+            rr = sums[1]
             applications += 1
         elif iterations:
             history.append(math.sqrt(rr / bb))
         if not math.isfinite(rr):
             raise SolverBreakdown(f"mixed CG: the residual became {rr} at iteration {iterations}")
         try:
-            steps.step(lo, xs, p, rs, s, w, rw, rr, iterations, q, z)
+            steps.step(lo, xs, p, rs, s, w, sums, iterations, q, z)
         except SolverBreakdown:
             # <p, A p> by recurrence fell to <= 0: rounding in the low precision (the pipelined
             # form in 16 bits drifts), unless it happens again on a fresh start, where it is
@@ -594,7 +620,7 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
             if update():
                 converged = True
                 break
-            steps = _SingleReduction("mixed CG")
+            steps = _SingleReduction("mixed CG", textbook=pipelined)
             for v in directions:
                 v.zero(queue)
             continue

@@ -48,6 +48,9 @@ CASES = {
     "axpy_zpbx": (("x", "p", "z"), {"a": "a", "b": "b"},
                   lambda v, s: ({"x": v["x"] + s["a"] * v["p"], "p": v["z"] + s["b"] * v["p"]}, ())),
     "cdot_norm": (("x", "y"), {}, lambda v, s: ({}, (np.sum(np.conj(v["x"]) * v["y"]), _n2(v["x"])))),
+    "cdot_norm_redot": (("x", "y", "z"), {},
+                        lambda v, s: ({}, (np.sum(np.conj(v["x"]) * v["y"]), _n2(v["x"]),
+                                           np.sum(np.conj(v["x"]) * v["z"]).real))),
     "cg_update": (("x", "p", "r", "s", "w"), {"a": "a", "b": "b"},
                   lambda v, s: ({"p": (p := v["r"] + s["b"] * v["p"]),
                                  "s": (q := v["w"] + s["b"] * v["s"]),
@@ -76,10 +79,11 @@ def test_every_op_has_a_test_case():
     assert set(CASES) == set(BlasTemplate.ops)
 
 
-#: the ops whose first output is a dot product <a, b>: (a, b) by name. Its rounding error grows
-#: with the terms' size, not with the sum's: random data can cancel to a small sum whose
-#: relative error is large, so its tolerance scales with the terms (their 2-norm).
-DOTS = {"cdot_norm": ("x", "y"), "bicgstab_xs": ("r0", "s")}
+#: the ops' outputs that are dot products <a, b>: {output index: (a, b) by name}. A dot's
+#: rounding error grows with the terms' size, not with the sum's: random data can cancel to a
+#: small sum whose relative error is large, so its tolerance scales with the terms (their 2-norm).
+DOTS = {"cdot_norm": {0: ("x", "y")}, "cdot_norm_redot": {0: ("x", "y"), 2: ("x", "z")},
+        "bicgstab_xs": {0: ("r0", "s")}}
 
 
 def _check(context, queue, op, dtype, n, rng):
@@ -96,8 +100,8 @@ def _check(context, queue, op, dtype, n, rng):
     assert len(got) == len(outputs)
     for i, (g, e) in enumerate(zip(got, outputs)):
         scale = max(abs(e), 1.0)
-        if i == 0 and op in DOTS:  # b as updated, where the op writes it
-            a, b = (updates.get(v, wide[v]) for v in DOTS[op])
+        if i in DOTS.get(op, {}):  # b as updated, where the op writes it
+            a, b = (updates.get(v, wide[v]) for v in DOTS[op][i])
             scale = max(scale, float(np.linalg.norm(np.conj(a) * b)))
         assert abs(g - e) <= tol * scale * 4, (op, n, g, e, scale)
     for name in names:
@@ -164,6 +168,9 @@ def test_host_entry_points_update_in_place(context):
     np.testing.assert_allclose(p, z + 2.0 * p0, rtol=1e-14)
     dot, norm = B.cdot_norm(x, y, context=context)
     assert abs(dot - np.vdot(x, y)) < 1e-9 and abs(norm - np.vdot(x, x).real) < 1e-9
+    dot, norm, redot = B.cdot_norm_redot(x, y, xx0 + 1j * p0, context=context)
+    assert abs(dot - np.vdot(x, y)) < 1e-9 and abs(norm - np.vdot(x, x).real) < 1e-9
+    assert abs(redot - np.vdot(x, xx0 + 1j * p0).real) < 1e-9
 
 
 #: The operations whose every candidate is checked on CPU devices, where PoCL takes seconds a
@@ -171,9 +178,10 @@ def test_host_entry_points_update_in_place(context):
 #: element kinds. axpy_zpbx: two vectors written, no reduction; axpy_norm_ratio: one written,
 #: a norm, a scalar computed on the device; cdot_norm: nothing written, two reductions;
 #: bicgstab_xs: complex, two written, two reductions; caxpy: complex, one written, none. The
-#: others (axpy, xpay, axpby, axpy_norm, caxpy_norm, xmy_norm, bicgstab_p) differ from one of
-#: these only in their elementwise body, which test_blas_matches_numpy checks against numpy
-#: for every dtype; GPUs check every candidate of all twelve.
+#: others (axpy, xpay, axpby, axpy_norm, caxpy_norm, xmy_norm, bicgstab_p; cdot_norm_redot,
+#: cdot_norm's pass with a third sum) differ from one of these only in their elementwise body
+#: or their sums, which test_blas_matches_numpy checks against numpy for every dtype; GPUs
+#: check every candidate of all thirteen.
 CPU_CANDIDATE_OPS = ("axpy_zpbx", "axpy_norm_ratio", "cdot_norm", "bicgstab_xs", "caxpy")
 
 

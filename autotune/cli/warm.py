@@ -11,7 +11,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +32,8 @@ from .recorded import RecordedPlan, recorded_plan
 from .warm_lookahead import KeyPipeline, KeyStart, lookahead_default
 from .warm_prebuild import Prebuilder, prebuilding
 from .warm_prebuild import wanted as prebuild_wanted
+from .warm_sharing import (KeyClaims, busy_text, claim_boards, device_class, shares,
+                           start_manager)
 from .warm_plan import (Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args,
                         wall_estimate)
 
@@ -195,23 +197,6 @@ def _test_score(store: Any, key: Any, test: dict[str, Any]) -> float | None:
     return times[-1] if times else None
 
 
-def device_class(identity: accel.DeviceIdentity) -> tuple[str, str, str]:
-    """What a tuning key holds of a device: devices alike in it share results."""
-    return (identity.name, identity.platform, identity.driver_version)
-
-
-def shares(classes: list[tuple]) -> list[tuple[int, int]]:
-    """For each of several workers (by the class of its device), ``(index, count)``: the
-    workers of one class split that class's keys ``count`` ways, this one taking part
-    ``index`` (their results are interchangeable: the same keys)."""
-    seen: dict[tuple, int] = {}
-    parts = []
-    for c in classes:
-        parts.append((seen.get(c, 0), classes.count(c)))
-        seen[c] = seen.get(c, 0) + 1
-    return parts
-
-
 def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, url: str,
                 force: bool, dry_run: bool, quiet: bool,
                 settings: dict[str, Any] | None = None,
@@ -219,7 +204,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
                 recorded: RecordedPlan | None = None,
                 policy: WarmPolicy | None = None,
                 lookahead: bool | None = None,
-                prebuild: bool | None = None) -> list[WarmOutcome]:
+                prebuild: bool | None = None,
+                claims: KeyClaims | None = None) -> list[WarmOutcome]:
     """Warm every template's configurations on one device, into the database ``url``.
 
     A key whose stored result is fresh is left alone (unless ``force``); a stale or invalid one
@@ -235,7 +221,9 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     time limit of the run. ``lookahead``: start each next key while the key before it is tuned
     (:mod:`.warm_lookahead`; None: on GPUs only). ``prebuild``: a low-priority process builds
     the keys' first candidates ahead into the compiler's disk cache (:mod:`.warm_prebuild`;
-    OpenCL devices, many keys, only where True: off by default).
+    OpenCL devices, many keys, only where True: off by default). ``claims`` (instead of
+    ``share``, for workers tuning at once): this worker goes through every key and warms those
+    it takes before the other workers of its class (:class:`.warm_sharing.KeyClaims`).
     """
     policy = policy if policy is not None else WarmPolicy()
     if policy.started is None:
@@ -249,7 +237,8 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         every = ([(template, config) for template in templates
                   for config in template.configurations(context)] if recorded is None
                  else recorded.configurations(context, None if quiet else sys.stderr))
-        mine = _my_positions(every, context, share, comm)
+        mine = (_my_positions(every, context, share, comm) if claims is None
+                else set(range(len(every))))  # listed = every: taken by position there
         listed = [(template, config, template.judge(context, config))
                   for position, (template, config) in enumerate(every) if position in mine]
         turn, plans = _tuning_order(listed, force, policy, context, store)
@@ -259,8 +248,9 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
         estimator = Estimator(plans)
         progress = _Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
-        starts = _starts(plan, order, plans, context, settings, policy, estimator, progress)
-        following = dict(zip(sorted(order), sorted(order)[1:]))  # the next key to tune
+        starts = _starts(plan, order, plans, context, settings, policy, estimator, progress,
+                         claims.workers if claims is not None else 1)
+        following = _Following(order, turn, claims)
         pipeline: KeyPipeline = KeyPipeline(context, lookahead_default(context)
                                             if lookahead is None else lookahead)
         ahead = [] if dry_run or not prebuild_wanted(context, len(order), prebuild) else [
@@ -268,27 +258,52 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
             for p in sorted(order)]
         try:
             with prebuilding(spec.selector, ahead, bool(ahead)) as prebuilder:
-                _tune_keys(plan, order, plans, starts, following, pipeline, progress, outcomes,
-                           unwritten, device, force, dry_run, store, prebuilder)
+                handled = _tune_keys(plan, order, plans, starts, following, pipeline, progress,
+                                     outcomes, unwritten, device, force, dry_run, store,
+                                     prebuilder)
         finally:
             pipeline.close()  # a key still running (Ctrl-C) is cancelled and waited for
             progress.close()
         _say_estimates(progress, estimator, quiet or dry_run)
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
-    back = sorted(range(len(outcomes)), key=lambda k: turn[k])  # as the templates list them
+    back = sorted(range(len(outcomes)), key=lambda k: turn[handled[k]])  # as templates list them
     return [dataclasses.replace(outcomes[k], where=where) for k in back]
 
 
+class _Following:
+    """The key to start ahead while the key at a position of the plan is tuned: the next to
+    tune, or with ``claims`` the next to tune that this worker takes (taken now, so that no
+    other worker starts it too)."""
+
+    def __init__(self, order: dict[int, int], turn: list[int], claims: KeyClaims | None):
+        self.positions = sorted(order)  # the plan's positions of the keys to tune, in turn
+        self.turn, self.claims = turn, claims
+
+    def mine(self, position: int) -> bool:
+        """Whether this worker warms the key at ``position`` of the plan (taking it)."""
+        return self.claims is None or self.claims.take(self.turn[position])
+
+    def after(self, position: int) -> int:
+        """The position of the key to start ahead of ``position``'s end (-1: none)."""
+        later = self.positions[self.positions.index(position) + 1:]
+        return next((p for p in later if self.mine(p)), -1)
+
+
 def _tune_keys(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan],
-               starts: dict[int, KeyStart], following: dict[int, int], pipeline: KeyPipeline,
+               starts: dict[int, KeyStart], following: _Following, pipeline: KeyPipeline,
                progress: _Progress, outcomes: list[WarmOutcome], unwritten: dict[int, Any],
                device: str, force: bool, dry_run: bool, store: Any,
-               prebuilder: Prebuilder) -> None:
-    """Each key of ``plan`` in turn: left alone where stored (unless ``force``), said where
-    ``dry_run``, else tuned (``outcomes`` and ``unwritten`` filled in; ``prebuilder`` told
-    which key starts)."""
+               prebuilder: Prebuilder) -> list[int]:
+    """Each key of ``plan`` in turn that this worker warms (:class:`_Following`): left alone
+    where stored (unless ``force``), said where ``dry_run``, else tuned (``outcomes`` and
+    ``unwritten`` filled in; ``prebuilder`` told which key starts). Returns the plan's
+    position of each outcome."""
+    handled: list[int] = []
     for position, (template, config, verdict) in enumerate(plan):
+        if not following.mine(position):
+            continue
+        handled.append(position)
         args = describe_arguments(encode_arguments(config))
         if tuned_here(verdict) and not force:
             outcomes.append(_stored(template, device, args, verdict.record, store))
@@ -304,27 +319,31 @@ def _tune_keys(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan],
         prebuilder.reached(n)
         began = time.perf_counter()  # a key run ahead counts from its turn
         with progress.key(f"{template.name} {args} on {device}{why}", n):
-            found, key = pipeline.tune(starts[position],
-                                       starts.get(following.get(position, -1)))
+            found, key = pipeline.tune(starts[position], starts.get(
+                following.after(position) if pipeline.enabled else -1))
         outcomes.append(dataclasses.replace(found, seconds=time.perf_counter() - began))
         if key is not None:
             unwritten[len(outcomes) - 1] = key
+    return handled
 
 
 def _starts(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan], context: Any,
             settings: dict[str, Any] | None, policy: WarmPolicy, estimator: Estimator,
-            progress: _Progress) -> dict[int, KeyStart]:
+            progress: _Progress, workers: int = 1) -> dict[int, KeyStart]:
     """The start of each key to tune (by its position in ``plan``; ``order``: its number among
     the keys to tune). Called when the key starts (``ahead``: while the key before it is tuned,
     :mod:`.warm_lookahead`), it fixes the key's search settings (its share of
-    ``--max-minutes``, of what is left then) and returns the key's tuning."""
+    ``--max-minutes``, of what is left then) and returns the key's tuning. ``workers``: how
+    many workers take the keys left (:class:`.warm_sharing.KeyClaims`): about every
+    ``workers``-th of them is this one's, for the share."""
 
     def start_of(position: int) -> KeyStart:
         template, config, _ = plan[position]
         n = order[position]
 
         def start(ahead: bool) -> Any:
-            pending = list(range(n - 1 if ahead else n, len(plans)))
+            pending = (list(range(n - 1 if ahead else n, n + 1))
+                       + list(range(n + 1, len(plans)))[workers - 1::workers])
             seconds = policy.share(estimator, pending, 1 if ahead else 0)
             chosen = _key_settings(settings, plans[n], seconds, policy)
             args = describe_arguments(encode_arguments(config))
@@ -477,11 +496,11 @@ def _written_late(store: Any, outcomes: list[WarmOutcome],
 
 
 def _warm_worker(job: tuple) -> list[WarmOutcome]:
-    spec, extra, names, url, force, dry_run, settings, share, policy, recorded, ahead = job
+    spec, extra, names, url, force, dry_run, settings, share, policy, recorded, ahead, claims = job
     templates = _select_templates(names, extra) if recorded is None else []
     return warm_device(spec, templates, url=url, force=force, dry_run=dry_run, quiet=True,
                        settings=settings, share=share, policy=policy, recorded=recorded,
-                       lookahead=ahead)
+                       lookahead=ahead, claims=claims)
 
 
 def _mpi_world() -> Any:
@@ -593,7 +612,7 @@ def run_warm(args: Any, url: str) -> int:
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
               f"in {_duration(time.perf_counter() - started)}"
               + (f" (estimated {_duration(estimated)})" if estimated else "")
-              + f"; database {display(url)}")
+              + busy_text(outcomes, _duration) + f"; database {display(url)}")
     if unstored:
         print(f"warm: {len(unstored)} tuned result(s) could not be written to {display(url)} "
               f"(first: {unstored[0].message}); warm tries once more as it exits, then they "
@@ -617,15 +636,18 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
         specs = accel.select_devices(args.device)
     else:
         specs = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[:1]
-    parts = shares([device_class(s.identity) for s in specs])
+    classes = [device_class(s.identity) for s in specs]
+    parts = shares(classes)
     jobs = max(1, min(args.jobs, len(specs)))
-    if jobs > 1:
-        work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings, part,
-                 dataclasses.replace(policy, started=None), args.recorded_plan,
-                 getattr(args, "lookahead", None))
-                for s, part in zip(specs, parts)]
-        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-            return [o for part in pool.map(_warm_worker, work) for o in part]
+    if jobs > 1:  # devices of one class take their keys as each becomes free
+        with start_manager() if len(set(classes)) < len(classes) else nullcontext() as manager:
+            claims = claim_boards(classes, manager) if manager else [None] * len(specs)
+            work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings,
+                     part, dataclasses.replace(policy, started=None), args.recorded_plan,
+                     getattr(args, "lookahead", None), claim)
+                    for s, part, claim in zip(specs, parts, claims)]
+            with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+                return [o for part in pool.map(_warm_worker, work) for o in part]
     outcomes = []
     for spec, part in zip(specs, parts):
         outcomes += warm_device(spec, templates, url=url, force=args.force, dry_run=args.dry_run,

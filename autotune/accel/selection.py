@@ -51,19 +51,24 @@ class DeviceSpec:
         return f"{self.selector}  {self.identity.describe()}{mark}"
 
 
-def all_devices() -> list[DeviceSpec]:
+def all_devices(backends: tuple[str, ...] = ("cuda", "opencl")) -> list[DeviceSpec]:
     """Every device found, usable or not (:attr:`DeviceSpec.unusable` says why not): CUDA
     devices first, then OpenCL devices by platform. Each OpenCL platform's health check (a
-    build of a trivial kernel) runs once a process.
+    build of a trivial kernel) runs once a process. ``backends``: only these are looked at.
 
     The backends (pycuda, pyopencl) are imported here, not when autotune is imported: serving
     a stored result does not need them.
     """
-    from . import cuda, opencl
+    specs = []
+    if "cuda" in backends:
+        from . import cuda
 
-    specs = [DeviceSpec(f"cuda:{i}", ident) for i, ident in cuda.list_devices()]
-    specs += [DeviceSpec(f"opencl:{p}:{d}", ident, problem)
-              for p, d, ident, problem in opencl.list_devices()]
+        specs += [DeviceSpec(f"cuda:{i}", ident) for i, ident in cuda.list_devices()]
+    if "opencl" in backends:
+        from . import opencl
+
+        specs += [DeviceSpec(f"opencl:{p}:{d}", ident, problem)
+                  for p, d, ident, problem in opencl.list_devices()]
     return specs
 
 
@@ -116,8 +121,11 @@ def select_devices(selector: str | None = None) -> list[DeviceSpec]:
     Raises :class:`DeviceNotFoundError` listing what exists, or each matching device's reason
     when none of them is usable.
     """
-    specs = sorted(all_devices(), key=_preference)
     value = (selector or "").strip().lower()
+    # a CUDA selector needs no OpenCL platform listed (nor each one's health build: a second
+    # or more on a fresh machine, paid by every process warm starts on a GPU)
+    cuda_only = value == "cuda" or re.fullmatch(r"cuda:\d+", value) is not None
+    specs = sorted(all_devices(("cuda",) if cuda_only else ("cuda", "opencl")), key=_preference)
     if not value:
         chosen = specs
     elif value == "cpu":
@@ -134,7 +142,8 @@ def select_devices(selector: str | None = None) -> list[DeviceSpec]:
             f"opencl:P, opencl:P:D, cpu or gpu. {_describe_all(specs)}"
         )
     if not chosen:
-        raise DeviceNotFoundError(f"no device matches {selector!r}; {_describe_all(specs)}")
+        everything = sorted(all_devices(), key=_preference) if cuda_only else specs
+        raise DeviceNotFoundError(f"no device matches {selector!r}; {_describe_all(everything)}")
     usable = [s for s in chosen if s.usable]
     if not usable:
         raise _unusable_error(selector, chosen)

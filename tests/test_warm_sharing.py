@@ -70,8 +70,12 @@ def test_the_summary_says_how_busy_each_device_was():
     class Done:
         where: str
         seconds: float
+        began_at: float
         device: str = "GPU"
 
-    two = [Done("host/cuda:0", 4.0), Done("host/cuda:1", 3.0), Done("host/cuda:0", 5.0)]
+    two = [Done("host/cuda:0", 4.0, 102.0), Done("host/cuda:1", 3.0, 103.5),
+           Done("host/cuda:0", 5.0, 106.0)]
     assert busy_text(two, lambda s: f"{s:g} s") == "; each device busy 3 s to 9 s"
-    assert busy_text([Done("host/cuda:0", 4.0)], str) == ""
+    assert busy_text(two, lambda s: f"{s:g} s", 100.0) == (
+        "; each device busy 3 s to 9 s, its first key 2 s to 3.5 s after the start")
+    assert busy_text([Done("host/cuda:0", 4.0, 101.0)], str) == ""

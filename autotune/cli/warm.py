@@ -67,6 +67,7 @@ class WarmOutcome:
     plan: str = ""  #: the search the key got (see :mod:`autotune.cli.warm_plan`)
     estimate: float | None = None  #: seconds the plan expected, before the run began
     seconds: float | None = None  #: seconds the key took
+    began_at: float | None = None  #: when its turn began (``time.time()``: any process's clock)
 
     @property
     def speedup(self) -> float | None:
@@ -317,11 +318,12 @@ def _tune_keys(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan],
                                         estimate=plans[n].seconds))
             continue
         prebuilder.reached(n)
-        began = time.perf_counter()  # a key run ahead counts from its turn
+        began, began_at = time.perf_counter(), time.time()  # a key run ahead: from its turn
         with progress.key(f"{template.name} {args} on {device}{why}", n):
             found, key = pipeline.tune(starts[position], starts.get(
                 following.after(position) if pipeline.enabled else -1))
-        outcomes.append(dataclasses.replace(found, seconds=time.perf_counter() - began))
+        outcomes.append(dataclasses.replace(found, seconds=time.perf_counter() - began,
+                                            began_at=began_at))
         if key is not None:
             unwritten[len(outcomes) - 1] = key
     return handled
@@ -571,7 +573,7 @@ def run_warm(args: Any, url: str) -> int:
                 "resume": args.resume or None}
     with search_settings(**settings):  # checks them once, before anything is tuned
         pass
-    started = time.perf_counter()
+    started, started_at = time.perf_counter(), time.time()
     if getattr(args, "recorded", None):  # the record file's keys, their templates resolved
         args.recorded_plan = recorded_plan(args)
         templates: list[RegisteredTemplate] = []
@@ -612,7 +614,7 @@ def run_warm(args: Any, url: str) -> int:
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
               f"in {_duration(time.perf_counter() - started)}"
               + (f" (estimated {_duration(estimated)})" if estimated else "")
-              + busy_text(outcomes, _duration) + f"; database {display(url)}")
+              + busy_text(outcomes, _duration, started_at) + f"; database {display(url)}")
     if unstored:
         print(f"warm: {len(unstored)} tuned result(s) could not be written to {display(url)} "
               f"(first: {unstored[0].message}); warm tries once more as it exits, then they "

@@ -5,7 +5,7 @@ mixed CG's time to solution with each recurrence on one GPU and on N.
 
 Usage (the GPU machine, after ../shared/device's setup with mpi4py and mpich):
     python benchmarks/many_gpus.py --out DIR [--gpus 2] [--runs 3] [--db tune.db]
-        [--dims 32 32 32 32] [--solver] [--part all|dslash|solver]
+        [--dims 32 32 32 32] [--solver] [--part all|dslash|solver] [--tune-first]
 
 ``--dims`` is one GPU's block; the lattice is cut in t over ``--gpus`` GPUs. Each step is one
 ``mpiexec`` of ``distributed_dslash.py`` or ``distributed_solver.py`` (their JSON files and logs
@@ -15,6 +15,9 @@ over N GPUs' at N blocks; strong scaling one GPU's at the whole lattice over N G
 ``--part dslash`` or ``--part solver`` runs one half (``summary_dslash.json`` or
 ``summary_solver.json``), so that each fits a command's time limit on large lattices (the
 mixed CG at 48^3 x 96 on one GPU, with its dslash keys tuned first, is minutes on its own).
+``--tune-first`` tunes the dslash keys of the block and the lattice (single precision; with
+the solver double and half too) on all the GPUs at once before the runs (four H200s: 6 keys
+at 48^3 in 44 s), into ``--db``.
 """
 
 from __future__ import annotations
@@ -80,6 +83,29 @@ def solver(out: Path, env: dict, ranks: int, dims: list[int], grid: list[int],
             for row in json.loads(path.read_text())["runs"]}
 
 
+def tune_first(out: Path, env: dict, gpus: int, dims: list[list[int]],
+               precisions: tuple[str, ...], devices: str = "cuda") -> None:
+    """Tune the dslash keys the runs will ask for (each of ``dims`` in each precision, 12
+    parameters) on the ``gpus`` GPUs at once, into ``env``'s AUTOTUNE_DB, before anything is
+    timed: ``warm --recorded`` of a record file written here for this machine's GPU (the
+    runs' ranks would otherwise each search their keys at first use, with a full search)."""
+    from autotune import accel
+    from autotune.tune.misses import record_line
+    from autotune.tune.registry import registered_templates
+
+    context = accel.select_devices(devices)[0].create_context()
+    dslash = next(t for t in registered_templates() if t.name == "wilson_dslash")
+    records = out / "dslash_keys.jsonl"
+    records.write_text("".join(
+        record_line(dslash.key(context, {"dims": tuple(d), "precision": p, "reconstruct": 12}),
+                    "missed") for d in dims for p in precisions))
+    command = [sys.executable, "-m", "autotune", "warm", "--all-devices", "--device", devices,
+               "--jobs", str(gpus), "--recorded", str(records), "--max-evals",
+               "wilson_dslash=24", "--quiet"]
+    if run(command, out / "dslash_keys.log", env, 540) != 0:
+        sys.exit(f"tuning the dslash keys failed: {out / 'dslash_keys.log'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, type=Path)
@@ -90,6 +116,9 @@ def main() -> None:
     parser.add_argument("--solver", action="store_true", help="the mixed CG too")
     parser.add_argument("--part", choices=("all", "dslash", "solver"), default="all",
                         help="the dslash's runs, the solver's (implies --solver) or both")
+    parser.add_argument("--tune-first", action="store_true",
+                        help="tune the dslash keys of the block and the lattice on every GPU "
+                             "at once first (warm --recorded; --db should be set)")
     args = parser.parse_args()
     args.solver = args.solver or args.part == "solver"
     args.out.mkdir(parents=True, exist_ok=True)
@@ -100,6 +129,9 @@ def main() -> None:
     block = list(args.dims)
     whole = block[:3] + [block[3] * n]
     one, cut = [1, 1, 1, 1], [1, 1, 1, n]
+    if args.tune_first:
+        tune_first(args.out, env, n, [block, whole],
+                   ("double", "single", "half") if args.solver else ("single",))
     summary: dict = {"date": time.strftime("%Y-%m-%d"), "gpus": n, "block": block, "lattice": whole}
     dslashes = args.part != "solver"
     summary["one_gpu_block"] = (dslash(args.out, env, 1, block, one, "1_block", ("overlap",))

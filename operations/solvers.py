@@ -196,29 +196,30 @@ class _SingleReduction:
             ops.blas("axpy", z, w, a=-alpha)  # w = w - alpha z
 
 
-#: the pass of a single-reduction CG step's sums (:func:`_residual_sums`)
-SINGLE_REDUCTION_SUMS = "cdot_norm_redot"
+#: the pass of a single-reduction CG step's sums (:func:`_residual_sums`); the pipelined form
+#: sums (<r, w>, |r|^2) alone (its <p, A p> takes the textbook form: no Re <r, s> to read)
+SINGLE_REDUCTION_SUMS, PIPELINED_SUMS = "cdot_norm_redot", "cdot_norm"
 
 
-def _sums(ops: VectorOps, r: Any, w: Any, s: Any, apply: Any) -> tuple[complex, float, float]:
-    """(<r, w>, |r|^2, Re <r, s>), with ``apply()`` (the next operator application) enqueued
-    behind the pass that sums them, so that it runs while the host waits for the sums (and,
-    across ranks, their global sum)."""
-    sums = ops.fused(BlasTemplate, SINGLE_REDUCTION_SUMS)
-    sums.enqueue([r, w, s], {}, mark=True)
-    apply()
-    return ops.global_sum(sums.result())
+def sums_pass(pipelined: bool) -> str:
+    """The BLAS pass of a single-reduction (or ``pipelined``) CG step's sums."""
+    return PIPELINED_SUMS if pipelined else SINGLE_REDUCTION_SUMS
 
 
 def _residual_sums(A: LinearOperator, ops: VectorOps, r: Any, w: Any, s: Any,
                    q: Any) -> tuple[complex, float, float]:
     """(<r, w>, |r|^2, Re <r, s>) of a single-reduction step (plain or mixed: ``A`` and ``ops``
-    the iterating precision's), in one pass and one global sum: w = A r first; pipelined
-    (``q`` given: w kept by recurrence), q = A w beside the sums instead."""
-    if q is not None:
-        return _sums(ops, r, w, s, lambda: A.apply(q, w))
-    A.apply(w, r)
-    return ops.blas(SINGLE_REDUCTION_SUMS, r, w, s)
+    the iterating precision's), in one pass and one global sum: w = A r first. Pipelined
+    (``q`` given: w kept by recurrence): q = A w enqueued behind the pass that sums
+    (<r, w>, |r|^2), so that it runs while the host waits for the sums (and, across ranks,
+    their global sum); Re <r, s> is not needed there (0)."""
+    if q is None:
+        A.apply(w, r)
+        return ops.blas(SINGLE_REDUCTION_SUMS, r, w, s)
+    sums = ops.fused(BlasTemplate, PIPELINED_SUMS)
+    sums.enqueue([r, w], {}, mark=True)
+    A.apply(q, w)
+    return (*ops.global_sum(sums.result()), 0.0)
 
 
 def _step(ops: VectorOps, dot: Any, p: accel.DeviceArray, ap: accel.DeviceArray,
@@ -305,7 +306,7 @@ def _cg_single_reduction(A: LinearOperator, b: accel.DeviceArray, tol: float, ma
     the host waits for the sums."""
     start = time.perf_counter()
     ops = vector_ops(A)
-    ops.prepare(blas=("xmy_norm", SINGLE_REDUCTION_SUMS, "cg_update")
+    ops.prepare(blas=("xmy_norm", sums_pass(pipelined), "cg_update")
                 + (("xpay", "axpy") if pipelined else ()), reduce=("sumsq",))
     x = ops.new()
     r, p, s, w = ops.work(), ops.work(), ops.work(), ops.work()
@@ -557,7 +558,7 @@ def _cg_mixed_single_reduction(A: LinearOperator, A_low: LinearOperator, b: acce
     the step right after such a restart raises :class:`SolverBreakdown`."""
     start = time.perf_counter()
     tol, maxiter, m = mixed_start(A, A_low, b, tol, maxiter, delta,
-                                  (SINGLE_REDUCTION_SUMS, "cg_update")
+                                  (sums_pass(pipelined), "cg_update")
                                   + (("xpay", "axpy") if pipelined else ()))
     hi, lo, b, bb, x, tmp, xs, rs = m.hi, m.lo, m.b, m.bb, m.x, m.tmp, m.xs, m.rs
     queue = A.queue

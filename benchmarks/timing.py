@@ -59,12 +59,11 @@ def ranks_time(comm: Any, queue: Any, fn: Callable[[], Any], launches: int = 1,
 
 
 @contextlib.contextmanager
-def profiled(queue: Any, on: bool = True) -> Iterator[None]:
-    """With ``on``, the body's device work is what a CUDA profiler started with
-    ``--profile-from-start off`` records (``cuProfilerStart``/``cuProfilerStop`` around it, the
-    queue drained first and last, so no work from before or after falls inside); elsewhere, or
-    with ``on`` False, the body alone."""
-    if not on or getattr(getattr(queue, "context", None), "backend", None) != "cuda":
+def profiled(queue: Any) -> Iterator[None]:
+    """The body's device work is what a CUDA profiler started with ``--profile-from-start
+    off`` records (``cuProfilerStart``/``cuProfilerStop`` around it, the queue drained first
+    and last, so no work from before or after falls inside); elsewhere the body alone."""
+    if getattr(getattr(queue, "context", None), "backend", None) != "cuda":
         yield
         return
     driver = ctypes.CDLL("libcuda.so.1")

@@ -643,7 +643,7 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
     jobs = max(1, min(args.jobs, len(specs)))
     if jobs > 1:  # devices of one class take their keys as each becomes free
         with start_manager() if len(set(classes)) < len(classes) else nullcontext() as manager:
-            claims = claim_boards(classes, manager) if manager else [None] * len(specs)
+            claims = claim_boards(classes, manager)
             work = [(s, args.template, args.operations, url, args.force, args.dry_run, settings,
                      part, dataclasses.replace(policy, started=None), args.recorded_plan,
                      getattr(args, "lookahead", None), claim)

@@ -59,19 +59,16 @@ class KeyClaims:
 def claim_boards(classes: list[tuple], manager: Any) -> list[KeyClaims | None]:
     """For each of several workers tuning at once (by the class of its device), its
     :class:`KeyClaims`, one board a class of two or more workers; None for a worker alone in
-    its class (it takes every key)."""
+    its class (it takes every key; ``manager`` may then be None)."""
     boards: dict[tuple, Any] = {}
     claims: list[KeyClaims | None] = []
-    seen: dict[tuple, int] = {}
-    for c in classes:
-        count = classes.count(c)
+    for c, (index, count) in zip(classes, shares(classes)):
         if count < 2:
             claims.append(None)
             continue
         if c not in boards:
             boards[c] = manager.dict()
-        claims.append(KeyClaims(boards[c], seen.get(c, 0), count))
-        seen[c] = seen.get(c, 0) + 1
+        claims.append(KeyClaims(boards[c], index, count))
     return claims
 
 

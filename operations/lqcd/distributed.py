@@ -313,11 +313,13 @@ class DistributedWilsonOperator(WilsonOperator):
             self._dslash_with(args, inp, spinors, variant, self.policy)
 
     def dslash_kernel(self, out: Any, inp: Any, parity: int, region: str = "all", *,
-                      dagger: bool = False, x: Any = None, a: float = 0.0) -> Callable[[], None]:
+                      dagger: bool = False, x: Any = None, a: float = 0.0,
+                      queue: accel.CommandQueue | None = None) -> Callable[[], None]:
         """One dslash kernel on its own, to time it apart from the exchange: a call enqueues
         out = D_{parity,1-parity} inp (x + a D inp with ``x``) on the ``region`` of the block
         ("all" its sites, "interior" those with no hop off the block, "exterior" the others),
-        reading the ghost zone as it stands (nothing is exchanged)."""
+        reading the ghost zone as it stands (nothing is exchanged), on ``queue`` (default: the
+        operator's)."""
         if region not in self.REGIONS:
             raise ValueError(f"region must be one of {', '.join(self.REGIONS)}, got {region!r}")
         args, _, storage = self._arguments(out, inp, x, a)
@@ -326,7 +328,7 @@ class DistributedWilsonOperator(WilsonOperator):
             args[-2:] = [sites, np.uint32(count)]
         if region == "fused":  # nothing awaited: the ghost zone as it stands
             args += [self._tickets, *self._no_arrival]
-        kernel = self._kernel((parity, bool(dagger), x is not None, *storage), region)
+        kernel = self._kernel((parity, bool(dagger), x is not None, *storage), region, queue)
         return lambda: kernel(args)
 
     def _arguments(self, out: Any, inp: Any, x: Any, a: float) -> tuple[list, list, tuple]:

@@ -48,12 +48,10 @@ def add_block_arguments(parser: argparse.ArgumentParser, launches: int) -> None:
     parser.add_argument("--launches", type=int, default=launches)
 
 
-def block_operator(comm, args: argparse.Namespace, context: Any = None,
-                   **options: Any) -> DistributedWilsonOperator:
+def block_operator(comm, args: argparse.Namespace, **options: Any) -> DistributedWilsonOperator:
     """The distributed operator of ``add_block_arguments``' options on this rank's device (SU(3)
-    links, seeded: their values do not change the timing), in ``context`` (default: a new
-    one, :func:`rank_context`); ``options`` go to the operator."""
-    context = rank_context(comm) if context is None else context
+    links, seeded: their values do not change the timing); ``options`` go to the operator."""
+    context = rank_context(comm)
     dims = tuple(args.dims)
     return DistributedWilsonOperator(comm, context, haar_field(dims, seed=3), 0.12,
                                      tuple(args.grid), args.precision, args.reconstruct,

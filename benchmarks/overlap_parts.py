@@ -3,7 +3,7 @@ side by side on the same two queues, leaving one part out at a time.
 
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/overlap_parts.py
     --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12]
-    [--launches 200] [--rounds 3] [--exterior-rounds 1 2 4 ...] [--json FILE]
+    [--launches 200] [--rounds 3] [--json FILE]
 
 Policy "overlap" runs the interior update on the operator's queue and, on the transport's
 high-priority copies queue beside it: the packing, the copies into the neighbours' ghost zones,
@@ -14,10 +14,7 @@ dslash is; the rows without an exchange read the ghost zone as it stands), timed
 rank synchronised around them, the median of ``--rounds`` alternating rounds. Where
 "interior, then exterior" equals the dslash while "interior beside exterior" is near the
 interior alone, the exterior waits for something the interior holds back (the faces' arrival,
-or a queue); the rows between say which. ``--exterior-rounds``: after the first value's
-rows, the dslash and the interior beside the exterior again with each further value
-(``DistributedWilsonOperator(exterior_rounds=R)``, an operator each in the same process: the
-exterior update's work-items take R boundary sites each, in turn).
+or a queue); the rows between say which.
 """
 
 from __future__ import annotations
@@ -35,10 +32,9 @@ from distributed_dslash import add_block_arguments, block_operator, spinors
 from timing import ranks_time
 
 
-def parts(op, out, inp, few: bool = False) -> dict[str, Callable[[], None]]:
+def parts(op, out, inp) -> dict[str, Callable[[], None]]:
     """The rows: each a function that enqueues one call's parts on the operator's queue and
-    the transport's copies queue, and joins them back (``few``: the dslash and the interior
-    beside the exterior only, named with the operator's exterior rounds)."""
+    the transport's copies queue, and joins them back."""
     queue, transport = op.queue, op.transport
     copies = transport.copies
     interior = op.dslash_kernel(out, inp, 0, "interior")
@@ -63,10 +59,6 @@ def parts(op, out, inp, few: bool = False) -> dict[str, Callable[[], None]]:
     def arrive() -> None:
         transport.finish_on_copies()
 
-    if few:
-        named = f", exterior in {op.exterior_rounds} rounds"
-        return {"dslash (overlap)" + named: lambda: op.dslash_parity(out, inp, 0),
-                "interior beside exterior" + named: beside(exterior)}
     rows = {
         "dslash (overlap)": lambda: op.dslash_parity(out, inp, 0),
         "interior alone": interior,
@@ -102,20 +94,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_block_arguments(parser, launches=200)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--exterior-rounds", type=int, nargs="+", default=[1])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
-    op = block_operator(comm, args, exterior_rounds=args.exterior_rounds[0])
-    ops = [op] + [block_operator(comm, args, op.context, queue=op.queue, exterior_rounds=r)
-                  for r in args.exterior_rounds[1:]]
+    op = block_operator(comm, args)
     if not op._sections:
         raise SystemExit("nothing is partitioned: run it with a grid that cuts the lattice")
     inp, out = spinors(op.context, op)
-    rows = {}
-    for n, each in enumerate(ops):
-        rows.update({name: recorded(each, name, fn)
-                     for name, fn in parts(each, out, inp, few=n > 0).items()})
+    rows = {name: recorded(op, name, fn) for name, fn in parts(op, out, inp).items()}
     times: dict[str, list[float]] = {name: [] for name in rows}
     for _ in range(args.rounds):
         for name, fn in rows.items():

@@ -81,8 +81,7 @@ def main() -> None:
                                           case["reconstruct"], case["t_boundary"],
                                           tuning=block_tuning(context, p, case),
                                           policy=case["policy"], transport=case["transport"],
-                                          graphs=case.get("graphs"),
-                                          exterior_rounds=case.get("exterior_rounds", 1))
+                                          graphs=case.get("graphs"))
                 for p, case in zip(problems, cases)]
         single = single_process_results(comm, context, problems)
         everyone = [comm.gather(compare(comm, context, *args))

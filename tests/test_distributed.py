@@ -91,10 +91,8 @@ LAUNCHES = {
              policy="overlap", transport="auto"),
         # (16-bit fields and links: 16-bit faces where a field is 16-bit, the ghost links
         # rounded as the block's are)
-        # (the exterior update's work-items taking three boundary sites each, in turn)
         dict(id="z-cut-2-half-8", dims=(4, 4, 8, 4), grid=(1, 1, 2, 1), t_boundary=-1,
-             reconstruct=8, precision="half", solves=[], policy="overlap", transport="auto",
-             exterior_rounds=3),
+             reconstruct=8, precision="half", solves=[], policy="overlap", transport="auto"),
         dict(id="x-cut-2-unequal-periodic-serial-host", dims=(8, 6, 4, 4), grid=(2, 1, 1, 1),
              t_boundary=1, reconstruct=12, precision="double",
              solves=["cg_eo", "bicgstab_eo", "gcr_eo"], policy="serial", transport="host"),
@@ -108,7 +106,7 @@ LAUNCHES = {
         dict(id="xt-cut-4-single-in-order", dims=(8, 4, 4, 8), grid=(2, 1, 1, 2),
              t_boundary=1, reconstruct=12, precision="single", solves=["cg_eo"],
              policy="overlap_in_order", transport="auto", tuning={"wgs": 64, "dir_split": 2},
-             graphs=None, exterior_rounds=2),
+             graphs=None),
     ],
 }
 
@@ -225,16 +223,14 @@ def test_a_dslash_is_recorded_only_where_the_host_waits_for_nothing(context):
 
 
 def test_bad_options_are_refused_before_anything_is_built(context):
-    """The policy, the transport, ``graphs`` and ``exterior_rounds`` are checked first, each
-    with a one-line error that names the choices (no communicator is touched)."""
+    """The policy, the transport and ``graphs`` are checked first, each with a one-line error
+    that names the choices (no communicator is touched)."""
     from operations.lqcd import DistributedWilsonOperator, weak_field
 
     u = weak_field((4, 4, 4, 4), 0.1, seed=1)
     for options, message in (({"policy": "eager"}, "policy must be one of overlap"),
                              ({"transport": "nccl"}, "transport must be one of peer, host"),
-                             ({"graphs": "yes"}, "graphs must be None"),
-                             ({"exterior_rounds": 0}, "exterior_rounds must be an int >= 1"),
-                             ({"exterior_rounds": 2.0}, "exterior_rounds must be an int >= 1")):
+                             ({"graphs": "yes"}, "graphs must be None")):
         with pytest.raises(ValueError, match=message):
             DistributedWilsonOperator(None, context, u, 0.1, **options)
 

@@ -71,9 +71,7 @@ class DistributedWilsonOperator(WilsonOperator):
     device, "host": through page-locked host memory, "auto": peer where every rank can have it;
     see :mod:`.transport`); ``graphs``: record each overlapped dslash once and launch it again
     with one call (:mod:`.recordings`; None, the default: where the device and transport
-    allow, True: required, False: never); ``exterior_rounds``: the boundary sites each
-    work-item of the exterior update takes in turn (fewer, longer groups beside the interior
-    update). Other arguments as for :class:`WilsonOperator`;
+    allow, True: required, False: never). Other arguments as for :class:`WilsonOperator`;
     with precision="half" a 16-bit field's faces travel in 16 bits (its words and norms, as
     they are), a single precision one's in single precision, and the ghost links are kept in
     single precision, rounded as the block's 16-bit links are."""
@@ -104,16 +102,8 @@ class DistributedWilsonOperator(WilsonOperator):
                  reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
                  unitarity_tol: float = 1e-8, queue: Any = None,
                  tuning: dict[str, Any] | str | None = None, policy: str = "overlap",
-                 transport: str = "auto", graphs: bool | None = None,
-                 exterior_rounds: int = 1):
+                 transport: str = "auto", graphs: bool | None = None):
         check_transport(transport)  # before anything is built
-        if not isinstance(exterior_rounds, int) or isinstance(exterior_rounds, bool) \
-                or exterior_rounds < 1:
-            raise ValueError(f"exterior_rounds must be an int >= 1 (the boundary sites each "
-                             f"work-item of the exterior update takes), got {exterior_rounds!r}")
-        #: rounds of the exterior update: its groups take this many sites a work-item, one
-        #: after another, so that fewer of them run beside the interior update
-        self.exterior_rounds = exterior_rounds
         if graphs not in (None, True, False):
             raise ValueError(f"graphs must be None (record where possible), True or False, "
                              f"got {graphs!r}")
@@ -270,12 +260,8 @@ class DistributedWilsonOperator(WilsonOperator):
             wgs = render["wgs"]
             whole = t.launch_size(render)  # the groups that cover every site, times wgs
             per_group = wgs // render.get("dir_split", 1)  # sites a group takes
-            groups = max(1, -(-self._boundary[parity][1] // per_group))
+            boundary = max(1, -(-self._boundary[parity][1] // per_group)) * wgs
             dist = {**self._dist, "region": region}
-            if region == "exterior" and self.exterior_rounds > 1:
-                dist["rounds"] = self.exterior_rounds
-                groups = -(-groups // self.exterior_rounds)
-            boundary = groups * wgs
             if region == "fused":
                 dist["interior_groups"] = whole // wgs
             program = self.context.build(DSLASH_TEMPLATE, {
@@ -486,4 +472,4 @@ class DistributedWilsonOperator(WilsonOperator):
             self.comm, self.context, self._global_links, self.kappa, self.partition.grid,
             precision, self.reconstruct, self.t_boundary, check=False, queue=self.queue,
             tuning=self.tuning, policy=self.policy, transport=self.transport.name,
-            graphs=self._graphs_asked, exterior_rounds=self.exterior_rounds)
+            graphs=self._graphs_asked)

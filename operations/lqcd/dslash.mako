@@ -231,10 +231,7 @@
     if dist is not None and (sites, stage) != (1, False):
         raise ValueError("a distributed block's kernels take one site a work-group slot, "
                          "nothing staged (sites=1, stage=False)")
-    # a distributed region's rounds: its groups take that many sites each, one round after
-    # another (dslash_regions.mako's part "round"); else one
-    rounds = dist.get("rounds", 1) if dist is not None else 1
-    plain = (sites, split, stage, rounds) == (1, 1, False, 1)
+    plain = (sites, split, stage) == (1, 1, False)
     nrhs = context.get("nrhs", 1)
     if not isinstance(nrhs, int) or nrhs < 1:
         raise ValueError(f"nrhs {nrhs!r}: right-hand sides a launch takes, an int >= 1")
@@ -465,8 +462,6 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     /* this round's block: consecutive sites, coalesced; the next round's is the grid further */
     const unsigned int c0_ = (get_group_id(0) + round_ * get_num_groups(0)) * ${SPG}u;
     const unsigned int cb = c0_ + slot_;
-% elif rounds > 1:
-<%include file="${dist['regions']}" args="part='round'"/>\
 % else:
     {   /* one round: the site cb the head chose (past VH: none) */
 % endif
@@ -735,7 +730,7 @@ ${exchange("chi", False)}
 % endfor
 % if not plain:
     }
-% if (sites > 1 or rounds > 1) and (split > 1 or stage):
+% if sites > 1 and (split > 1 or stage):
     BARRIER();  /* every work-item is done with the local buffers before the next round */
 % endif
     }

@@ -12,11 +12,6 @@
 ##             returns early: the head gives a site that is not updated the
 ##             index 0xFFFFFFFF (past every site: dslash.mako's "cb < VH" tests skip it), and
 ##             makes the skip itself, from the site's coordinates.
-##             "round": where dist["rounds"] > 1 (the exterior region only), the loop whose
-##             rounds each give a group's work-items their next site (the head then chooses
-##             none): fewer groups, each taking several sites in turn, so that the update of
-##             the boundary sites beside the interior update holds fewer of the device's
-##             slots at once.
 ##   parity, dagger, xpay, bounds, G, GG, suffix, spinors   (head) the variant, the kernel's
 ##             bounds, link and ghost link types, the name's storage suffix (half: "_shs" and
 ##             so on) and the parameters of out, in and x_in as dslash.mako renders them
@@ -48,10 +43,7 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     GLOBAL const unsigned int * RESTRICT words, unsigned int nwords, unsigned int count)
 % endif
 {
-<% assert dist.get("rounds", 1) == 1 or dist["region"] == "exterior", "only the exterior region takes rounds" %>\
-% if dist.get("rounds", 1) > 1:
-    /* the sites: in the rounds below */
-% elif dist["region"] == "exterior" and split > 1:
+% if dist["region"] == "exterior" and split > 1:
     const unsigned int e_ = get_group_id(0) * ${SPG}u + get_local_id(0) % ${SPG}u;
     const unsigned int cb = e_ < nsites ? sites[e_] : 0xFFFFFFFFu;
 % elif dist["region"] == "exterior":
@@ -117,11 +109,6 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
             cb = 0xFFFFFFFFu;  /* a boundary site: the exterior update's */
     }
 % endif
-% elif part == "round":
-    for (unsigned int round_ = 0; round_ < ${dist["rounds"]}u; round_++)
-    {   /* this round's sites: the groups' blocks of ${SPG}, the grid further each round */
-    const unsigned int e_ = (round_ * get_num_groups(0) + get_group_id(0)) * ${SPG}u + slot_;
-    const unsigned int cb = e_ < nsites ? sites[e_] : 0xFFFFFFFFu;
 % elif part == "skip":
 % if split == 1 and dist["region"] in ("interior", "fused") and edges("xyzt"):
 % if dist["region"] == "fused":

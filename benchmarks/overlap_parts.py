@@ -62,6 +62,10 @@ def parts(op, out, inp) -> dict[str, Callable[[], None]]:
     rows = {
         "dslash (overlap)": lambda: op.dslash_parity(out, inp, 0),
         "interior alone": interior,
+        # one launch for every site, the ghost zone as it stands: the whole-block kernel (every
+        # hop may cross the cut) and the fused one (its boundary groups last, nothing awaited)
+        "whole-block kernel alone": op.dslash_kernel(out, inp, 0, "all"),
+        "fused kernel alone": op.dslash_kernel(out, inp, 0, "fused"),
         "interior, then exterior": lambda: (interior(), exterior_here()),
         "interior beside exterior": beside(exterior),
         "interior beside pack": beside(pack),

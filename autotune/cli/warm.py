@@ -7,12 +7,8 @@ import multiprocessing
 import os
 import socket
 import sys
-import threading
 import time
-from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import nullcontext
 from typing import Any
 
 from .. import accel
@@ -20,175 +16,21 @@ from ..tune.registry import RegisteredTemplate, load_template, registered_templa
 from ..tune import observing, search_settings, use_database
 from ..tune.encoding import describe_arguments, encode_arguments, encode_parameters
 from ..tune.serving import get_store, match_mode
-from ..tune.store import ReadOnlyStoreError, display
+from ..tune.store import ReadOnlyStoreError
 from ..tune.collective import split
 from ..tune.records import ResultOrigin
 from ..tune.verdicts import Freshness
 from ..tune.serving import serving
 from ..tune.store import StoreUnavailableError
 from ..tune.validation import recorded_speedup
-from .formatting import parameters_text, printable, seconds_text, speedup_text
+from .formatting import parameters_text
 from .recorded import RecordedPlan, recorded_plan
 from .warm_lookahead import KeyPipeline, KeyStart, lookahead_default
 from .warm_prebuild import Prebuilder, prebuilding
 from .warm_prebuild import wanted as prebuild_wanted
-from .warm_sharing import (KeyClaims, busy_text, claim_boards, device_class, shares,
-                           start_manager)
-from .warm_plan import (Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args,
-                        wall_estimate)
-
-
-#: ``warm``'s exit statuses: 0 every key tuned and stored (or already stored; results tuned
-#: into a read-only database are not stored and count as done), 1 some key failed to tune,
-#: 2 bad input or a database that cannot be used at all, 3 some tuned result could not be
-#: written (full disk, server outage, lock held too long; 3 wins over 1), 130 interrupted.
-EXIT_FAILED = 1
-EXIT_NOT_STORED = 3
-
-
-@dataclass(frozen=True)
-class WarmOutcome:
-    """What ``warm`` did with one key."""
-
-    template: str
-    device: str
-    arguments: str  #: human-readable arguments
-    #: ``tuned``, ``stored`` (fresh already), ``would tune``, ``failed``, ``tuned, not stored``
-    #: (a read-only database), ``tuned, write failed`` (any other reason it could not be written)
-    status: str
-    parameters: str = ""
-    score: float | None = None
-    test_score: float | None = None  #: time of the template's ``test=`` parameters, if tried
-    message: str = ""
-    #: which device did it (host and selector): identical GPUs share a name
-    where: str = ""
-    #: the 95% interval of :attr:`speedup`, where the choice timed both side by side
-    speedup_interval: tuple[float, float] | None = None
-    plan: str = ""  #: the search the key got (see :mod:`autotune.cli.warm_plan`)
-    estimate: float | None = None  #: seconds the plan expected, before the run began
-    seconds: float | None = None  #: seconds the key took
-    began_at: float | None = None  #: when its turn began (``time.time()``: any process's clock)
-
-    @property
-    def speedup(self) -> float | None:
-        if self.score and self.test_score:
-            return self.test_score / self.score
-        return None
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes} min {seconds:02d} s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes:02d} min"
-
-
-class _Progress:
-    """Progress through the keys and through each key's candidates: rich bars on a terminal,
-    else one line per key, with the time elapsed and an estimate of the time left."""
-
-    def __init__(self, stream: Any, quiet: bool, total: int, to_tune: int, estimator: Estimator):
-        self.stream = stream
-        self.estimator = estimator
-        self.at_tenth: tuple[float, float] | None = None  #: (elapsed, estimated left) at 10%
-        self.quiet = quiet
-        self.total = total
-        self.to_tune = to_tune
-        self.done = 0
-        self.tuned = 0
-        self.started = time.perf_counter()
-        self.rich = None
-        if not quiet and stream.isatty():
-            try:
-                from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
-                                           TimeElapsedColumn, TimeRemainingColumn)
-
-                self.rich = Progress(TextColumn("{task.description}"), BarColumn(),
-                                     MofNCompleteColumn(), TimeElapsedColumn(),
-                                     TimeRemainingColumn(), transient=True)
-                self.rich.start()
-                self.overall = self.rich.add_task("keys", total=total)
-            except ImportError:
-                self.rich = None
-        self.task = None
-        self.label = ""
-        self.current: int | None = None  #: the key being tuned (the estimator's numbering)
-        self._early: dict[int, list[tuple[str, dict[str, Any]]]] = {}  #: events of keys ahead
-        self._lock = threading.Lock()
-
-    def close(self) -> None:
-        if self.rich is not None:
-            self.rich.stop()
-
-    def skipped(self) -> None:
-        self.done += 1
-        if self.rich is not None:
-            self.rich.update(self.overall, completed=self.done)
-
-    def left(self) -> str:
-        """About how long the keys still to tune will take: each key's expected time from its
-        plan, corrected with the times of the keys tuned so far (:class:`Estimator`)."""
-        remaining = self.to_tune - self.tuned
-        if remaining <= 0:
-            return ""
-        return f", about {_duration(self.estimator.remaining())} left"
-
-    @contextmanager
-    def key(self, label: str, index: int) -> Iterator[None]:
-        self.label = label
-        started = time.perf_counter()
-        with self._lock:
-            self.current = index
-            early = self._early.pop(index, [])
-        self.estimator.start(index)
-        if self.rich is not None:
-            self.task = self.rich.add_task(label, total=None)
-        elif not self.quiet:
-            elapsed = _duration(time.perf_counter() - self.started)
-            print(f"[{self.done + 1}/{self.total}] tuning {label} ({elapsed} elapsed{self.left()})",
-                  file=self.stream, flush=True)
-        for event, data in early:
-            self.observe(event, data)  # what its search said while it ran ahead
-        try:
-            yield
-        finally:
-            self.estimator.finish(index, time.perf_counter() - started)
-            if self.at_tenth is None:
-                elapsed, left = time.perf_counter() - self.started, self.estimator.remaining()
-                if elapsed >= 0.1 * (elapsed + left):
-                    self.at_tenth = (elapsed, left)
-            self.tuned += 1
-            self.done += 1
-            if self.rich is not None:
-                self.rich.remove_task(self.task)
-                self.rich.update(self.overall, completed=self.done,
-                                 description=f"keys{self.left()}")
-                self.task = None
-
-    def observer(self, index: int) -> Any:
-        """The observer of key ``index``'s search: its events are shown while it is the key
-        being tuned, and kept until then while it runs ahead (``--lookahead``)."""
-
-        def observe(event: str, data: dict[str, Any]) -> None:
-            with self._lock:
-                if self.current != index:
-                    self._early.setdefault(index, []).append((event, data))
-                    return
-            self.observe(event, data)
-
-        return observe
-
-    def observe(self, event: str, data: dict[str, Any]) -> None:
-        if self.rich is None or self.task is None:
-            return
-        if event == "start":
-            self.rich.update(self.task, total=data["configurations"], completed=0)
-        elif event == "trial":
-            self.rich.update(self.task, completed=data["done"])
+from .warm_report import Progress, WarmOutcome, report, say_estimates
+from .warm_sharing import KeyClaims, claim_boards, device_class, shares, start_manager
+from .warm_plan import Estimator, KeyPlan, WarmPolicy, interleaved, policy_from_args
 
 
 def _test_score(store: Any, key: Any, test: dict[str, Any]) -> float | None:
@@ -248,7 +90,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         plans = [plans[turn[n]] for n in todo]  # in the tuning order
         order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
         estimator = Estimator(plans)
-        progress = _Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
+        progress = Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
         starts = _starts(plan, order, plans, context, settings, policy, estimator, progress,
                          claims.workers if claims is not None else 1)
         following = _Following(order, turn, claims)
@@ -265,7 +107,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         finally:
             pipeline.close()  # a key still running (Ctrl-C) is cancelled and waited for
             progress.close()
-        _say_estimates(progress, estimator, quiet or dry_run)
+        say_estimates(progress, estimator, quiet or dry_run)
         outcomes = _written_late(store, outcomes, unwritten)
     where = f"{socket.gethostname()}/{spec.selector}"
     back = sorted(range(len(outcomes)), key=lambda k: turn[handled[k]])  # as templates list them
@@ -293,7 +135,7 @@ class _Following:
 
 def _tune_keys(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan],
                starts: dict[int, KeyStart], following: _Following, pipeline: KeyPipeline,
-               progress: _Progress, outcomes: list[WarmOutcome], unwritten: dict[int, Any],
+               progress: Progress, outcomes: list[WarmOutcome], unwritten: dict[int, Any],
                device: str, force: bool, dry_run: bool, store: Any,
                prebuilder: Prebuilder) -> list[int]:
     """Each key of ``plan`` in turn that this worker warms (:class:`_Following`): left alone
@@ -331,7 +173,7 @@ def _tune_keys(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan],
 
 def _starts(plan: list[tuple], order: dict[int, int], plans: list[KeyPlan], context: Any,
             settings: dict[str, Any] | None, policy: WarmPolicy, estimator: Estimator,
-            progress: _Progress, workers: int = 1) -> dict[int, KeyStart]:
+            progress: Progress, workers: int = 1) -> dict[int, KeyStart]:
     """The start of each key to tune (by its position in ``plan``; ``order``: its number among
     the keys to tune). Called when the key starts (``ahead``: while the key before it is tuned,
     :mod:`.warm_lookahead`), it fixes the key's search settings (its share of
@@ -424,22 +266,6 @@ def _key_settings(settings: dict[str, Any] | None, plan: KeyPlan, share: float |
     if share is not None:  # spent already: the search stops at its first success
         chosen["max_seconds"] = max(1e-3, min(share, chosen.get("max_seconds") or share))
     return chosen
-
-
-def _say_estimates(progress: _Progress, estimator: Estimator, quiet: bool) -> None:
-    """The closing line of the time estimates: at the start, after a tenth of the run, and the
-    time the keys took."""
-    if quiet or not estimator.actual:
-        return
-    took = sum(estimator.actual.values())
-    tenth = ""
-    if progress.at_tenth is not None:
-        elapsed, left = progress.at_tenth
-        actual = time.perf_counter() - progress.started - elapsed
-        tenth = (f", after {_duration(elapsed)} (10%) {_duration(left)} left against "
-                 f"{_duration(actual)} actual")
-    print(f"warm: estimated {_duration(estimator.first_estimate)} of tuning{tenth}; the keys "
-          f"took {_duration(took)}", file=progress.stream, flush=True)
 
 
 def _my_positions(every: list[tuple[RegisteredTemplate, dict[str, Any]]], context: Any,
@@ -594,35 +420,8 @@ def run_warm(args: Any, url: str) -> int:
         outcomes = _warm_here(args, templates, url, settings, policy)
     # devices tuned at once (the ranks, or --jobs): the estimate of the wall time is theirs
     workers = comm.size if comm is not None else (args.jobs if args.all_devices else 1)
-    _print_table(outcomes, dry_run=args.dry_run, workers=workers)
-    failed = [o for o in outcomes if o.status == "failed"]
-    for o in failed:
-        print(printable(f"FAILED {o.template} {o.arguments} on {o.device}: {o.message}"),
-              file=sys.stderr)
-    unstored = [o for o in outcomes if o.status == "tuned, write failed"]
-    for o in unstored:
-        print(printable(f"NOT STORED {o.template} {o.arguments} on {o.device}: {o.message}"),
-              file=sys.stderr)
-    if not args.dry_run:
-        counts = Counter(o.status for o in outcomes)
-        parts = ", ".join(f"{counts[s]} {s}" for s in ("tuned", "tuned, not stored",
-                                                        "tuned, write failed", "stored", "failed")
-                          if counts[s] or s in ("tuned", "stored", "failed"))
-        devices = len({o.where or o.device for o in outcomes})
-        keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
-        estimated = _estimate(outcomes, workers)
-        print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
-              f"in {_duration(time.perf_counter() - started)}"
-              + (f" (estimated {_duration(estimated)})" if estimated else "")
-              + busy_text(outcomes, _duration, started_at) + f"; database {display(url)}")
-    if unstored:
-        print(f"warm: {len(unstored)} tuned result(s) could not be written to {display(url)} "
-              f"(first: {unstored[0].message}); warm tries once more as it exits, then they "
-              f"are lost: free the disk or bring the database back and run warm again (exit "
-              f"status {EXIT_NOT_STORED})",
-              file=sys.stderr)
-        return EXIT_NOT_STORED
-    return EXIT_FAILED if failed else 0
+    return report(outcomes, dry_run=args.dry_run, workers=workers, started=started,
+                  started_at=started_at, url=url)
 
 
 def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
@@ -658,40 +457,3 @@ def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,
                                 lookahead=getattr(args, "lookahead", None),
                                 prebuild=getattr(args, "prebuild", None))
     return outcomes
-
-
-def _estimate(outcomes: list[WarmOutcome], workers: int) -> float:
-    """The outcomes' expected wall time: each device's keys' estimates added up, the devices
-    spread over ``workers`` tuning at once (:func:`~.warm_plan.wall_estimate`)."""
-    per_device: dict[str, float] = {}
-    for o in outcomes:
-        where = o.where or o.device
-        per_device[where] = per_device.get(where, 0.0) + (o.estimate or 0.0)
-    return wall_estimate(list(per_device.values()), workers)
-
-
-def _print_table(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int = 1) -> None:
-    import pandas as pd
-
-    if not outcomes:
-        print("nothing to warm: no registered template declares warm configurations, or "
-              "the record file lists no key for this device")
-        return
-    if dry_run:
-        todo = [o for o in outcomes if o.status == "would tune"]
-        estimated = _estimate(todo, workers)
-        print(f"{len(todo)} of {len(outcomes)} keys would be tuned, in about "
-              f"{_duration(estimated)}:")
-    rows = [{key: printable(value) for key, value in row.items()} for row in [{
-        "operation": o.template,
-        "arguments": o.arguments,
-        "device": o.device,
-        "status": o.status,
-        **({"search": o.plan or "-", "estimate": _duration(o.estimate) if o.estimate else "-"}
-           if dry_run else {
-            "best parameters": o.parameters or "-",
-            "time": seconds_text(o.score),
-            "speed-up vs test=": speedup_text(o.speedup, *(o.speedup_interval or (None, None)))}),
-    } for o in outcomes]]
-    with pd.option_context("display.max_colwidth", 100, "display.width", 250):
-        print(pd.DataFrame(rows).to_string(index=False))

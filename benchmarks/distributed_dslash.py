@@ -3,7 +3,7 @@
 Usage (a machine with N GPUs): mpiexec -n N python benchmarks/distributed_dslash.py
     --dims X Y Z T --grid PX PY PZ PT [--precision single] [--reconstruct 12]
     [--policy overlap|overlap_in_order|fused|serial ...] [--rounds 3] [--transport auto|peer|host]
-    [--graphs both|auto|off] [--fused-lead F] [--json FILE]
+    [--graphs both|auto|off] [--json FILE]
 
 One rank per GPU (``rank_context``); the operator's dslash of one parity (D_oe) is timed over
 ``--launches`` launches after a warm-up, every rank synchronised before and after; the exchange
@@ -78,14 +78,11 @@ def main() -> None:
     parser.add_argument("--graphs", default="both", choices=["both", "auto", "off"],
                         help="record each dslash once and launch it again (CUDA graphs): both "
                              "times the recorded policies with and without (\"+graph\" labels)")
-    parser.add_argument("--fused-lead", type=float,
-                        help="policy fused: the share of interior groups ahead of the boundary ones")
     parser.add_argument("--json")
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     op = block_operator(comm, args, policy=args.policy[0], transport=args.transport,
-                        graphs=False if args.graphs == "off" else None,
-                        fused_lead=args.fused_lead)
+                        graphs=False if args.graphs == "off" else None)
     recordings = op.recordings  # None where not possible (one GPU, host transport, no graphs)
     labels = [(p, False) for p in args.policy]
     if recordings is not None and args.graphs == "both":

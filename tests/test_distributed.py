@@ -91,10 +91,8 @@ LAUNCHES = {
              policy="overlap", transport="auto"),
         # (16-bit fields and links: 16-bit faces where a field is 16-bit, the ghost links
         # rounded as the block's are)
-        # (policy "fused": its boundary groups among the interior ones, recorded where the
-        # device can)
-        dict(id="z-cut-2-half-8-fused", dims=(4, 4, 8, 4), grid=(1, 1, 2, 1), t_boundary=-1,
-             reconstruct=8, precision="half", solves=[], policy="fused", transport="auto"),
+        dict(id="z-cut-2-half-8", dims=(4, 4, 8, 4), grid=(1, 1, 2, 1), t_boundary=-1,
+             reconstruct=8, precision="half", solves=[], policy="overlap", transport="auto"),
         dict(id="x-cut-2-unequal-periodic-serial-host", dims=(8, 6, 4, 4), grid=(2, 1, 1, 1),
              t_boundary=1, reconstruct=12, precision="double",
              solves=["cg_eo", "bicgstab_eo", "gcr_eo"], policy="serial", transport="host"),
@@ -157,12 +155,12 @@ def _check_case(context, case, ranks):
         if expected == "peer" and case.get("graphs") is not False:
             recordings = rank["recordings"]
             assert recordings["failed"] is None, (name, recordings)
-            if case["policy"] in ("overlap", "overlap_in_order", "fused") and solves:
+            if case["policy"] in ("overlap", "overlap_in_order") and solves:
                 # (a solve launches its dslashes many times; without one, the same dslash
                 # four times on the same arrays is recorded and launched at least once)
                 assert recordings["recorded"] > 0 and recordings["launched"] >= 2 * \
                     recordings["recorded"], (name, recordings)
-            elif case["policy"] in ("overlap", "overlap_in_order", "fused"):
+            elif case["policy"] in ("overlap", "overlap_in_order"):
                 assert recordings["launched"] >= 1, (name, recordings)
             else:
                 assert recordings["launched"] == 0, (name, recordings)
@@ -225,16 +223,14 @@ def test_a_dslash_is_recorded_only_where_the_host_waits_for_nothing(context):
 
 
 def test_bad_options_are_refused_before_anything_is_built(context):
-    """The policy, the transport, ``graphs`` and ``fused_lead`` are checked first, each with a
-    one-line error that names the choices (no communicator is touched)."""
+    """The policy, the transport and ``graphs`` are checked first, each with a one-line error
+    that names the choices (no communicator is touched)."""
     from operations.lqcd import DistributedWilsonOperator, weak_field
 
     u = weak_field((4, 4, 4, 4), 0.1, seed=1)
     for options, message in (({"policy": "eager"}, "policy must be one of overlap"),
                              ({"transport": "nccl"}, "transport must be one of peer, host"),
-                             ({"graphs": "yes"}, "graphs must be None"),
-                             ({"fused_lead": 1.5}, "fused_lead must be a number from 0 to 1"),
-                             ({"fused_lead": "half"}, "fused_lead must be a number from 0 to 1")):
+                             ({"graphs": "yes"}, "graphs must be None")):
         with pytest.raises(ValueError, match=message):
             DistributedWilsonOperator(None, context, u, 0.1, **options)
 

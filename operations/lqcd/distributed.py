@@ -71,9 +71,7 @@ class DistributedWilsonOperator(WilsonOperator):
     device, "host": through page-locked host memory, "auto": peer where every rank can have it;
     see :mod:`.transport`); ``graphs``: record each overlapped dslash once and launch it again
     with one call (:mod:`.recordings`; None, the default: where the device and transport
-    allow, True: required, False: never); ``fused_lead``: policy "fused"'s share of interior
-    groups ahead of the boundary ones (default :attr:`FUSED_LEAD`). Other arguments as for
-    :class:`WilsonOperator`;
+    allow, True: required, False: never). Other arguments as for :class:`WilsonOperator`;
     with precision="half" a 16-bit field's faces travel in 16 bits (its words and norms, as
     they are), a single precision one's in single precision, and the ghost links are kept in
     single precision, rounded as the block's 16-bit links are."""
@@ -83,11 +81,10 @@ class DistributedWilsonOperator(WilsonOperator):
     #: transport's queue, beside the interior update's last blocks, where that queue can wait
     #: for them on the device); "overlap_in_order" the same, but the boundary sites after the
     #: interior update on the operator's queue (two host calls fewer a dslash, for a host that
-    #: sets the pace); "fused" one kernel for both, launched at once beside the packing (on the
-    #: transport's queue, as "overlap" packs), whose groups that take the boundary sites start
-    #: after a share (:attr:`fused_lead`) of the interior ones and wait on the device for the
-    #: faces (where the transport signals through device memory; elsewhere the faces are in
-    #: before it starts); "serial" exchanges first, then updates every site in one kernel.
+    #: sets the pace); "fused" one kernel for both, launched at once, whose groups that take the
+    #: boundary sites start last and wait on the device for the faces (where the transport
+    #: signals through device memory; elsewhere the faces are in before it starts); "serial"
+    #: exchanges first, then updates every site in one kernel.
     POLICIES = ("overlap", "overlap_in_order", "fused", "serial")
     #: The parts of a block one dslash kernel updates (:meth:`dslash_kernel`): all its sites,
     #: those with no hop off the block, the others, and interior and others in one launch
@@ -96,29 +93,17 @@ class DistributedWilsonOperator(WilsonOperator):
     #: the name of the collective online tuner that chooses the policy (``policy="tuned"``)
     POLICY_TUNER = "operations.lqcd.DistributedWilsonOperator.policy"
     #: the policies whose dslash can be recorded (a graph): their work differs from call to
-    #: call only by the counts of their value operations ("fused" writes the count its groups
-    #: wait for into a word the kernel reads; "serial" waits on the host where the transport does)
-    RECORDED_POLICIES = ("overlap", "overlap_in_order", "fused")
-    #: the share of the fused kernel's interior groups that start before its boundary groups
-    #: (which wait for the faces): late enough that the faces are in, early enough that the
-    #: launch does not end on them
-    FUSED_LEAD = 0.5
+    #: call only by the counts of their value operations ("fused" passes its count to the
+    #: kernel; "serial" waits on the host where the transport does)
+    RECORDED_POLICIES = ("overlap", "overlap_in_order")
 
     def __init__(self, comm: Any, context: accel.Context, U: np.ndarray, kappa: float,
                  grid: tuple[int, int, int, int] = (1, 1, 1, 1), precision: str = "double",
                  reconstruct: int = 18, t_boundary: int = -1, *, check: bool = True,
                  unitarity_tol: float = 1e-8, queue: Any = None,
                  tuning: dict[str, Any] | str | None = None, policy: str = "overlap",
-                 transport: str = "auto", graphs: bool | None = None,
-                 fused_lead: float | None = None):
+                 transport: str = "auto", graphs: bool | None = None):
         check_transport(transport)  # before anything is built
-        lead = self.FUSED_LEAD if fused_lead is None else fused_lead
-        if isinstance(lead, bool) or not isinstance(lead, (int, float)) or not 0 <= lead <= 1:
-            raise ValueError(f"fused_lead must be a number from 0 to 1 (the share of the fused "
-                             f"kernel's interior groups ahead of its boundary ones), got "
-                             f"{fused_lead!r}")
-        #: policy "fused": the share of the interior groups that start before the boundary ones
-        self.fused_lead = float(lead)
         if graphs not in (None, True, False):
             raise ValueError(f"graphs must be None (record where possible), True or False, "
                              f"got {graphs!r}")
@@ -207,11 +192,10 @@ class DistributedWilsonOperator(WilsonOperator):
                                                    self.queue, self._ghost_size, self.dtype,
                                                    routes)
         self._no_sites = self.context.zeros(self.queue, 1, np.uint32)
-        #: the fused kernel's arguments when nothing is awaited
-        self._no_arrival = [self._no_sites, self._no_sites, np.uint32(0), self._no_sites]
-        #: the count the fused kernel's boundary groups wait for, written on the queue before
-        #: each launch (a value operation: a recording's launch sets it)
-        self._expect = self.context.zeros(self.queue, 1, np.uint32)
+        #: the fused kernel's ticket counter (its launches run in turn on the queue; each
+        #: launch's last ticket sets it back to 0), and its arguments when nothing is awaited
+        self._tickets = self.context.zeros(self.queue, 1, np.uint32)
+        self._no_arrival = [self._no_sites, self._no_sites, np.uint32(0), np.uint32(0)]
         signs = tuple(self.t_boundary if part.at_time_edge(step) else 1 for step in (1, -1))
         self._dist = {"regions": REGIONS_TEMPLATE.name, "partitioned": part.partitioned,
                       "t_signs": signs,
@@ -268,6 +252,11 @@ class DistributedWilsonOperator(WilsonOperator):
             # a site), but one site a slot and nothing staged: the block's kernels launch on
             # site lists and regions that those shapes do not cover
             render = {**t.render_arguments(), "sites": 1, "stage": False}
+            if region == "fused":
+                # one work-item a site: the tuned split made the fused kernel slower (two
+                # H200s, 32^4 a GPU, 2026-11-29: 93.7-94.0 us a dslash with 1, 99.5-100.0 with
+                # the tuned 4), while it makes the interior update faster (73.6 against 76.1 us)
+                render["dir_split"] = 1
             wgs = render["wgs"]
             whole = t.launch_size(render)  # the groups that cover every site, times wgs
             per_group = wgs // render.get("dir_split", 1)  # sites a group takes
@@ -275,7 +264,6 @@ class DistributedWilsonOperator(WilsonOperator):
             dist = {**self._dist, "region": region}
             if region == "fused":
                 dist["interior_groups"] = whole // wgs
-                dist["lead"] = int(self.fused_lead * (whole // wgs))
             program = self.context.build(DSLASH_TEMPLATE, {
                 **render, "variants": [variant], "dist": dist})
             name = (f"dslash_dist_p{parity}{'_dag' if dagger else ''}"
@@ -339,7 +327,7 @@ class DistributedWilsonOperator(WilsonOperator):
             sites, count = self._boundary[parity]
             args[-2:] = [sites, np.uint32(count)]
         if region == "fused":  # nothing awaited: the ghost zone as it stands
-            args += self._no_arrival
+            args += [self._tickets, *self._no_arrival]
         kernel = self._kernel((parity, bool(dagger), x is not None, *storage), region, queue)
         return lambda: kernel(args)
 
@@ -384,12 +372,11 @@ class DistributedWilsonOperator(WilsonOperator):
         # queue can wait for the neighbours' faces on the device, the exterior update runs
         # there, as soon as they arrive, beside the interior update's last blocks (it writes
         # other sites of out; that queue waited for the packing, so for everything before).
-        # Policies "overlap" and "fused" pack on the copies' queue too, beside the interior
-        # update: that queue has high priority where the device has priorities
-        # (Transport.copies), so the packing's and the exterior update's blocks start ahead of
-        # the interior's waiting ones
+        # Policy "overlap" packs on the copies' queue too, beside the interior update: that
+        # queue has high priority where the device has priorities (Transport.copies), so the
+        # packing's and the exterior update's blocks start ahead of the interior's waiting ones
         sites, count = self._boundary[parity]
-        if policy in ("overlap", "fused"):
+        if policy == "overlap":
             copies = self.transport.copies
             copies.wait_for_queue(self.queue)  # inp is written, out free
             self.pack_faces(inp, 1 - parity, copies)
@@ -423,11 +410,11 @@ class DistributedWilsonOperator(WilsonOperator):
         if arrival is None:
             self.transport.finish()
             awaited = self._no_arrival
-        else:  # the count, as a value write: a recording's launch writes the next one
-            self.queue.write_value(self._expect, 0, arrival.count)
-            awaited = [arrival.counters, arrival.words, np.uint32(arrival.nwords), self._expect]
+        else:
+            awaited = [arrival.counters, arrival.words, np.uint32(arrival.nwords),
+                       np.uint32(arrival.count & 0xFFFFFFFF)]
         args[-2:] = [sites, np.uint32(count)]
-        self._kernel(variant, "fused")(args + awaited)
+        self._kernel(variant, "fused")(args + [self._tickets, *awaited])
 
     # Host arrays: global in, global out ----------------------------------------------------
     def check_spinor(self, psi: Any) -> np.ndarray:
@@ -485,4 +472,4 @@ class DistributedWilsonOperator(WilsonOperator):
             self.comm, self.context, self._global_links, self.kappa, self.partition.grid,
             precision, self.reconstruct, self.t_boundary, check=False, queue=self.queue,
             tuning=self.tuning, policy=self.policy, transport=self.transport.name,
-            graphs=self._graphs_asked, fused_lead=self.fused_lead)
+            graphs=self._graphs_asked)

@@ -456,18 +456,6 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
 % else:
     const unsigned int slot_ = get_local_id(0);
 % endif
-% endif
-<%
-    # the fused region renders the site update twice: its interior groups' without the ghost
-    # hops (as the interior kernel's), its boundary groups' with them
-    passes = (False, True) if dist is not None and dist["region"] == "fused" else (True,)
-%>\
-% for ghost_pass in passes:
-% if len(passes) > 1:
-    if (${"!" if ghost_pass else ""}interior_)
-    {   /* ${"the boundary groups: every hop, the ghost zone's across the cut" if ghost_pass else "the interior groups: no hop leaves the block"} */
-% endif
-% if not plain:
 % if dist is None:
     for (unsigned int round_ = 0; round_ < ${sites}u; round_++)
     {
@@ -554,8 +542,7 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
     A = blocks[mu]
 %>\
 <%
-    ghosted = (dist is not None and dist["partitioned"][mu] and dist["region"] != "interior"
-               and ghost_pass)
+    ghosted = dist is not None and dist["partitioned"][mu] and dist["region"] != "interior"
     edge = (extent - 1) if direction == 1 else 0
     cut = domain is not None and (domain[mu] < extent or dirichlet_edges[mu])
     leaves = (f"{coord} % {domain[mu]}u == {domain[mu] - 1 if direction == 1 else 0}u"
@@ -748,10 +735,6 @@ ${exchange("chi", False)}
 % endif
     }
 % endif
-% if len(passes) > 1:
-    }
-% endif
-% endfor
 }
 
 % endfor

@@ -7,13 +7,11 @@
 ##             (dist["region"]: "all", "interior", "exterior" or "fused", see dslash.mako);
 ##             "skip": after the site's coordinates, the boundary sites an interior update
 ##             leaves to the exterior's.
-##             With dir_split > 1 (several work-items a site, whose sums meet at a barrier)
-##             no work-item returns early: the head gives a site that is not updated the
+##             With dir_split > 1 (several work-items a site, whose sums meet at a barrier;
+##             not the fused region, whose kernel takes one work-item a site) no work-item
+##             returns early: the head gives a site that is not updated the
 ##             index 0xFFFFFFFF (past every site: dslash.mako's "cb < VH" tests skip it), and
 ##             makes the skip itself, from the site's coordinates.
-##             The fused region's head also says which groups update the interior sites
-##             (interior_, a group's): dslash.mako renders its site update twice, without the
-##             ghost hops for those groups and with them for the others.
 ##   parity, dagger, xpay, bounds, G, GG, suffix, spinors   (head) the variant, the kernel's
 ##             bounds, link and ghost link types, the name's storage suffix (half: "_shs" and
 ##             so on) and the parameters of out, in and x_in as dslash.mako renders them
@@ -41,9 +39,8 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     GLOBAL const ${GG} * RESTRICT gauge_ghost,
     GLOBAL const unsigned int * RESTRICT sites, unsigned int nsites${"," if dist["region"] == "fused" else ")"}
 % if dist["region"] == "fused":
-    GLOBAL const unsigned int * arrivals,
-    GLOBAL const unsigned int * RESTRICT words, unsigned int nwords,
-    GLOBAL const unsigned int * RESTRICT expect)
+    GLOBAL unsigned int * tickets, GLOBAL const unsigned int * arrivals,
+    GLOBAL const unsigned int * RESTRICT words, unsigned int nwords, unsigned int count)
 % endif
 {
 % if dist["region"] == "exterior" and split > 1:
@@ -54,29 +51,28 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
         return;
     const unsigned int cb = sites[get_global_id(0)];
 % elif dist["region"] == "fused":
-<%
-    I, lead = dist["interior_groups"], dist["lead"]
-    assert 0 <= lead <= I, "the boundary groups start among the interior ones"
-%>\
-    /* interior and exterior in one launch, without a ticket to take (a ticket's atomic
-       before every group's first load cost the short groups of several work-items a site
-       more than the boundary's update saves): groups 0 to ${lead - 1} and from ${lead} plus
-       the boundary groups on update the ${I} groups' worth of interior sites, the ones between
-       the boundary sites, once every word of arrivals named in words has reached *expect (the
-       neighbours' faces are in: the exchange began beside the launch and has had the first
-       groups' time to arrive). The device starts groups in the order of their ids, so a group
-       that waits starts after ${lead} interior groups; nothing it waits for needs this launch's
-       groups (the faces come from the neighbours' packing and copies). */
-    const unsigned int boundary_ = get_num_groups(0) - ${I}u;  /* the boundary groups */
-    const unsigned int group_ = get_group_id(0);
-    const bool interior_ = group_ < ${lead}u || group_ >= ${lead}u + boundary_;
-    if (!interior_)
-    {   /* a boundary group: wait for the faces */
-        if (get_local_id(0) == 0)
+<% assert split == 1, "the fused kernel takes one work-item a site" %>\
+    /* interior and exterior in one launch: groups take tickets in the order they start; the
+       first ${dist["interior_groups"]} update the interior sites, the rest the boundary
+       sites once every word of arrivals named in words has reached count (the neighbours'
+       faces are in). A group that waits started after every interior group, so it never
+       holds back work that it waits for. The last ticket resets the counter for the next launch. */
+    LOCAL_DECL unsigned int ticket_;
+    if (get_local_id(0) == 0)
+    {
+% if backend == "cuda":
+        const unsigned int ticket = atomicAdd(tickets, 1u);
+        if (ticket == get_num_groups(0) - 1u)
+            atomicExch(tickets, 0u);
+% else:
+        const unsigned int ticket = atomic_inc(tickets);
+        if (ticket == get_num_groups(0) - 1u)
+            atomic_xchg(tickets, 0u);
+% endif
+        if (ticket >= ${dist["interior_groups"]}u)  /* a boundary group: wait for the faces */
         {
-            const unsigned int count_ = *expect;
             for (unsigned int w_ = 0; w_ < nwords; w_++)
-                while ((int) (((volatile GLOBAL const unsigned int *) arrivals)[words[w_]] - count_) < 0)
+                while ((int) (((volatile GLOBAL const unsigned int *) arrivals)[words[w_]] - count) < 0)
                     ;
 % if backend == "cuda":
             __threadfence_system();  /* the faces written before the count are seen after it */
@@ -84,19 +80,15 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
             mem_fence(CLK_GLOBAL_MEM_FENCE);
 % endif
         }
-        BARRIER();  /* the faces, for every work-item of the group */
+        ticket_ = ticket;
     }
-    const unsigned int g_ = group_ < ${lead}u ? group_ : interior_ ? group_ - boundary_ : group_ - ${lead}u;
-% if split > 1:
-    /* several work-items a site: none returns early (their sums meet at a barrier) */
-    const unsigned int e_ = g_ * ${SPG}u + get_local_id(0) % ${SPG}u;
-    unsigned int cb = interior_ ? (e_ < VH ? e_ : 0xFFFFFFFFu) : (e_ < nsites ? sites[e_] : 0xFFFFFFFFu);
-% else:
-    const unsigned int e_ = g_ * ${wgs}u + get_local_id(0);
+    BARRIER();  /* the group's ticket, and (boundary groups) the faces, for every work-item */
+    const bool interior_ = ticket_ < ${dist["interior_groups"]}u;
+    const unsigned int e_ = interior_ ? ticket_ * ${wgs}u + get_local_id(0)
+                                      : (ticket_ - ${dist["interior_groups"]}u) * ${wgs}u + get_local_id(0);
     if (e_ >= (interior_ ? VH : nsites))
         return;
     const unsigned int cb = interior_ ? e_ : sites[e_];
-% endif
 % elif split > 1:
     unsigned int cb = get_group_id(0) * ${SPG}u + get_local_id(0) % ${SPG}u;
 % else:
@@ -104,13 +96,13 @@ KERNEL ${bounds} void dslash_dist_p${parity}${"_dag" if dagger else ""}${"_xpay"
     if (cb >= VH)
         return;
 % endif
-% if split > 1 and dist["region"] in ("interior", "fused") and edges("xyzt"):
+% if split > 1 and dist["region"] == "interior" and edges("xyzt"):
 <%
     X2, Y, Z = dims[0] // 2, dims[1], dims[2]
     y, z, t = f"(r_ % {Y}u)", f"(r_ / {Y}u % {Z}u)", f"(r_ / {Y * Z}u)"
     x = f"(2u * (cb - r_ * {X2}u) + (({parity}u + {y} + {z} + {t}) & 1u))"
 %>\
-    if (${"interior_ && " if dist["region"] == "fused" else ""}cb < VH)
+    if (cb < VH)
     {   /* the boundary skip, from the site's coordinates */
         const unsigned int r_ = cb / ${X2}u;
         if (${edges((x, y, z, t))})

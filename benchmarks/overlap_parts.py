@@ -102,7 +102,7 @@ def main() -> None:
     args = parser.parse_args()
     comm = MPI.COMM_WORLD
     op = block_operator(comm, args)
-    if not op._sections:
+    if not op.face_elements:
         raise SystemExit("nothing is partitioned: run it with a grid that cuts the lattice")
     inp, out = spinors(op.context, op)
     rows = {name: recorded(op, name, fn) for name, fn in parts(op, out, inp).items()}

@@ -249,8 +249,9 @@ def repeated_dslash(many: DistributedWilsonOperator, psi: np.ndarray) -> float:
 def kernels_alone(many: DistributedWilsonOperator, psi: np.ndarray) -> float:
     """How far the dslash kernels run apart from the exchange are from the dslash (D_eo psi_o
     on this rank's block, relative): after one exchange, "all" the sites alone, "interior"
-    then "exterior" together (the exterior on a queue of its own), and the "fused" launch (twice: its ticket counter starts each
-    launch from 0 again), each against ``dslash_parity`` (which exchanges itself)."""
+    then "exterior" together (the exterior on a queue of its own), and the "fused" launch
+    (twice: its ticket counter starts each launch from 0 again), each against
+    ``dslash_parity`` (which exchanges itself)."""
     field = many.to_device(psi)
     want = many.new_field()
     many.dslash_parity(want.even, field.odd, 0)

@@ -81,6 +81,23 @@ def test_later_keys_outweigh_a_slow_first_key_and_the_plan():
     assert eta.remaining() == pytest.approx(10 * 10 * eta.ratio("a") + 30 * 10 * eta.ratio(None))
 
 
+def test_a_first_key_quicker_than_its_plan_counts_in_full():
+    """One-off costs make a template's first key slower, never quicker: a first key at half its
+    plan says the machine is quicker, and counts as a later key does; one at twice its plan
+    counts a quarter (FIRST_KEY_WEIGHT)."""
+    plans = [_plan("a", 9)] * 10 + [_plan("b", 9)] * 10  # 10 s each
+    quick, slow = Estimator(plans, clock=lambda: 0.0), Estimator(plans, clock=lambda: 0.0)
+    quick.finish(0, 5.0)
+    slow.finish(0, 20.0)
+    mean = 10.0
+    assert quick.ratio(None) == pytest.approx((5 + RUN_PRIOR_KEYS * mean)
+                                              / (10 + RUN_PRIOR_KEYS * mean))
+    w = FIRST_KEY_WEIGHT
+    assert slow.ratio(None) == pytest.approx((w * 20 + RUN_PRIOR_KEYS * mean)
+                                             / (w * 10 + RUN_PRIOR_KEYS * mean))
+    assert 1 - quick.ratio(None) > slow.ratio(None) - 1  # the quick one moves it more
+
+
 @pytest.mark.parametrize("run", ["h200_758cd7c_2026-11-30", "h200_b8ac469_2026-11-29",
                                  "epyc_00e502f_2026-11-30", "xeon_88744e9_2026-11-29"])
 def test_the_estimate_after_a_tenth_of_recorded_runs_is_within_a_quarter(run):

@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from autotune import parallel
 from distributed_dslash import add_block_arguments, block_operator, spinors
-from timing import ranks_time
+from timing import ranks_rounds
 
 
 def main() -> None:
@@ -74,10 +74,7 @@ def main() -> None:
     else:
         steps = {k: v for k, v in steps.items()
                  if not k.startswith(("pack", "token", "copies", "ship"))}
-    rows: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(args.rounds):
-        for name, fn in steps.items():
-            rows[name].append(ranks_time(comm, op.queue, fn, args.launches, warmup=10) * 1e6)
+    rows = ranks_rounds(comm, op.queue, steps, args.rounds, args.launches)
     if comm.rank == 0:
         print(f"{comm.size} rank(s), {dims} over {tuple(args.grid)}, {args.precision} "
               f"{args.reconstruct}, {transport.name} transport, dslash {op.template.parameters}")

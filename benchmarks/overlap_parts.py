@@ -29,7 +29,7 @@ from mpi4py import MPI
 
 from autotune import parallel
 from distributed_dslash import add_block_arguments, block_operator, spinors
-from timing import ranks_time
+from timing import ranks_rounds
 
 
 def parts(op, out, inp) -> dict[str, Callable[[], None]]:
@@ -106,10 +106,7 @@ def main() -> None:
         raise SystemExit("nothing is partitioned: run it with a grid that cuts the lattice")
     inp, out = spinors(op.context, op)
     rows = {name: recorded(op, name, fn) for name, fn in parts(op, out, inp).items()}
-    times: dict[str, list[float]] = {name: [] for name in rows}
-    for _ in range(args.rounds):
-        for name, fn in rows.items():
-            times[name].append(ranks_time(comm, op.queue, fn, args.launches, warmup=10) * 1e6)
+    times = ranks_rounds(comm, op.queue, rows, args.rounds, args.launches)
     if comm.rank == 0:
         print(f"{comm.size} ranks, {tuple(args.dims)} over {tuple(args.grid)}, {args.precision} "
               f"{args.reconstruct}, {op.transport.name} transport, recorded: "

@@ -58,6 +58,18 @@ def ranks_time(comm: Any, queue: Any, fn: Callable[[], Any], launches: int = 1,
     return (time.perf_counter() - start) / launches
 
 
+def ranks_rounds(comm: Any, queue: Any, rows: dict[str, Callable[[], Any]], rounds: int,
+                 launches: int, warmup: int = 10) -> dict[str, list[float]]:
+    """Microseconds per call of each of ``rows``' functions (:func:`ranks_time`, every rank of
+    ``comm`` together), in ``rounds`` alternating rounds (each row once a round, in order), so
+    that a drift of the machine falls on every row alike: each row's list of rounds."""
+    times: dict[str, list[float]] = {name: [] for name in rows}
+    for _ in range(rounds):
+        for name, fn in rows.items():
+            times[name].append(ranks_time(comm, queue, fn, launches, warmup=warmup) * 1e6)
+    return times
+
+
 @contextlib.contextmanager
 def profiled(queue: Any) -> Iterator[None]:
     """The body's device work is what a CUDA profiler started with ``--profile-from-start

@@ -30,17 +30,6 @@ that launches 128 work-groups on 132 compute units, fill 0.97, launches 32 at 51
 0.24: not served there), or at least :data:`TAIL_KEPT` (60%) where it fills a wave or more
 and only its last wave may be partly empty (a tail costs less than idle units: the other
 waves run full, and a kernel bound by memory runs its last wave's work-groups faster).
-
-Where another size's result under-fills and the configurations its search tried there are
-looked at instead (:mod:`.similar`), they are ranked by their *predicted* time here, not by
-their time there (:meth:`Change.predicted`): a configuration runs the same work-groups, each
-about as long, spread over the device's places in waves, so its time scales with the work
-and with its fill there over its fill here. The work's share is the same for every
-configuration of one size and drops out of the ranking. On an H200 (2026-12-01) 1024^3's
-fastest trial that filled 512^3 well enough, 32 x 128 tiles (fill 0.97 there, 0.48 here),
-was 1.30x slower at 512^3 than 32 x 64 tiles (0.97 at both), its own search's choice: the
-ranking by time there served the first; by predicted time, the second unless the first had
-been twice as fast at 1024^3.
 """
 
 from __future__ import annotations
@@ -119,43 +108,14 @@ def units_of(context: Any) -> int | None:
         else None
 
 
-@dataclass(frozen=True)
-class Change:
-    """One configuration's launch at the arguments it was measured at (``there``) and at
-    others (``here``), on a device of ``units`` compute units."""
-
-    here: Fill
-    there: Fill
-    units: int
-
-    @property
-    def kept(self) -> float:
-        """The share of its fill there that it keeps here (above 1: it fills more here)."""
-        return self.here.fraction(self.units) / self.there.fraction(self.units)
-
-    def under(self) -> str | None:
-        """Why it under-fills the device here (its fill here below :data:`KEPT` of its fill
-        there where it does not fill one wave here, below :data:`TAIL_KEPT` where it does),
-        or None."""
-        kept = KEPT if self.here.groups < self.units * self.here.per_unit else TAIL_KEPT
-        if self.here.fraction(self.units) >= kept * self.there.fraction(self.units):
-            return None
-        return (f"it under-fills the device here: {self.here.describe(self.units)}, against "
-                f"{self.there.describe(self.units)} where it was measured")
-
-    def predicted(self, seconds: float) -> float:
-        """Its time here, from its time there, up to the ratio of the work at the two sizes
-        (the same for every configuration): ``seconds`` over the share of its fill kept."""
-        return seconds / self.kept
-
-
-def change(measure: Measure, context: Any, params: dict[str, Any], here: dict[str, Any],
-           there: dict[str, Any], name: str = "", *, strict: bool = True) -> Change | str | None:
-    """How ``params``' launch on ``context``'s device changes from the arguments ``there``
-    (where they were measured) to ``here``; None where the device's compute units are not
-    known; a reason where it cannot be measured. A measure that fails on these parameters
-    cannot measure them; one that answers what is not a fill raises TypeError (``strict``:
-    parameters already validated) or cannot measure them (parameters not validated yet)."""
+def fills(measure: Measure, context: Any, params: dict[str, Any], here: dict[str, Any],
+          there: dict[str, Any], name: str = "", *, strict: bool = True) -> str | None:
+    """Why ``params``, measured at the arguments ``there``, under-fill ``context``'s device at
+    the arguments ``here`` (their fill here below :data:`KEPT` of their fill where they were
+    measured where they do not fill one wave here, below :data:`TAIL_KEPT` where they do),
+    or None where they fill it well enough (or the device's compute units are not known). A measure that fails on these parameters counts as not filling; one that answers
+    what is not a fill raises TypeError (``strict``: parameters already validated) or counts
+    as not filling (parameters not validated yet)."""
     units = units_of(context)
     if units is None:
         return None
@@ -169,13 +129,8 @@ def change(measure: Measure, context: Any, params: dict[str, Any], here: dict[st
         if strict:
             raise
         return f"its fill cannot be measured: {exc}"
-    return Change(now, then, units)
-
-
-def fills(measure: Measure, context: Any, params: dict[str, Any], here: dict[str, Any],
-          there: dict[str, Any], name: str = "", *, strict: bool = True) -> str | None:
-    """Why ``params``, measured at the arguments ``there``, under-fill ``context``'s device at
-    the arguments ``here`` (:meth:`Change.under`), or cannot be measured (:func:`change`); None
-    where they fill it well enough (or the device's compute units are not known)."""
-    found = change(measure, context, params, here, there, name, strict=strict)
-    return found.under() if isinstance(found, Change) else found
+    kept = KEPT if now.groups < units * now.per_unit else TAIL_KEPT
+    if now.fraction(units) >= kept * then.fraction(units):
+        return None
+    return (f"it under-fills the device here: {now.describe(units)}, against "
+            f"{then.describe(units)} where it was measured")

@@ -151,14 +151,17 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
 
 def _filling_trial(store: ResultStore, anchor: Verdict, request: similar.Request
                    ) -> Verdict | None:
-    """Of the configurations the search of ``anchor``'s size tried there, the one predicted
-    fastest here among those valid for this call that fill the device here, judged (None:
-    none does; :func:`.similar.trial_here`)."""
+    """The fastest configuration the search of ``anchor``'s size tried there that is valid
+    for this call and fills the device here, judged (None: none does)."""
     if request.trial is None:
         return None
     record = anchor.record
     ran = store.trials_that_ran(record.key, record.fingerprint)  # fastest first, parsed lazily
-    return similar.trial_here(anchor, ran, request.trial)
+    for row in similar.trial_rows(record, ran):
+        verdict = request.trial(anchor, row)
+        if verdict is not None:
+            return verdict
+    return None
 
 
 def _keep_similar(serving: Serving, store: ResultStore, key: TuningKey, verdict: Verdict,

@@ -26,10 +26,9 @@ the lookup goes on as ``nearest`` does (:mod:`.lookup`).
 Where the template also declares how a configuration fills the device (``autotune_fill``,
 :mod:`.fill`), a candidate must fill it at this size about as well as at the size it was
 measured at (:func:`~.fill.fills`). Where the nearest size's result does not, that size's
-search still measured other configurations there (its trials): of those that fill the
-device here and are valid for this call, the one predicted fastest here (its time there
-scaled by its fill there over its fill here, :meth:`.fill.Change.predicted`) is served
-instead (:func:`trial_here`), and only where none does is the next nearest size tried. Under-filling candidates are never
+search still measured other configurations there (its trials): the fastest of them that is
+valid for this call and fills the device here is served instead (:func:`trial_rows`), and
+only where none does is the next nearest size tried. Under-filling candidates are never
 served: with no size left, the lookup goes on as ``nearest`` does, and a miss tunes.
 
 A served size is stored as a row of the asking key with origin ``similar``, score ``inf`` (not
@@ -65,11 +64,16 @@ RULES = ("log",)
 SOURCE = "similar"
 #: The declaration a template class makes.
 ATTRIBUTE = "autotune_similar"
-#: The key, in the search text of a candidate row made of a trial (:func:`trial_here`), that
+#: The key, in the search text of a candidate row made of a trial (:func:`trial_rows`), that
 #: marks it as one.
 TRIAL = "similar_trial"
 
 Judge = Callable[[TuningRecord], Verdict]
+#: Why a candidate's parameters under-fill the device for this call (None: they fill it);
+#: ``strict``: its parameters are validated (a measure's wrong answer is then an error).
+FillCheck = Callable[..., "str | None"]
+#: Judges a trial row for this call, given the verdict on its size's result (:func:`trial_judge`).
+TrialJudge = Callable[[Verdict, TuningRecord], "Verdict | None"]
 
 
 class Tuned(Protocol):
@@ -226,107 +230,58 @@ def _source_arguments(call: CallLike, record: TuningRecord) -> dict[str, Any]:
     return {**call.arguments, **decode_arguments(record.key.arguments, enums)}
 
 
-class FillCheck:
-    """Whether a candidate fills the device for one call about as well as at the arguments
-    it was measured at (:func:`.fill.change`), the sizes' arguments read once for the call."""
-
-    def __init__(self, measure: fill.Measure, call: CallLike, name: str) -> None:
-        self._measure, self._call, self._name = measure, call, name
-        self._read: dict[str, dict[str, Any]] = {}
-
-    def change(self, record: TuningRecord, params: dict[str, Any], strict: bool = True
-               ) -> fill.Change | str | None:
-        """How ``params``' launch changes from ``record``'s size to this call's (None: the
-        device's compute units are not known; a reason: it cannot be measured)."""
-        text = record.key.arguments
-        if text not in self._read:
-            try:
-                self._read[text] = _source_arguments(self._call, record)
-            except Exception as exc:  # noqa: BLE001 - stored arguments a call cannot take
-                return f"its arguments cannot be read: {exc}"
-        return fill.change(self._measure, self._call.context, dict(params),
-                           self._call.arguments, self._read[text], self._name, strict=strict)
-
-    def __call__(self, verdict: Verdict, strict: bool = True) -> str | None:
-        """Why the judged ``verdict``'s parameters under-fill the device here, or None."""
-        found = self.change(verdict.record, dict(verdict.parameters or {}), strict)
-        return found.under() if isinstance(found, fill.Change) else found
-
-
 def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
     """The check that a candidate fills the device for ``call`` about as well as at the
-    arguments it was measured at, if the template declares ``autotune_fill``."""
+    arguments it was measured at (:func:`.fill.fills`), if the template declares
+    ``autotune_fill``."""
     name = tuned.name(call.owner)
     measure = fill.declared(call.owner, name)
-    return None if measure is None else FillCheck(measure, call, name)
+    if measure is None:
+        return None
+    read: dict[str, dict[str, Any]] = {}  # the sizes' arguments, read once for this call
+
+    def check(verdict: Verdict, strict: bool = True) -> str | None:
+        text = verdict.record.key.arguments
+        if text not in read:
+            try:
+                read[text] = _source_arguments(call, verdict.record)
+            except Exception as exc:  # noqa: BLE001 - stored arguments a call cannot take
+                return f"its arguments cannot be read: {exc}"
+        return fill.fills(measure, call.context, dict(verdict.parameters or {}),
+                          call.arguments, read[text], name, strict=strict)
+
+    return check
 
 
-class TrialJudge:
-    """Judges the trials (:func:`trial_here`) of a size whose result was judged (the
-    anchor) for one call: a row is the anchor's but for its parameters, so only they are
-    judged, in two steps (:func:`trial_here`): first whether they fill the device here, and
-    their predicted time here (:meth:`filling`, cheap: the decoded parameters and the fill
-    measure), then, in the order of that prediction, whether they fit (:meth:`fits`)."""
+def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck) -> TrialJudge:
+    """The judge of a trial row (:func:`trial_rows`) of a size whose result was judged
+    (``anchor``) for ``call``: the row is the anchor's but for its parameters, so only they
+    are judged: filling the device here (``fills``; first, the cheapest test, on the decoded
+    parameters: a measure that cannot take them counts as not filling), of ``test=``'s names
+    and kinds, and in the space this call's arguments declare (limits included). A verdict
+    with the anchor's freshness, or None where the trial does not fill or fit."""
+    spaces: list[Space | None] = []  # this call's space, made once, when first needed
 
-    def __init__(self, tuned: Tuned, call: CallLike, fills: FillCheck) -> None:
-        self._tuned, self._call, self._fills = tuned, call, fills
-        self._spaces: list[Space | None] = []  # this call's space, made once, when first needed
-
-    def filling(self, anchor: Verdict, parameters: str, seconds: float
-                ) -> tuple[dict[str, Any], float] | None:
-        """A trial's decoded ``parameters`` and its predicted time here
-        (:meth:`.fill.Change.predicted` of its ``seconds`` at the anchor's size), or None
-        where they do not fill the device here (a measure that cannot take them counts as
-        not filling)."""
+    def judged(anchor: Verdict, row: TuningRecord) -> Verdict | None:
         try:
-            decoded = decode_parameters(parameters)
+            decoded = decode_parameters(row.parameters)
         except InvalidParametersError:
             return None
-        if not isinstance(decoded, dict):
+        if not isinstance(decoded, dict) or fills(
+                Verdict(row, anchor.freshness, "", decoded), strict=False) is not None:
             return None
-        found = self._fills.change(anchor.record, decoded, strict=False)
-        if found is None:  # the device's compute units are not known: as measured
-            return decoded, seconds
-        if isinstance(found, str) or found.under() is not None:
-            return None
-        return decoded, found.predicted(seconds)
-
-    def fits(self, anchor: Verdict, row: TuningRecord, decoded: dict[str, Any]
-             ) -> Verdict | None:
-        """A verdict on ``row`` with the anchor's freshness where its parameters
-        (``decoded``) are of ``test=``'s names and kinds and in the space this call's
-        arguments declare (limits included); None where they are not."""
         try:
-            params = validate_parameters(decoded, self._tuned.test)
+            params = validate_parameters(decoded, tuned.test)
         except InvalidParametersError:
             return None
-        if not self._spaces:
-            self._spaces.append(self._tuned.space_of(self._call))
-        space = self._spaces[0]
-        if space is not None and space.why_not(params, preferences=False) is not None:
+        verdict = Verdict(row, anchor.freshness, "", params)
+        if not spaces:
+            spaces.append(tuned.space_of(call))
+        if spaces[0] is not None and spaces[0].why_not(params, preferences=False) is not None:
             return None
-        return Verdict(row, anchor.freshness, "", params)
+        return verdict
 
-
-def trial_here(anchor: Verdict, ran: Iterable[TrialRecord], judge: TrialJudge
-               ) -> Verdict | None:
-    """Of the configurations the search of ``anchor``'s size tried there (``ran``, its
-    trials that ran, fastest first: :func:`_usable`), the one predicted fastest here among those that fill the device
-    here and fit this call, judged (None: none does). The prediction scales each one's time
-    there by its fill there over its fill here (:mod:`.fill`); equal predictions keep the
-    order of their times there."""
-    ranked = []
-    for order, (trial, median) in enumerate(_usable(anchor.record, ran)):
-        found = judge.filling(anchor, trial.parameters, median)
-        if found is not None:
-            ranked.append((found[1], order, trial, median, found[0]))
-    ranked.sort(key=lambda item: item[:2])
-    search = json.dumps({TRIAL: True})
-    for _, _, trial, median, decoded in ranked:
-        verdict = judge.fits(anchor, _trial_row(anchor.record, trial, median, search), decoded)
-        if verdict is not None:
-            return verdict
-    return None
+    return judged
 
 
 def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
@@ -336,17 +291,18 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
         return None
     fills = fill_check(tuned, call)  # (trials are tried only where a result under-fills)
     return Request(rules, candidate_judge(tuned, call, here), fills,
-                   None if fills is None else TrialJudge(tuned, call, fills))
+                   None if fills is None else trial_judge(tuned, call, fills))
 
 
-def _usable(anchor: TuningRecord, ran: Iterable[TrialRecord]
-            ) -> Iterator[tuple[TrialRecord, float]]:
-    """The other configurations the search that found ``anchor`` measured at its size, each
-    with its median, the fastest first, as they are asked for: ``ran`` are the trials of its
-    key that ran with its fingerprint, fastest first
+def trial_rows(anchor: TuningRecord, ran: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
+    """The other configurations the search that found ``anchor`` measured at its size, as
+    candidate rows of ``anchor``'s key, the fastest first, made as they are asked for:
+    ``ran`` are the trials of its key that ran with its fingerprint, fastest first
     (:meth:`~.store.ResultStore.trials_that_ran`); malformed ones, ``anchor``'s own parameters
     and repeats (slower than the first) are left out (their parameters are judged by
-    :class:`TrialJudge`)."""
+    :func:`trial_judge`). Each row is ``anchor`` with the trial's parameters, its median as
+    the score, and :data:`TRIAL` in its search text."""
+    search = json.dumps({TRIAL: True})  # all a trial row's search text is read for
     seen: set[str] = set()
     for trial in ran:
         median = trial.median_seconds
@@ -356,20 +312,13 @@ def _usable(anchor: TuningRecord, ran: Iterable[TrialRecord]
                 or trial.parameters == anchor.parameters or trial.parameters in seen:
             continue
         seen.add(trial.parameters)
-        yield trial, float(median)
-
-
-def _trial_row(anchor: TuningRecord, trial: TrialRecord, median: float, search: str
-               ) -> TuningRecord:
-    """A candidate row made of a trial: ``anchor`` with ``trial``'s parameters, its ``median``
-    as the score, and ``search`` (:data:`TRIAL`) as its search text."""
-    return dataclasses.replace(anchor, parameters=trial.parameters, score=median,
-                               search=search, gbps=trial.gbps, gflops=trial.gflops,
-                               ci_low=None, ci_high=None, ties=None, spread=None)
+        yield dataclasses.replace(anchor, parameters=trial.parameters, score=float(median),
+                                  search=search, gbps=trial.gbps, gflops=trial.gflops,
+                                  ci_low=None, ci_high=None, ties=None, spread=None)
 
 
 def is_trial(record: TuningRecord) -> bool:
-    """Whether ``record`` is a candidate row made of a trial (:func:`trial_here`)."""
+    """Whether ``record`` is a candidate row made of a trial (:func:`trial_rows`)."""
     if TRIAL not in record.search:
         return False
     try:
@@ -397,7 +346,7 @@ def similar_row(key: TuningKey, verdict: Verdict, far: float,
     """The row that records a similar serve of ``key``: the source's parameters and
     fingerprint, score ``inf`` (not timed at this size), origin ``similar`` and the source's
     arguments, device and score in the search summary (and ``"trial": true`` where the source
-    is a trial of that size's search, :func:`trial_here`)."""
+    is a trial of that size's search, :func:`trial_rows`)."""
     source = verdict.record
     origin: dict[str, Any] = {
         "arguments": source.key.arguments, "distance": round(far, 6),

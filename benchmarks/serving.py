@@ -24,8 +24,9 @@ In ``AUTOTUNE_MATCH=similar`` (a private serving object), the same child then ti
 an exact database hit (4096^3) against the first call at a size never tuned (2000 x 3000 x
 1500, served from the nearest of the anchors 1024^3, 4096^3, 8192^3 the database holds) and
 that lookup repeated (the memo cleared each time); then the same at 512^3, where the nearest
-anchor's tiles (1024^3's) under-fill the H200 and a trial of its search (40 stored) is served
-instead (``autotune_fill``).
+anchor's tiles (1024^3's) under-fill the H200 (``autotune_fill``) and are served scaled to
+512^3 (``autotune_scaled``; in a ``--baseline`` checkout before it, a trial of its search, 40
+stored). The rows keep the name ``similar trial`` for both.
 
 Usage: python benchmarks/serving.py [--processes 15] [--rows 500] [--katsdpsigproc PYTHON]
                                     [--baseline DIR] [--json FILE]
@@ -105,7 +106,7 @@ CHILD = textwrap.dedent("""
                    "similar_hit": similar}}
         import importlib.util
         if importlib.util.find_spec("autotune.tune.fill") is not None:
-            # 512^3: 1024^3's tiles under-fill the device there; served a trial of its search
+            # 512^3: 1024^3's tiles under-fill the device there; served scaled (or a trial)
             # (a new serving object: the store opened by an exact hit first, as for the
             # similar first hit above, so that lookups are compared, not opening the store)
             with tune.using_serving(Serving(match="similar")), tune.use_database({db!r}):
@@ -317,7 +318,7 @@ def main() -> None:
               f"repeated (memo cleared) {_text(ours['similar_hit'])}")
     if "similar_trial_hit" in ours:
         print(f"similar mode, the nearest size's result under-filling the device (512^3 from "
-              f"1024^3, a trial served): first call {_text(ours['similar_trial_first_hit'])}, "
+              f"1024^3, served scaled or a trial): first call {_text(ours['similar_trial_first_hit'])}, "
               f"{_text(ours['similar_trial_first_hit'] - ours['gemm_exact_hit'])} more than an "
               f"exact hit; repeated (memo cleared) {_text(ours['similar_trial_hit'])}")
     print(f"SQLAlchemy imported to serve: {result['autotune']['sqlalchemy_imported']}")

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from autotune import accel, tune  # noqa: E402
 from autotune.tune.lookup import wait_for_notes  # noqa: E402
 from autotune.tune.serving import Serving  # noqa: E402
-from autotune.tune.similar import served_a_trial, similar_from  # noqa: E402
+from autotune.tune.similar import served_a_trial, served_scaled, similar_from  # noqa: E402
 from autotune.tune.store import database_url  # noqa: E402
 from operations.gemm import GemmTemplate  # noqa: E402
 from operations.lqcd import DslashTemplate, Lattice, gauge, half  # noqa: E402
@@ -64,8 +64,8 @@ RECONSTRUCT = 12
 
 def served(store_db: str, call) -> tuple[dict, str]:
     """What ``similar`` serves from ``store_db`` for ``call()``, and the size it came from
-    (``... (a trial)`` where a trial of that size's search was served: its result under-fills
-    the device here). Asked of a copy of ``store_db``: where nothing fits and fills, the
+    (``... (a trial)`` where a trial of that size's search was served, ``... (scaled)`` where
+    its result was scaled to this size: its result under-fills the device here). Asked of a copy of ``store_db``: where nothing fits and fills, the
     lookup misses and the size is tuned (within the search settings in force), into the copy,
     so that it never becomes an anchor; its source is then ``missed (tuned)``."""
     copy = str(Path(store_db).with_name("served.db"))
@@ -80,7 +80,8 @@ def served(store_db: str, call) -> tuple[dict, str]:
         state.store(database_url(copy)).dispose()
     if row is None or row.origin != "similar":
         return params, "missed (tuned)"
-    return params, (similar_from(row) or "?") + (" (a trial)" if served_a_trial(row) else "")
+    how = " (a trial)" if served_a_trial(row) else " (scaled)" if served_scaled(row) else ""
+    return params, (similar_from(row) or "?") + how
 
 
 @contextlib.contextmanager
@@ -195,8 +196,9 @@ def summary(rows: list[dict], part: str) -> dict:
         return {}
     missed = sum(r["from"] == "missed (tuned)" for r in rows if r["part"] == part)
     trials = sum(r["from"].endswith("(a trial)") for r in rows if r["part"] == part)
+    scaled = sum(r["from"].endswith("(scaled)") for r in rows if r["part"] == part)
     return {"median": statistics.median(ratios), "worst": max(ratios), "count": len(ratios),
-            "missed": missed, "trials": trials}
+            "missed": missed, "trials": trials, "scaled": scaled}
 
 
 def main() -> None:
@@ -268,9 +270,9 @@ def report(result: dict) -> dict:
         if result[part]:
             s = result[part]
             print(f"{part}: {s['count']} sizes, median ratio {s['median']:.3f}, worst "
-                  f"{s['worst']:.3f}; {s.get('trials', 0)} served a trial of a size's search "
-                  f"(its result under-fills the device there), {s.get('missed', 0)} missed "
-                  "(nothing filled: tuned)")
+                  f"{s['worst']:.3f}; {s.get('scaled', 0)} served a size's result scaled and "
+                  f"{s.get('trials', 0)} a trial of a size's search (its result under-fills "
+                  f"the device there), {s.get('missed', 0)} missed (nothing filled: tuned)")
     return result
 
 

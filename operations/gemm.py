@@ -127,6 +127,44 @@ class GemmTemplate:
                                                               // params["NWG"])
 
     @classmethod
+    def autotune_scaled(cls, context: accel.Context, params: dict[str, Any],
+                        here: dict[str, Any], there: dict[str, Any]) -> list[dict[str, Any]]:
+        """``params``, tuned at the arguments ``there``, with smaller tiles for the product
+        ``here``, where they would launch fewer work-groups than they did there (``similar``
+        asks only where they under-fill the device here). The work-group and the shape of its
+        work-items (``MDIMC`` x ``NDIMC``) are kept; ``MWG`` and ``NWG`` are halved, the larger
+        first, until the product launches as many work-groups as it did there or a tile is as
+        small as its work-items; then the vector widths and loading layouts nearest the tuned
+        ones that the smaller tiles allow (one configuration, or none where the tiles cannot
+        shrink; the caller checks it against the space and the fill again). On an H200 (2026-12-01), 1024^3's 64 x 128 tiles launch 128
+        work-groups there and 32 at 512^3, where 32 x 64 tiles of the same 8 x 32 work-items,
+        which launch 128, measured 1.04-1.09x 512^3's own best; 1024^3's best trial that filled
+        the device there, 1.39x."""
+        goal = cls.autotune_fill(context, params, **there)
+        tiles = dict(params)
+        while cls.autotune_fill(context, tiles, **here) < goal:
+            halvable = [tile for tile, items in (("MWG", "MDIMC"), ("NWG", "NDIMC"))
+                        if tiles[tile] % 2 == 0 and tiles[tile] // 2 >= tiles[items]]
+            if not halvable:
+                break
+            largest = max(halvable, key=lambda tile: tiles[tile])
+            tiles[largest] //= 2
+        if (tiles["MWG"], tiles["NWG"]) == (params["MWG"], params["NWG"]):
+            return []
+        space = cls.autotune_space(context, **here)
+        lists = {name: [v for v in GPU_SPACE[name] if v <= params[name]] or [params[name]]
+                 for name in ("VWM", "VWN")}
+        lists.update(MDIMA=list(GPU_SPACE["MDIMA"]), NDIMB=list(GPU_SPACE["NDIMB"]))
+        nearest = sorted(
+            ({**tiles, "VWM": vwm, "VWN": vwn, "MDIMA": mdima, "NDIMB": ndimb}
+             for vwm in lists["VWM"] for vwn in lists["VWN"]
+             for mdima in lists["MDIMA"] for ndimb in lists["NDIMB"]),
+            key=lambda p: sum(abs(math.log2(p[name] / params[name]))
+                              for name in ("VWM", "VWN", "MDIMA", "NDIMB")))
+        return next(([candidate] for candidate in nearest
+                     if space.why_not(candidate, preferences=False) is None), [])
+
+    @classmethod
     def warm_configurations(cls, context: accel.Context) -> list[dict[str, Any]]:
         """4096^3 on GPUs (single, and double where the device has it), 256^3 on CPU devices."""
         if not context.device.is_gpu:

@@ -135,6 +135,7 @@ def _tiles(mwg, nwg, vwm):
 def test_a_gemm_tile_that_leaves_an_h200_idle_at_512_is_not_served_there(monkeypatch, capsys):
     """The H200 described (132 compute units): 1024^3's 64 x 128 tiles launch 128 work-groups
     there, 32 at 512^3; its search's 32 x 64 tiles launch 128 at 512^3 and are served."""
+    monkeypatch.delattr(GemmTemplate, "autotune_scaled")  # the trials' path alone (below)
     ctx = DescribedContext(H200, "cuda")
     winner, small, square = _tiles(64, 128, 4), _tiles(32, 64, 2), _tiles(128, 64, 4)
     anchor = _gemm_row(ctx, 1024, winner, 1.0e-4)
@@ -168,6 +169,79 @@ def test_a_gemm_tile_that_leaves_an_h200_idle_at_512_is_not_served_there(monkeyp
     monkeypatch.delattr(GemmTemplate, "autotune_fill")
     tune.clear_memo()
     assert GemmTemplate.autotune(ctx, f32, 512, 512, 512) == winner
+
+
+#: 1024^3's result on an H200 on 2026-12-01: 64 x 128 tiles of 8 x 32 work-items
+MEASURED = {"MWG": 64, "NWG": 128, "KWG": 32, "MDIMC": 8, "NDIMC": 32, "MDIMA": 8, "NDIMB": 16,
+            "KWI": 2, "VWM": 4, "VWN": 4, "STRM": 0, "STRN": 0, "SA": 1, "SB": 1}
+
+
+@pytest.mark.autotune_database
+def test_a_gemm_result_that_under_fills_is_served_with_its_tiles_scaled(monkeypatch, capsys,
+                                                                        caplog):
+    """The H200 described: 1024^3's 64 x 128 tiles launch 32 work-groups at 512^3 (128 there);
+    served scaled: 32 x 64 tiles of the same 8 x 32 work-items, which launch 128, the vector
+    width that no longer divides the tile halved, before any trial of its search."""
+    ctx = DescribedContext(H200, "cuda")
+    anchor = _gemm_row(ctx, 1024, MEASURED, 1.0e-4)
+    store = ResultStore.open()
+    store.put(anchor)
+    store.add_trials([TrialRecord(anchor.key, json.dumps(_tiles(32, 64, 2), sort_keys=True,
+                                                         separators=(",", ":")),
+                                  "ok", "", 1.1e-4, 1.1e-4, 1.1e-4, fingerprint=anchor.fingerprint)])
+    monkeypatch.setenv("AUTOTUNE_MATCH", "similar")
+    f32 = np.dtype(np.float32)
+    with caplog.at_level(logging.WARNING, logger="autotune.tune"):
+        served = GemmTemplate.autotune(ctx, f32, 512, 512, 512)
+    assert served == {**MEASURED, "MWG": 32, "NWG": 64, "VWN": 2}
+    assert GemmTemplate.autotune_fill(ctx, served, f32, 512, 512, 512) == 128
+    assert "using the one tuned for dtype=float32, k=1024, m=1024, n=1024 scaled to this size" \
+        in caplog.text
+    # at a size where its tiles fill the device, the result itself
+    assert GemmTemplate.autotune(ctx, f32, 2000, 2000, 700) == MEASURED
+    wait_for_notes()
+    assert main(["show"]) == 0
+    assert capsys.readouterr().out.count("similar (from k=1024, m=1024, n=1024, scaled)") == 1
+    frame = tune.results_frame().set_index("arg.m")
+    assert frame.loc[512].similar_scaled and not frame.loc[512].similar_trial
+    assert frame.loc[512]["param.NWG"] == 64 and not frame.loc[2000].similar_scaled
+    # tiles as small as their work-items (32 x 32 of 32 x 32) cannot shrink: at 192^3 (36
+    # work-groups, 1024 at 1024^3) a trial that fills is served instead (16 x 32: 72)
+    whole = {**MEASURED, "MWG": 32, "NWG": 32, "MDIMC": 32, "NDIMC": 32, "MDIMA": 32,
+             "NDIMB": 32, "VWM": 1, "VWN": 1}
+    trial = {**_tiles(16, 32, 1), "VWN": 2}
+    assert GemmTemplate.autotune_scaled(ctx, whole, dict(dtype=f32, m=192, n=192, k=192),
+                                        dict(dtype=f32, m=1024, n=1024, k=1024)) == []
+    store.put(dataclasses.replace(anchor, parameters=json.dumps(whole, sort_keys=True,
+                                                                separators=(",", ":"))))
+    store.add_trials([TrialRecord(anchor.key, json.dumps(trial, sort_keys=True,
+                                                         separators=(",", ":")),
+                                  "ok", "", 1.2e-4, 1.2e-4, 1.2e-4, fingerprint=anchor.fingerprint)])
+    tune.clear_memo()
+    assert GemmTemplate.autotune(ctx, f32, 192, 192, 192) == trial
+
+
+@pytest.mark.parametrize("measured, here", [
+    (MEASURED, (512, 512, 512)),
+    (_tiles(64, 128, 4), (300, 200, 100)),     # padded: no tile divides the sizes
+    (_tiles(128, 128, 4), (256, 96, 64))])
+def test_scaled_gemm_tiles_compute_the_product(context, measured, here):
+    """A configuration derived for another size computes A B there as numpy does, on the
+    device found (its limits allowing the H200's tiles), padding included."""
+    h200 = DescribedContext(H200, "cuda")
+    f32 = np.dtype(np.float32)
+    m, n, k = here
+    [derived] = GemmTemplate.autotune_scaled(h200, measured, dict(dtype=f32, m=m, n=n, k=k),
+                                             dict(dtype=f32, m=1024, n=1024, k=1024))
+    assert GemmTemplate.autotune_fill(h200, derived, f32, m, n, k) \
+        > GemmTemplate.autotune_fill(h200, measured, f32, m, n, k)
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((m, k), np.float32), rng.standard_normal((k, n), np.float32)
+    queue = context.create_command_queue()
+    c = context.allocate((m, n), f32)
+    gemm = GemmTemplate(context, f32, m, n, k, tuning=derived).instantiate(queue)
+    gemm(c, context.to_device(queue, np.ascontiguousarray(a.T)), context.to_device(queue, b))
+    np.testing.assert_allclose(c.get(queue), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-3)
 
 
 def test_fill_counts_waves_and_the_dslash_declares_its_launch():

@@ -11,8 +11,9 @@ interval of the winner's median, ``ties``, ``spread``; ``speedup`` over ``test=`
 the row is well formed (``valid``, with the
 ``problem`` otherwise), whether it is ``stale`` against the kernel sources of the template that
 owns it (None where no registered template does), how it was found (``origin``; for a row
-served from another size under ``AUTOTUNE_MATCH=similar``, ``similar_from`` names that size
-and ``similar_trial`` says whether a trial of its search was served, not its result), and the
+served from another size under ``AUTOTUNE_MATCH=similar``, ``similar_from`` names that size,
+``similar_trial`` says whether a trial of its search was served, not its result, and
+``similar_scaled`` whether its result's parameters were derived for this size), and the
 timestamps.
 """
 
@@ -28,7 +29,7 @@ import numpy as np
 from .encoding import MalformedJSONError, StoredEnum, decode_arguments, load_json
 from .records import ResultOrigin, TrialRecord, TuningRecord
 from .registry import registered_templates
-from .similar import served_a_trial, similar_from
+from .similar import served_a_trial, served_scaled, similar_from
 from .store import ResultStore
 from .store.rows import KEY_FIELDS
 from .validation import changed_sources, record_problem, recorded_speedup, trial_problem
@@ -104,6 +105,8 @@ def results_frame(db: str | os.PathLike | ResultStore | None = None, *, function
             "stale": _stale(r, current) if problem is None else None,
             "origin": r.origin, "similar_from": similar_from(r),
             "similar_trial": served_a_trial(r) if r.origin == ResultOrigin.SIMILAR.value else None,
+            "similar_scaled": served_scaled(r) if r.origin == ResultOrigin.SIMILAR.value
+            else None,
             "created_at": r.created_at, "package_version": r.package_version,
             "fingerprint": r.fingerprint, "sources": r.sources, "search": r.search,
         })

@@ -133,20 +133,47 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
             if under is not None:
                 why = under
                 if verdict.freshness is Freshness.FRESH:
-                    trial = _filling_trial(store, verdict, request)
-                    if trial is not None:
-                        logger.warning(
-                            "AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using a "
-                            "configuration tried for %s (similar, log distance %.3g; a trial "
-                            "of that search, not its result: %s)", key.function,
-                            describe_arguments(key.arguments), key.device_name, source, far,
-                            under)
-                        return trial, stale
+                    replaced = _in_its_place(store, verdict, request, source)
+                    if replaced is not None:
+                        served, what, why_so = replaced
+                        logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; "
+                                       "using %s (similar, log distance %.3g; %s%s)",
+                                       key.function, describe_arguments(key.arguments),
+                                       key.device_name, what, far, why_so, under)
+                        return served, stale
             elif stale is None:
                 stale = verdict
         logger.info("AUTOTUNE_MATCH=similar: skipping the result of %s for %s: %s: %s",
                     key.function, source, verdict.freshness, why)
     return None, stale
+
+
+def _in_its_place(store: ResultStore, anchor: Verdict, request: similar.Request, source: str
+                  ) -> tuple[Verdict, str, str] | None:
+    """What is served in place of ``anchor``, a size's result that under-fills the device
+    here: its parameters scaled to this size, else a trial of its search (judged; None where
+    neither fits and fills), with how the log says so."""
+    scaled = _scaled(anchor, request)
+    if scaled is not None:
+        return scaled, f"the one tuned for {source} scaled to this size", "scaled because "
+    trial = _filling_trial(store, anchor, request)
+    if trial is not None:
+        return (trial, f"a configuration tried for {source}",
+                "a trial of that search, not its result: ")
+    return None
+
+
+def _scaled(anchor: Verdict, request: similar.Request) -> Verdict | None:
+    """The first configuration the template derives from ``anchor``'s result for this call
+    (``autotune_scaled``) that is valid for it and fills the device here, judged (None: none
+    does, or the template derives none)."""
+    if request.scaled is None or request.trial is None:
+        return None
+    for row in request.scaled(anchor):
+        verdict = request.trial(anchor, row)
+        if verdict is not None:
+            return verdict
+    return None
 
 
 def _filling_trial(store: ResultStore, anchor: Verdict, request: similar.Request

@@ -25,15 +25,19 @@ the lookup goes on as ``nearest`` does (:mod:`.lookup`).
 
 Where the template also declares how a configuration fills the device (``autotune_fill``,
 :mod:`.fill`), a candidate must fill it at this size about as well as at the size it was
-measured at (:func:`~.fill.fills`). Where the nearest size's result does not, that size's
-search still measured other configurations there (its trials): the fastest of them that is
+measured at (:func:`~.fill.fills`). Where the nearest size's result does not, it is first
+scaled to this size where the template declares how (``autotune_scaled``, :func:`scaler`:
+the GEMM's tiles shrunk to launch as many work-groups as where they were tuned), judged as a
+trial is. Otherwise that size's search still measured other configurations there (its
+trials): the fastest of them that is
 valid for this call and fills the device here is served instead (:func:`trial_rows`), and
 only where none does is the next nearest size tried. Under-filling candidates are never
 served: with no size left, the lookup goes on as ``nearest`` does, and a miss tunes.
 
 A served size is stored as a row of the asking key with origin ``similar``, score ``inf`` (not
 timed at this size) and its source in the search summary (:data:`SOURCE`; ``"trial": true``
-where a trial was served, not the source's result), so that ``show``,
+where a trial was served, not the source's result; ``"scaled": true`` where the result
+was scaled), so that ``show``,
 ``report`` and ``results_frame`` say where it came from. Such a row is never served as the
 key's own: every lookup ranks the tuned sizes afresh (a size tuned since may be nearer), an
 exact lookup or ``warm`` treats the key as not tuned, and tuning it replaces the row.
@@ -67,6 +71,12 @@ ATTRIBUTE = "autotune_similar"
 #: The key, in the search text of a candidate row made of a trial (:func:`trial_rows`), that
 #: marks it as one.
 TRIAL = "similar_trial"
+#: The declaration of the parameters a template derives from a size's result for another
+#: size (:func:`scaler`).
+SCALE_ATTRIBUTE = "autotune_scaled"
+#: The key, in the search text of a candidate row derived from a size's result
+#: (:func:`scaler`), that marks it as one.
+SCALED = "similar_scaled"
 
 Judge = Callable[[TuningRecord], Verdict]
 #: Why a candidate's parameters under-fill the device for this call (None: they fill it);
@@ -74,6 +84,8 @@ Judge = Callable[[TuningRecord], Verdict]
 FillCheck = Callable[..., "str | None"]
 #: Judges a trial row for this call, given the verdict on its size's result (:func:`trial_judge`).
 TrialJudge = Callable[[Verdict, TuningRecord], "Verdict | None"]
+#: The candidate rows a template derives for this call from a size's result (:func:`scaler`).
+Scaler = Callable[[Verdict], "list[TuningRecord]"]
 
 
 class Tuned(Protocol):
@@ -122,6 +134,7 @@ class Request:
     judge: Judge
     fill: FillCheck | None = None
     trial: TrialJudge | None = None
+    scaled: Scaler | None = None
 
     def under_fills(self, verdict: Verdict) -> str | None:
         """Why the judged ``verdict``'s parameters under-fill the device for this call, or
@@ -290,8 +303,46 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
     if not rules:
         return None
     fills = fill_check(tuned, call)  # (trials are tried only where a result under-fills)
+    if fills is None:
+        return Request(rules, candidate_judge(tuned, call, here))
     return Request(rules, candidate_judge(tuned, call, here), fills,
-                   None if fills is None else trial_judge(tuned, call, fills))
+                   trial_judge(tuned, call, fills), scaler(tuned, call))
+
+
+def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:
+    """Where ``call``'s template declares ``autotune_scaled(context, params, here, there)``
+    (the parameters it derives from ``params``, tuned at the arguments ``there``, for the
+    arguments ``here``, the preferred first), the candidate rows it derives for this call from
+    a size's judged result: that size's row with each derived configuration, :data:`SCALED` in
+    its search text (judged as a trial is: :func:`trial_judge`); None where it declares none.
+    A declaration that fails on a stored result derives nothing from it; one that answers
+    what is not a list of dicts is a mistake in the template (TypeError)."""
+    name = tuned.name(call.owner)
+    derive = getattr(call.owner, SCALE_ATTRIBUTE, None) if call.owner is not None else None
+    if derive is None:
+        return None
+    if not callable(derive):
+        raise TypeError(f"{name}: {SCALE_ATTRIBUTE} must be a classmethod (context, params, "
+                        f"here, there) returning parameter dicts, got {derive!r}")
+
+    def rows(anchor: Verdict) -> list[TuningRecord]:
+        try:
+            there = _source_arguments(call, anchor.record)
+            derived = derive(call.context, dict(anchor.parameters or {}), dict(call.arguments),
+                             there)
+        except Exception:  # noqa: BLE001 - stored parameters it cannot take: nothing derived
+            return []
+        if not isinstance(derived, (list, tuple)) or not all(isinstance(p, dict)
+                                                            for p in derived):
+            raise TypeError(f"{name}: {SCALE_ATTRIBUTE} must return a list of parameter "
+                            f"dicts, got {derived!r}")
+        search = json.dumps({SCALED: True})
+        return [dataclasses.replace(anchor.record, search=search, ci_low=None, ci_high=None,
+                                    ties=None, spread=None, parameters=json.dumps(
+                                        p, sort_keys=True, separators=(",", ":")))
+                for p in derived]
+
+    return rows
 
 
 def trial_rows(anchor: TuningRecord, ran: Iterable[TrialRecord]) -> Iterator[TuningRecord]:
@@ -319,13 +370,22 @@ def trial_rows(anchor: TuningRecord, ran: Iterable[TrialRecord]) -> Iterator[Tun
 
 def is_trial(record: TuningRecord) -> bool:
     """Whether ``record`` is a candidate row made of a trial (:func:`trial_rows`)."""
-    if TRIAL not in record.search:
+    return _marked(record, TRIAL)
+
+
+def is_scaled(record: TuningRecord) -> bool:
+    """Whether ``record`` is a candidate row derived from a size's result (:func:`scaler`)."""
+    return _marked(record, SCALED)
+
+
+def _marked(record: TuningRecord, mark: str) -> bool:
+    if mark not in record.search:
         return False
     try:
         summary = load_json(record.search, "search")
     except MalformedJSONError:
         return False
-    return isinstance(summary, dict) and summary.get(TRIAL) is True
+    return isinstance(summary, dict) and summary.get(mark) is True
 
 
 def served_as(verdict: Verdict | None, key: TuningKey) -> str:
@@ -346,7 +406,8 @@ def similar_row(key: TuningKey, verdict: Verdict, far: float,
     """The row that records a similar serve of ``key``: the source's parameters and
     fingerprint, score ``inf`` (not timed at this size), origin ``similar`` and the source's
     arguments, device and score in the search summary (and ``"trial": true`` where the source
-    is a trial of that size's search, :func:`trial_rows`)."""
+    is a trial of that size's search, :func:`trial_rows`; ``"scaled": true`` where it was
+    derived from that size's result, :func:`scaler`)."""
     source = verdict.record
     origin: dict[str, Any] = {
         "arguments": source.key.arguments, "distance": round(far, 6),
@@ -354,6 +415,8 @@ def similar_row(key: TuningKey, verdict: Verdict, far: float,
         "score": source.score if math.isfinite(source.score) else None}
     if is_trial(source):  # a configuration its search tried, not its result
         origin["trial"] = True
+    elif is_scaled(source):  # derived from its result for this size
+        origin["scaled"] = True
     search: dict[str, Any] = {"strategy": "similar", SOURCE: origin}
     if device is not None:
         search["device"] = device
@@ -389,6 +452,12 @@ def served_a_trial(record: TuningRecord) -> bool:
     return _source_summary(record).get("trial") is True
 
 
+def served_scaled(record: TuningRecord) -> bool:
+    """Whether a similar row's parameters were derived from its source's result for its own
+    size (``autotune_scaled``), not served as they were tuned."""
+    return _source_summary(record).get("scaled") is True
+
+
 def similar_from(record: TuningRecord) -> str | None:
     """The size a similar row came from, for people: the arguments that differ from the row's
     own (``m=1024, n=1024``)."""
@@ -408,10 +477,11 @@ def similar_from(record: TuningRecord) -> str | None:
 
 def origin_text(record: TuningRecord) -> str:
     """How a row was found, for tables: ``offline``, ``online``, ``similar (from ...)``, or
-    ``similar (from ..., a trial)`` where a configuration that size's search tried was served
-    (its result under-filled the device at this size)."""
+    ``similar (from ..., a trial)`` where a configuration that size's search tried was served,
+    ``similar (from ..., scaled)`` where one derived from its result was (its result
+    under-filled the device at this size)."""
     source = similar_from(record)
     if source is None:
         return record.origin
-    return f"similar (from {source}, a trial)" if served_a_trial(record) else \
-        f"similar (from {source})"
+    how = ", a trial" if served_a_trial(record) else ", scaled" if served_scaled(record) else ""
+    return f"similar (from {source}{how})"

@@ -135,11 +135,12 @@ class GemmTemplate:
         work-items (``MDIMC`` x ``NDIMC``) are kept; ``MWG`` and ``NWG`` are halved, the larger
         first, until the product launches as many work-groups as it did there or a tile is as
         small as its work-items; then the vector widths and loading layouts nearest the tuned
-        ones that the smaller tiles allow (one configuration, or none where the tiles cannot
-        shrink; the caller checks it against the space and the fill again). On an H200 (2026-12-01), 1024^3's 64 x 128 tiles launch 128
-        work-groups there and 32 at 512^3, where 32 x 64 tiles of the same 8 x 32 work-items,
-        which launch 128, measured 1.04-1.09x 512^3's own best; 1024^3's best trial that filled
-        the device there, 1.39x."""
+        ones that the smaller tiles allow in this device's space (one configuration, or none
+        where the tiles cannot shrink; the caller checks it against the space and the fill
+        again). On an H200 (2026-12-01), 1024^3's 64 x 128 tiles launch 128 work-groups there
+        and 32 at 512^3, where 32 x 64 tiles of the same 8 x 32 work-items, which launch 128,
+        were served at 1.05x 512^3's own best; 1024^3's best trial that filled the device there
+        measured 1.39x."""
         goal = cls.autotune_fill(context, params, **there)
         tiles = dict(params)
         while cls.autotune_fill(context, tiles, **here) < goal:
@@ -152,9 +153,9 @@ class GemmTemplate:
         if (tiles["MWG"], tiles["NWG"]) == (params["MWG"], params["NWG"]):
             return []
         space = cls.autotune_space(context, **here)
-        lists = {name: [v for v in GPU_SPACE[name] if v <= params[name]] or [params[name]]
-                 for name in ("VWM", "VWN")}
-        lists.update(MDIMA=list(GPU_SPACE["MDIMA"]), NDIMB=list(GPU_SPACE["NDIMB"]))
+        lists = {name: [v for v in space.parameters[name] if v <= params[name]]
+                 or [params[name]] for name in ("VWM", "VWN")}
+        lists.update(MDIMA=list(space.parameters["MDIMA"]), NDIMB=list(space.parameters["NDIMB"]))
         nearest = sorted(
             ({**tiles, "VWM": vwm, "VWN": vwn, "MDIMA": mdima, "NDIMB": ndimb}
              for vwm in lists["VWM"] for vwn in lists["VWN"]

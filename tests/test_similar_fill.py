@@ -171,6 +171,43 @@ def test_a_gemm_tile_that_leaves_an_h200_idle_at_512_is_not_served_there(monkeyp
     assert GemmTemplate.autotune(ctx, f32, 512, 512, 512) == winner
 
 
+@pytest.mark.autotune_database
+@pytest.mark.parametrize("derives, served", [
+    (lambda params: [{"wgs": 16}], 16),           # derived, valid, filling: served scaled
+    (lambda params: [{"wgs": 12}], "trial"),      # not a listed work-group: a trial instead
+    (lambda params: [{"wgs": params["nope"]}], "trial"),  # fails on the stored result
+    (lambda params: "wgs 16", TypeError),         # the template's mistake
+    (lambda params: [{"wgs": object()}], TypeError)])
+def test_what_a_template_derives_for_a_size_is_judged_as_a_trial_is(context, monkeypatch,
+                                                                    derives, served):
+    """The filled toy's anchor (wgs 64) under-fills a quarter of its size (:func:`_anchor`):
+    the configuration its ``autotune_scaled`` derives is served where it is valid and fills;
+    otherwise the fastest trial that fills, as without the declaration."""
+    units = context.device.multiprocessors
+    _anchor(context, units)
+
+    class Scaled(FilledTemplate):
+        @classmethod
+        def autotune_scaled(cls, context, params, here, there):
+            return derives(params)
+
+    monkeypatch.setattr(FilledTemplate, "autotune_scaled", Scaled.autotune_scaled,
+                        raising=False)
+    monkeypatch.setenv("AUTOTUNE_MATCH", "similar")
+    n = 16 * PER_UNIT * units
+    if served is TypeError:
+        with pytest.raises(TypeError, match="autotune_scaled"):
+            _filled(context, n)
+        return
+    got = _filled(context, n)
+    wait_for_notes()
+    row = ResultStore.open().get(tune.tuner_of(FilledTemplate).key(FilledTemplate, context, n))
+    assert similar.served_scaled(row) == (served != "trial")
+    assert similar.served_a_trial(row) == (served == "trial")
+    if served != "trial":
+        assert got == {"wgs": served}
+
+
 #: 1024^3's result on an H200 on 2026-12-01: 64 x 128 tiles of 8 x 32 work-items
 MEASURED = {"MWG": 64, "NWG": 128, "KWG": 32, "MDIMC": 8, "NDIMC": 32, "MDIMA": 8, "NDIMB": 16,
             "KWI": 2, "VWM": 4, "VWN": 4, "STRM": 0, "STRN": 0, "SA": 1, "SB": 1}

@@ -57,7 +57,8 @@ import autotune
 
 from . import fill
 from .encoding import (InvalidParametersError, MalformedJSONError, decode_arguments,
-                       decode_parameters, describe_arguments, load_json, validate_parameters)
+                       decode_parameters, describe_arguments, encode_parameters, load_json,
+                       validate_parameters)
 from .records import ResultOrigin, TrialRecord, TuningKey, TuningRecord
 from .space import Space
 from .verdicts import Freshness, Verdict, judge, make_fingerprint
@@ -336,11 +337,14 @@ def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:
                                                             for p in derived):
             raise TypeError(f"{name}: {SCALE_ATTRIBUTE} must return a list of parameter "
                             f"dicts, got {derived!r}")
+        try:
+            texts = [encode_parameters(p) for p in derived]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name}: {SCALE_ATTRIBUTE} returned parameters that cannot be "
+                            f"stored: {exc}") from None
         search = json.dumps({SCALED: True})
-        return [dataclasses.replace(anchor.record, search=search, ci_low=None, ci_high=None,
-                                    ties=None, spread=None, parameters=json.dumps(
-                                        p, sort_keys=True, separators=(",", ":")))
-                for p in derived]
+        return [dataclasses.replace(anchor.record, parameters=text, search=search, ci_low=None,
+                                    ci_high=None, ties=None, spread=None) for text in texts]
 
     return rows
 

@@ -146,6 +146,7 @@ def test_the_helper_is_held_while_warm_times_a_batch(context, pocl_cache):
     y = context.zeros(queue, 1 << 16, np.float32)
     with warm_prebuild.prebuilding(_selector(context), jobs, True) as helper:
         pid = helper.process.pid
+        assert os.getpgid(pid) == pid  # it leads its group: what it starts is held with it
         for batch in range(3):
             queue.start_tuning()  # warm times a batch: the helper is stopped
             # (or its work is done; not at the first batch: it is still starting then)
@@ -159,6 +160,38 @@ def test_the_helper_is_held_while_warm_times_a_batch(context, pocl_cache):
         queue.start_tuning()  # warm ends while a batch is timed: continued, told, stopped
     queue.stop_tuning()
     assert helper.process is None or helper.process.poll() is not None
+
+
+GROUP = """
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.01)"])
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat") or not hasattr(os, "killpg"),
+                    reason="reads process states from /proc; process groups are POSIX's")
+def test_what_the_helper_starts_is_held_and_ended_with_it(tmp_path):
+    """PoCL links each kernel it builds with ``ld``, a child of the helper: it is stopped while
+    warm times a batch, as the helper is, continued after, and ended with the helper."""
+    written = tmp_path / "child"
+    process = warm_prebuild._spawn([sys.executable, "-c", GROUP, str(written)], dict(os.environ))
+    helper = warm_prebuild.Prebuilder(process)
+    try:
+        deadline = time.monotonic() + 20
+        while not written.exists() or not written.read_text():
+            assert time.monotonic() < deadline and process.poll() is None
+            time.sleep(0.02)
+        child = int(written.read_text())
+        helper.timing(True)
+        assert _wait_state(child, {"T", "t"}) in ("T", "t")
+        assert _wait_state(process.pid, {"T", "t"}) in ("T", "t")
+        helper.timing(False)
+        assert _wait_state(child, {"R", "S", "D"}) in ("R", "S", "D")
+    finally:
+        warm_prebuild._kill(process)
+    assert _wait_state(child, {"Z", ""}) in ("Z", "")
 
 
 PARENT = """

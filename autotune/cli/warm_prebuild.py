@@ -15,7 +15,9 @@ So with ``warm --prebuild`` on an OpenCL CPU device (off by default: see :func:`
 starts one helper process at the lowest CPU priority (``nice`` 19) with the keys to tune, in
 order, and their search settings. The helper is stopped (``SIGSTOP``) whenever ``warm`` times
 a batch and continued (``SIGCONT``) after it (:func:`autotune.accel.timing_listener`): low
-priority alone did not keep its work out of the timings on two cores. ``warm`` tells
+priority alone did not keep its work out of the timings on two cores. It leads a process group
+of its own, and the signals go to the group: PoCL links each kernel it builds with ``ld``, a
+child process, which a signal to the helper alone left running beside the timings. ``warm`` tells
 it each key it starts; the helper works on the keys after it, never on one ``warm`` has
 reached (it drops a key it is on once ``warm`` gets there), each under
 :func:`prebuild_strategy`: the search's warm-start seeds and ``test=`` (what the plans measure
@@ -103,7 +105,7 @@ class Prebuilder:
 
     def _signal(self, number: int) -> None:
         try:
-            os.kill(self.process.pid, number)  # type: ignore[union-attr]
+            _signal_group(self.process, number)  # type: ignore[arg-type]
         except (OSError, AttributeError):  # it has ended: warm goes on without it
             self.process = None
 
@@ -116,6 +118,34 @@ class Prebuilder:
             self.process.stdin.flush()
         except (OSError, ValueError):  # it has ended: warm goes on without it
             self.process = None
+
+
+def _signal_group(process: subprocess.Popen, number: int) -> None:
+    """Signal the helper and every process it started (its process group, which it leads:
+    :func:`_spawn`): the device compiler's linker runs as a child of it (PoCL runs ``ld`` for
+    each kernel it builds), and a linker left running while a batch is timed disturbed the
+    timing. Where process groups do not exist, the helper alone."""
+    if hasattr(os, "killpg") and os.getpgid(process.pid) == process.pid:
+        os.killpg(process.pid, number)
+    else:
+        os.kill(process.pid, number)
+
+
+def _spawn(arguments: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start a helper leading a process group of its own (POSIX), so that :func:`_signal_group`
+    holds and ends whatever it starts with it."""
+    return subprocess.Popen(arguments, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env,
+                            start_new_session=hasattr(os, "killpg"))
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """End the helper and whatever it started, and reap it."""
+    with contextlib.suppress(OSError):
+        _signal_group(process, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        process.kill()
+    process.wait()
 
 
 @contextlib.contextmanager
@@ -143,8 +173,7 @@ def prebuilding(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, A
             try:
                 process.wait(timeout=STOP_SECONDS)
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                _kill(process)
 
 
 def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
@@ -158,9 +187,7 @@ def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
     # (not recording misses into the user's AUTOTUNE_RECORD file: its keys are warm's)
     env = {k: v for k, v in os.environ.items() if k != "AUTOTUNE_RECORD"}
     try:
-        process = subprocess.Popen([sys.executable, "-m", "autotune.cli.warm_prebuild"],
-                                   stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, env=env)
+        process = _spawn([sys.executable, "-m", "autotune.cli.warm_prebuild"], env)
     except OSError as exc:  # it could not start: warm goes on without it
         log.info("warm: no compiling ahead (%s)", exc)
         return None
@@ -170,8 +197,7 @@ def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
         process.stdin.flush()
     except OSError as exc:  # it died at once
         log.info("warm: no compiling ahead (%s)", exc)
-        process.kill()
-        process.wait()
+        _kill(process)
         return None
     return process
 

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +27,7 @@ import numpy as np
 from autotune import accel
 from operations.lqcd import DslashTemplate, Lattice, haar_field
 
+from example_db import use_database
 from timing import queue_time
 from wilson_dslash_multi import empty, fields
 
@@ -38,15 +36,10 @@ SHAPES = [(64, 4), (64, 8), (64, 10), (64, 12), (128, 2), (128, 3), (128, 4), (1
           (128, 6), (128, 8), (256, 2), (256, 3), (256, 4)]
 
 
-def timed(template: DslashTemplate, queue, params: dict, inp, out, links) -> tuple[float, int,
-                                                                                 int]:
-    """Seconds a launch of ``template``'s parity-0 dslash with ``params``, its registers and
-    spilled bytes a work-item."""
-    template.tuning = params
-    template.wgs = params["wgs"]
-    template.global_size = template.launch_size(params)
-    kernel = template.kernel(0, False, False, storage="hhh")
-    limits = kernel.limits
+def timed(template: DslashTemplate, queue, inp, out, links) -> tuple[float, int, int]:
+    """Seconds a launch of ``template``'s parity-0 dslash, its kernel's registers and spilled
+    bytes a work-item."""
+    limits = template.kernel(0, False, False, storage="hhh").limits
     dslash = template.instantiate(queue)
     seconds = queue_time(queue, lambda: dslash(out, inp, links, 0), repeats=20)
     return seconds, limits.registers or 0, limits.private_memory or 0
@@ -61,10 +54,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     dims = tuple(int(v) for v in args.lattice.split(","))
-    folder = tempfile.mkdtemp()
-    db = args.db or shutil.copy(Path(__file__).resolve().parents[1] / "tune.db.example",
-                                Path(folder) / "tune.db")
-    os.environ["AUTOTUNE_DB"] = str(db)
+    use_database(args.db)
     context = accel.create_some_context()
     queue = context.create_tuning_command_queue()
     lattice = Lattice(dims)
@@ -79,7 +69,7 @@ def main() -> None:
         links = template.gauge_to_device(queue, u)
         inp = fields(context, queue, template, lattice, rng, 1)[0]
         out = empty(context, template, lattice)
-        base = timed(template, queue, stored, inp, out, links)
+        base = timed(template, queue, inp, out, links)
         print(f"{precision} {reconstruct}: stored {stored}: {base[0] * 1e6:.1f} us, "
               f"{base[1]} registers, {base[2]} B spilled", flush=True)
         rows.append({"precision": precision, "reconstruct": reconstruct, "stored": True,
@@ -89,9 +79,10 @@ def main() -> None:
             params = {**stored, "wgs": wgs, "min_blocks": min_blocks}
             if wgs % params["dir_split"] or params == stored:
                 continue
-            try:
-                seconds, registers, spilled = timed(template, queue, params, inp, out, links)
-            except accel.AccelError as exc:
+            try:  # explicit parameters: the space's limits, not its lists (caps it lacks)
+                other = DslashTemplate(context, dims, precision, reconstruct, tuning=params)
+                seconds, registers, spilled = timed(other, queue, inp, out, links)
+            except (accel.AccelError, ValueError) as exc:
                 print(f"  wgs {wgs} min_blocks {min_blocks}: {exc}")
                 continue
             rows.append({"precision": precision, "reconstruct": reconstruct, "stored": False,

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -29,6 +26,8 @@ import numpy as np
 
 from autotune import accel
 from operations.lqcd import WilsonOperator, weak_field
+
+from example_db import use_database
 
 
 def add_solve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -46,10 +45,7 @@ def add_solve_arguments(parser: argparse.ArgumentParser) -> None:
 def solve_setup(args: argparse.Namespace) -> tuple[accel.Context, WilsonOperator, dict, tuple]:
     """The database (``--db``, else a copy of tune.db.example), the device, the Wilson operator
     of ``args``, the solve's precision options and a host spinor's shape."""
-    folder = tempfile.mkdtemp()
-    db = args.db or shutil.copy(Path(__file__).resolve().parents[1] / "tune.db.example",
-                                Path(folder) / "tune.db")
-    os.environ["AUTOTUNE_DB"] = str(db)
+    use_database(args.db)
     context = accel.create_some_context()
     dims = tuple(args.dims)
     mixed = args.precision == "mixed"

@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -31,6 +28,7 @@ from autotune import accel
 from operations.lqcd import DslashTemplate, Lattice, MultiDslash, haar_field, half
 from operations.lqcd.dslash import least_bytes_per_site
 
+from example_db import use_database
 from timing import queue_time
 from wilson_dslash import FLOPS, copy_bandwidth
 
@@ -66,10 +64,7 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     dims = tuple(int(v) for v in args.lattice.split(","))
-    folder = tempfile.mkdtemp()
-    db = args.db or shutil.copy(Path(__file__).resolve().parents[1] / "tune.db.example",
-                                Path(folder) / "tune.db")
-    os.environ["AUTOTUNE_DB"] = str(db)
+    use_database(args.db)
     context = accel.create_some_context()
     queue = context.create_tuning_command_queue()
     bandwidth = copy_bandwidth(context, queue)

@@ -128,16 +128,18 @@ class GemmTemplate:
 
     @classmethod
     def autotune_scaled(cls, context: accel.Context, params: dict[str, Any],
-                        here: dict[str, Any], there: dict[str, Any]) -> list[dict[str, Any]]:
+                        here: dict[str, Any], there: dict[str, Any],
+                        space: tune.Space | None = None) -> list[dict[str, Any]]:
         """``params``, tuned at the arguments ``there``, with smaller tiles for the product
         ``here``, where they would launch fewer work-groups than they did there (``similar``
         asks only where they under-fill the device here). The work-group and the shape of its
         work-items (``MDIMC`` x ``NDIMC``) are kept; ``MWG`` and ``NWG`` are halved, the larger
         first, until the product launches as many work-groups as it did there or a tile is as
         small as its work-items; then the vector widths and loading layouts nearest the tuned
-        ones that the smaller tiles allow in this device's space (one configuration, or none
-        where the tiles cannot shrink; the caller checks it against the space and the fill
-        again). On an H200 (2026-12-01), 1024^3's 64 x 128 tiles launch 128 work-groups there
+        ones that the smaller tiles allow in ``space``, the product's at ``here`` (the lookup
+        passes the one it made for the call; made here where not given). One configuration,
+        or none where the tiles cannot shrink; the caller checks it against the space and the
+        fill again. On an H200 (2026-12-01), 1024^3's 64 x 128 tiles launch 128 work-groups there
         and 32 at 512^3, where 32 x 64 tiles of the same 8 x 32 work-items, which launch 128,
         were served at 1.05x 512^3's own best; 1024^3's best trial that filled the device there
         measured 1.39x."""
@@ -152,7 +154,8 @@ class GemmTemplate:
             tiles[largest] //= 2
         if (tiles["MWG"], tiles["NWG"]) == (params["MWG"], params["NWG"]):
             return []
-        space = cls.autotune_space(context, **here)
+        if space is None:
+            space = cls.autotune_space(context, **here)
         lists = {name: [v for v in space.parameters[name] if v <= params[name]]
                  or [params[name]] for name in ("VWM", "VWN")}
         lists.update(MDIMA=list(space.parameters["MDIMA"]), NDIMB=list(space.parameters["NDIMB"]))

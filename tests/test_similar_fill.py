@@ -188,7 +188,7 @@ def test_what_a_template_derives_for_a_size_is_judged_as_a_trial_is(context, mon
 
     class Scaled(FilledTemplate):
         @classmethod
-        def autotune_scaled(cls, context, params, here, there):
+        def autotune_scaled(cls, context, params, here, there, space):
             return derives(params)
 
     monkeypatch.setattr(FilledTemplate, "autotune_scaled", Scaled.autotune_scaled,

@@ -141,10 +141,11 @@ def _spawn(arguments: list[str], env: dict[str, str]) -> subprocess.Popen:
 
 def _kill(process: subprocess.Popen) -> None:
     """End the helper and whatever it started, and reap it."""
-    with contextlib.suppress(OSError):
-        _signal_group(process, signal.SIGKILL)
-    with contextlib.suppress(OSError):
-        process.kill()
+    with contextlib.suppress(OSError):  # (it has ended already)
+        if hasattr(os, "killpg"):
+            _signal_group(process, signal.SIGKILL)
+        else:
+            process.kill()
     process.wait()
 
 

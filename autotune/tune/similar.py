@@ -311,9 +311,10 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
 
 
 def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:
-    """Where ``call``'s template declares ``autotune_scaled(context, params, here, there)``
-    (the parameters it derives from ``params``, tuned at the arguments ``there``, for the
-    arguments ``here``, the preferred first), the candidate rows it derives for this call from
+    """Where ``call``'s template declares ``autotune_scaled(context, params, here, there,
+    space)`` (the parameters it derives from ``params``, tuned at the arguments ``there``, for
+    the arguments ``here``, whose space is ``space``: the call's own, already made for its
+    fingerprint; the preferred first), the candidate rows it derives for this call from
     a size's judged result: that size's row with each derived configuration, :data:`SCALED` in
     its search text (judged as a trial is: :func:`trial_judge`); None where it declares none.
     A declaration that fails on a stored result derives nothing from it; one that answers
@@ -324,13 +325,13 @@ def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:
         return None
     if not callable(derive):
         raise TypeError(f"{name}: {SCALE_ATTRIBUTE} must be a classmethod (context, params, "
-                        f"here, there) returning parameter dicts, got {derive!r}")
+                        f"here, there, space) returning parameter dicts, got {derive!r}")
 
     def rows(anchor: Verdict) -> list[TuningRecord]:
         try:
             there = _source_arguments(call, anchor.record)
             derived = derive(call.context, dict(anchor.parameters or {}), dict(call.arguments),
-                             there)
+                             there, tuned.space_of(call))
         except Exception:  # noqa: BLE001 - stored parameters it cannot take: nothing derived
             return []
         if not isinstance(derived, (list, tuple)) or not all(isinstance(p, dict)

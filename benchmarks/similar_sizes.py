@@ -42,9 +42,9 @@ from autotune.tune.serving import Serving  # noqa: E402
 from autotune.tune.similar import served_a_trial, served_scaled, similar_from  # noqa: E402
 from autotune.tune.store import database_url  # noqa: E402
 from operations.gemm import GemmTemplate  # noqa: E402
-from operations.lqcd import DslashTemplate, Lattice, gauge, half  # noqa: E402
-from operations.lqcd.dslash import ARITHMETIC  # noqa: E402
+from operations.lqcd import DslashTemplate, Lattice, gauge  # noqa: E402
 
+from dslash_operands import on_device, random_spinor  # noqa: E402
 from timing import queue_time  # noqa: E402
 
 GEMM_ANCHORS = [(1024,) * 3, (4096,) * 3, (8192,) * 3]
@@ -153,9 +153,7 @@ def dslash_part(context, queue, anchors_db, own_db, args, anchors, lattices, pre
     for dims in lattices:
         lattice = Lattice(dims)
         u = gauge.haar_field(dims, seed=1)
-        rng = np.random.default_rng(3)
-        psi = (rng.standard_normal(lattice.shape + (4, 3))
-               + 1j * rng.standard_normal(lattice.shape + (4, 3)))
+        psi = random_spinor(lattice)
         for precision in precisions:
             def call(dims=dims, precision=precision):
                 return (DslashTemplate.autotune(context, dims, precision, RECONSTRUCT),
@@ -166,14 +164,7 @@ def dslash_part(context, queue, anchors_db, own_db, args, anchors, lattices, pre
             with tune.use_database(own_db):
                 own = tuner.retune(DslashTemplate, context, dims, precision, RECONSTRUCT).parameters
             seconds = time.perf_counter() - started
-            if precision == "half":
-                src = half.to_device(context, queue,
-                                     lattice.spinor_to_device(psi, 1, np.complex128))
-                out = half.HalfSpinor.allocate(context, lattice.half_volume)
-            else:
-                dtype = ARITHMETIC[precision][1]
-                src = context.to_device(queue, lattice.spinor_to_device(psi, 1, dtype))
-                out = context.allocate((12, lattice.half_volume), dtype)
+            src, out = on_device(context, queue, lattice, psi, precision)
             runs = {}
             for label, params in (("similar", similar), ("own", own)):
                 template = DslashTemplate(context, dims, precision, RECONSTRUCT, -1, params)

@@ -13,7 +13,8 @@ from typing import Any
 
 
 def queue_time(queue: Any, fn: Callable[[], Any], repeats: int = 20, batches: int = 7) -> float:
-    """Median seconds per call of ``fn`` (which enqueues on our tuning ``queue``), after a warm-up."""
+    """Median seconds per call of ``fn`` (which enqueues on our tuning ``queue``), after a
+    warm-up: the device's time, not Python's launch time (``CommandQueue.start_tuning``)."""
     fn()
     queue.finish()
     samples = []

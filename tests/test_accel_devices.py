@@ -127,12 +127,12 @@ def test_interval_timers_time_work_without_waiting_for_it(context):
         context.create_command_queue().interval_timer()
 
 
-def _busy(context):
+def _busy(context, queue=None):
     from pathlib import Path
 
     kernel = context.build(Path(__file__).with_name("kernels") / "busy.mako").get_kernel("busy")
     n = 1 << 14
-    queue = context.create_command_queue(timed=True)
+    queue = queue or context.create_command_queue(timed=True)
     x = context.to_device(queue, np.ones(n, np.float32))
     y = context.allocate(n, np.float32)
     return queue, lambda reps: queue.enqueue_kernel(kernel, [y, x, np.uint32(n), np.uint32(reps)],
@@ -145,9 +145,9 @@ def test_interval_timers_leave_out_the_hosts_time_enqueuing(context, monkeypatch
     pauses inside an interval, before and after its launch, are not counted (on CUDA, pauses
     shorter than the gate's timeout: a long one here)."""
     if context.backend == "cuda":
-        from autotune.accel import cuda
+        from autotune.accel import cuda_gate
 
-        monkeypatch.setattr(cuda, "GATE_TIMEOUT", 1.0)
+        monkeypatch.setattr(cuda_gate, "GATE_TIMEOUT", 1.0)
     queue, launch, _ = _busy(context)
     timer = queue.interval_timer()
     queue.finish()  # the device idles while the host pauses
@@ -165,9 +165,9 @@ def test_a_wait_for_the_queue_inside_an_interval_lets_its_work_run(context, monk
     has run: on CUDA the interval's gate opens for it instead of holding the queue until its
     timeout (a long one here)."""
     if context.backend == "cuda":
-        from autotune.accel import cuda
+        from autotune.accel import cuda_gate
 
-        monkeypatch.setattr(cuda, "GATE_TIMEOUT", 1.0)
+        monkeypatch.setattr(cuda_gate, "GATE_TIMEOUT", 1.0)
     queue, launch, y = _busy(context)
     timer = queue.interval_timer()
     for wait in (queue.finish, lambda: y.get(queue), lambda: queue.mark().wait()):
@@ -182,6 +182,47 @@ def test_a_wait_for_the_queue_inside_an_interval_lets_its_work_run(context, monk
             assert waited < 0.5 and queue._gate.timeouts == 0
 
 
+def test_a_tuning_batch_leaves_out_the_hosts_time_enqueuing(context):
+    """A batch between start_tuning and stop_tuning holds the device's work, not the host's
+    pauses before, between and after its launches: a kernel shorter than Python's launch
+    (a small lattice's dslash) is ranked by its own time, not by the host's. OpenCL profiles
+    from the first command's start to the last's end, so only there a pause between two
+    launches counts."""
+    queue, launch, _ = _busy(context, context.create_tuning_command_queue())
+    launch(2)
+    queue.finish()
+    for _ in range(2):
+        queue.start_tuning()
+        time.sleep(0.004)
+        launch(2)
+        if context.backend == "cuda":
+            time.sleep(0.004)
+            launch(2)
+        time.sleep(0.004)
+        assert 0 < queue.stop_tuning() < 0.003
+
+
+def test_a_gate_opens_before_the_drivers_queue_fills(context, monkeypatch):
+    """A batch of more launches than the driver queues on a stream (about a thousand): the
+    gate opens once :data:`cuda_gate.GATE_MAX_HELD` wait behind it, instead of the host
+    waiting for work held until the gate's timeout (a long one here)."""
+    if context.backend != "cuda":
+        pytest.skip("the gate is CUDA's (OpenCL profiles the commands themselves); GPU only")
+    from autotune.accel import cuda_gate
+
+    monkeypatch.setattr(cuda_gate, "TUNING_GATE_TIMEOUT", 2.0)
+    queue, launch, _ = _busy(context, context.create_tuning_command_queue())
+    launch(0)
+    queue.finish()
+    began = time.perf_counter()
+    queue.start_tuning()
+    for _ in range(3 * cuda_gate.GATE_MAX_HELD):
+        launch(0)
+    seconds = queue.stop_tuning()
+    assert time.perf_counter() - began < 1.0 and queue._gate.timeouts == 0
+    assert 0 < seconds < 1.0
+
+
 @pytest.mark.gpu_alone
 def test_a_cuda_gate_that_times_out_is_given_up(context):
     """A wait for the device that bypasses the queue (a driver call of another library) inside
@@ -192,27 +233,27 @@ def test_a_cuda_gate_that_times_out_is_given_up(context):
         pytest.skip("the gate is CUDA's (OpenCL profiles the commands themselves); GPU only")
     import pycuda.driver as drv
 
-    from autotune.accel import cuda
+    from autotune.accel import cuda_gate
 
     queue, launch, _ = _busy(context)
     launch(2)  # the kernel's first launch loads it (CUDA loads modules lazily): not in the test
     queue.finish()
     timer = queue.interval_timer()
     intervals = []
-    for i in range(cuda.GATE_TIMEOUTS_ALLOWED):
+    for i in range(cuda_gate.GATE_TIMEOUTS_ALLOWED):
         assert queue._gate.enabled
         began = time.perf_counter()  # the gate's timeout runs from the interval's start
         timer.start()
         launch(2)
         with context.thread_scope():
             drv.Context.synchronize()
-        assert time.perf_counter() - began >= cuda.GATE_TIMEOUT * 0.9
+        assert time.perf_counter() - began >= cuda_gate.GATE_TIMEOUT * 0.9
         timer.stop()
         intervals.append(timer.seconds())
     # the gate's wait is not counted: were it, every interval would hold it (another process's
     # work on a shared GPU, such as the suite's other workers, may lengthen a few of them)
-    assert min(intervals) < cuda.GATE_TIMEOUT / 2, intervals
-    assert not queue._gate.enabled and queue._gate.timeouts == cuda.GATE_TIMEOUTS_ALLOWED
+    assert min(intervals) < cuda_gate.GATE_TIMEOUT / 2, intervals
+    assert not queue._gate.enabled and queue._gate.timeouts == cuda_gate.GATE_TIMEOUTS_ALLOWED
     timer.start()
     time.sleep(0.02)
     launch(2)

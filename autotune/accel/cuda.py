@@ -10,12 +10,12 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import cuda_interop, cuda_streams, nvrtc
+from .cuda_gate import GATE_FORMAT, GATE_PTX, Gate
 from .cuda_graphs import DriverStreamOps
 from .cuda_streams import in_context as _in_context
 from .cuda_teardown import PageLocked, drop_in_context
@@ -252,91 +252,9 @@ class CudaArray(DeviceArray):
         cuda_streams.copy(self.pointer, other.pointer, self.nbytes, queue.stream.handle)
 
 
-#: How long a gate holds its stream at most (seconds). Enqueuing takes microseconds; a gate
-#: times out where the host waited for the device inside the timed block (a blocking call of
-#: another library, or pycuda freeing memory when Python's cycle collector runs there) or
-#: stalled. The interval then holds the stall: one outlier among a candidate's samples.
-GATE_TIMEOUT = 0.002
-#: A queue's gates are given up (its timers then count the host's time too) once this many
-#: have timed out and they are more than a quarter of its gated intervals: its timed work waits
-#: for itself every time, not once in a while.
-GATE_TIMEOUTS_ALLOWED = 8
-_GATE_PTX = Path(__file__).with_name("gate.ptx")
-GATE_FORMAT = "PIQ"  #: the gate kernel's arguments: the counters' address, target, timeout (ns)
-
-
-class _Gate:
-    """Holds a queue's stream at the start of each timed interval until the host has enqueued
-    the interval's work (or :data:`GATE_TIMEOUT` has passed).
-
-    CUDA events count the time between their records, idle time included: where the device
-    waits for the host (a host-bound solver, a launch after a synchronisation), an interval's
-    time would hold the host's time enqueuing the work, Python's and the driver's, not only the
-    work's. A one-thread kernel (``gate.ptx``) ahead of the start event spins on a page-locked
-    counter that the host sets when the interval stops, so the work runs back to back as on a
-    busy device. Where the device is busy anyway, the host has set the counter long before the
-    gate runs, and it costs one empty launch.
-
-    A spinning kernel must never wait for something that waits for it: driver calls that may
-    wait for all of the device's work (loading a kernel, allocating) run under the context's
-    :attr:`CudaContext.device_wide` lock, which opens every closed gate first, and no gate is
-    closed while one runs (that interval is timed without a gate). Other waits for the device
-    inside a timed block (a free when the cycle collector runs there) last until the gate's
-    short timeout, :data:`GATE_TIMEOUT`."""
-
-    def __init__(self, queue: CudaQueue):
-        self.context = queue.context
-        self.function = self.context.gate_function()
-        with self.context._waiting_for_the_device():
-            self.flags = drv.pagelocked_zeros(2, np.uint32,
-                                              mem_flags=drv.host_alloc_flags.DEVICEMAP)
-        self.pointer = np.uintp(self.flags.base.get_device_pointer())
-        self.timeout = np.uint64(GATE_TIMEOUT * 1e9)
-        self.count = 0  #: intervals gated (their targets), modulo 2^32
-        self.closed: int | None = None  #: the target the stream waits for, if it waits
-        self.timeouts = 0
-        self.skipped = 0  #: intervals not gated: a device-wide driver call was running
-        self.enabled = True
-
-    def close(self, stream: Any) -> int | None:
-        """Enqueue a gate; its target (None: not gated, the gates were given up or a
-        device-wide driver call is running)."""
-        lock = self.context.device_wide
-        if not self.enabled:
-            return None
-        if not lock.acquire(blocking=False):
-            self.skipped += 1
-            return None
-        try:
-            self.count = (self.count + 1) & 0xFFFFFFFF
-            _enqueue(self.function, (1, 1, 1), (1, 1, 1), stream, GATE_FORMAT,
-                     (self.pointer, self.count, self.timeout))
-            self.closed = self.count
-            self.context._closed_gates.add(self)
-        finally:
-            lock.release()
-        return self.count
-
-    def open(self) -> None:
-        """Let the work behind the gate run (any thread; once)."""
-        target, self.closed = self.closed, None  # (two threads may both write it: harmless)
-        if target is not None:
-            self.flags[0] = target
-            self.context._closed_gates.discard(self)
-
-    def check(self, target: int) -> None:
-        """After gate ``target``'s interval finished: count a timeout, give up after a few."""
-        if int(self.flags[1]) == target and self.enabled:
-            self.timeouts += 1
-            if self.timeouts >= GATE_TIMEOUTS_ALLOWED and 4 * self.timeouts > self.count:
-                self.enabled = False
-                logger.info("%d of %d gates of a timed queue timed out (a blocking call inside "
-                            "the timed work?); its intervals now count the host's enqueue time "
-                            "too", self.timeouts, self.count)
-
-
 class CudaIntervalTimer(IntervalTimer):
-    """Two CUDA events on the queue's stream, behind the queue's gate (:class:`_Gate`)."""
+    """Two CUDA events on the queue's stream, behind the queue's gate
+    (:class:`~autotune.accel.cuda_gate.Gate`)."""
 
     def __init__(self, queue: CudaQueue):
         super().__init__(queue)
@@ -444,8 +362,9 @@ class CudaQueue(DriverStreamOps, CommandQueue):
             self._stop = drv.Event() if tuning else None
         self.priority = priority
         self._raw = isinstance(self.stream, cuda_streams.RawStream)  #: pycuda cannot launch there
-        self._gate: _Gate | None = None
+        self._gate: Gate | None = None
         self._ungated = False  #: the gate could not be made here
+        self._tuning_target: int | None = None  #: the gate of the running start_tuning batch
         self._free_events: list[int] = []  #: markers' events to record again
         weakref.finalize(self, _destroy_events, self._free_events)
         context._queues.add(self)  # DLPack exports order the consumer after every live queue
@@ -480,16 +399,33 @@ class CudaQueue(DriverStreamOps, CommandQueue):
     def _finish(self) -> None:
         self.stream.synchronize()
 
-    def _interval_timer(self) -> IntervalTimer:
+    def _made_gate(self) -> Gate | None:
+        """The queue's timing gate, made on first use (None where it cannot be made)."""
         if self._gate is None and not self._ungated:
             try:
                 with self.context.thread_scope():
-                    self._gate = _Gate(self)
+                    self._gate = Gate(self.context, drv)
             except (drv.Error, AttributeError) as exc:  # no mapped host memory, or no gate
                 self._ungated = True
-                logger.info("interval timers on %s run without a gate (%s): they count the "
-                            "host's enqueue time too", self.context.device.name, exc)
+                logger.info("timers on %s run without a gate (%s): they count the host's "
+                            "enqueue time too", self.context.device.name, exc)
+        return self._gate
+
+    def _interval_timer(self) -> IntervalTimer:
+        self._made_gate()
         return CudaIntervalTimer(self)
+
+    def _record(self, event: Any) -> None:
+        gate = self._gate
+        if gate is not None and gate.closed is not None:
+            gate.hold()
+
+    def _before_waiting(self) -> None:
+        # every gate of the context: the work waited for may wait for another queue's gated work
+        super()._before_waiting()
+        if self.context._closed_gates:
+            for gate in list(self.context._closed_gates):
+                gate.open()
 
     def _mark(self) -> Marker:
         return CudaMarker(self)
@@ -508,13 +444,22 @@ class CudaQueue(DriverStreamOps, CommandQueue):
 
     @_in_context
     def _start_timing(self) -> None:
+        # behind the gate: the batch runs once enqueued, so the host's time is not counted
+        gate = self._made_gate() if self._interval is None else None
+        self._tuning_target = (gate.close(self.stream, tuning=True)
+                               if gate is not None else None)
         self._start.record(self.stream)
 
     @_in_context
     def _stop_timing(self) -> float:
         # Events on the stream bracket every command in between, copies included.
         self._stop.record(self.stream)
+        target, self._tuning_target = self._tuning_target, None
+        if target is not None:
+            self._gate.open()
         self._stop.synchronize()
+        if target is not None:
+            self._gate.check(target)
         return self._start.time_till(self._stop) * 1e-3
 
 
@@ -539,9 +484,9 @@ class CudaContext(Context):
         self.handle = cuda_streams.current_context()  #: the context's raw handle (it is current)
         self.compiler = "nvrtc" if nvrtc.available() else "nvcc"
         self._gate_function: Any = None
-        #: held around driver calls that may wait for all of the device's work (see _Gate)
+        #: held around driver calls that may wait for all of the device's work (see cuda_gate.Gate)
         self.device_wide = threading.Lock()
-        self._closed_gates: set[_Gate] = set()
+        self._closed_gates: set[Gate] = set()
         self._queues: weakref.WeakSet[CudaQueue] = weakref.WeakSet()
 
     @contextlib.contextmanager
@@ -553,11 +498,11 @@ class CudaContext(Context):
             yield
 
     def gate_function(self) -> Any:
-        """The timing gate's kernel (``gate.ptx``, loaded once; see :class:`_Gate`)."""
+        """The timing gate's kernel (``gate.ptx``, loaded once; see :class:`~autotune.accel.cuda_gate.Gate`)."""
         with self._programs_lock:
             if self._gate_function is None:
                 with self.thread_scope(), self._waiting_for_the_device():
-                    module = drv.module_from_buffer(_GATE_PTX.read_bytes())
+                    module = drv.module_from_buffer(GATE_PTX.read_bytes())
                     function = module.get_function("autotune_gate")
                     function.prepare(GATE_FORMAT)
                     self._gate_function = function

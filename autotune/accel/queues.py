@@ -503,7 +503,11 @@ class CommandQueue(ABC):
         return turn is not None and turn.keep(command)
 
     def start_tuning(self) -> None:
-        """Start timing everything enqueued from now on, until :meth:`stop_tuning`."""
+        """Start timing everything enqueued from now on, until :meth:`stop_tuning`.
+
+        The device's work is timed, not the host's time enqueuing it: CUDA holds the batch
+        until :meth:`stop_tuning` (or a wait for a queue, or 512 commands) and then runs it back
+        to back; OpenCL profiles from the first command's start to the last one's end."""
         if not self.tuning:
             raise AccelError("start_tuning needs a queue from context.create_tuning_command_queue()")
         if self._timing:

@@ -20,6 +20,12 @@ from typing import Any
 MIN_BATCHES = 5
 GPU_BATCH_SECONDS = 1e-3
 CPU_BATCH_SECONDS = 1e-2
+#: Most calls in one timed batch on a GPU: a CUDA tuning queue holds a batch's work until the
+#: host has enqueued all of it (so that Python's launch time is not counted), and the driver
+#: queues about a thousand launches a stream. Kernels shorter than 4 us get batches under
+#: :data:`GPU_BATCH_SECONDS`.
+GPU_MAX_ITERATIONS = 256
+MAX_ITERATIONS = 10_000
 
 Measure = Callable[[int], float]
 
@@ -48,6 +54,7 @@ class Measurement:
     bytes: float | None = None
     flops: float | None = None
     batch_seconds: float = GPU_BATCH_SECONDS
+    max_iterations: int = GPU_MAX_ITERATIONS
 
     def __post_init__(self) -> None:
         for name in ("bytes", "flops"):
@@ -94,8 +101,10 @@ def make_measure(queue: Any, fn: Callable[[], Any], check: Callable[[], Any] | N
     (put back the inputs a previous candidate overwrote), ``restore`` after timing.
     """
     device = getattr(getattr(queue, "context", None), "device", None)
-    batch = GPU_BATCH_SECONDS if device is None or device.is_gpu else CPU_BATCH_SECONDS
-    return Measurement(queue, fn, check, setup, restore, bytes, flops, batch)
+    gpu = device is None or device.is_gpu
+    return Measurement(queue, fn, check, setup, restore, bytes, flops,
+                       GPU_BATCH_SECONDS if gpu else CPU_BATCH_SECONDS,
+                       GPU_MAX_ITERATIONS if gpu else MAX_ITERATIONS)
 
 
 @dataclass(frozen=True)
@@ -122,9 +131,11 @@ def check_batches(batches: Any) -> int:
 
 def batch_iterations(measure: Any, seconds: float) -> int:
     """Calls in one timed batch of ``measure`` taking ``seconds`` a call: enough to fill its
-    target batch duration (``batch_seconds``), between 1 and 10,000."""
+    target batch duration (``batch_seconds``), between 1 and its ``max_iterations``
+    (:data:`MAX_ITERATIONS` for a plain callable)."""
     target = getattr(measure, "batch_seconds", GPU_BATCH_SECONDS)
-    return max(1, min(10_000, round(target / seconds)))
+    most = getattr(measure, "max_iterations", MAX_ITERATIONS)
+    return max(1, min(most, round(target / seconds)))
 
 
 def time_candidate(measure: Measure, best: float | None = None, batches: int = MIN_BATCHES) -> Timing:

@@ -8,14 +8,16 @@ shape's own result becomes another's anchor). The anchors are tuned with the sam
 
 Wilson dslash (reconstruct 12): anchors 16^4, 24^4 and 32^4; served at 20^4, 28^4 and
 24^3 x 48 in single and half precision, timed beside each lattice's own tuning (the
-template's own search).
+template's own search). With ``--cross``, every anchor's result is timed at each lattice too
+(which anchor would have served it best: the rule's choice against the others).
 
-Each pair is timed in alternating rounds (their median); the ratio is similar / own (below 1:
+Each pair is timed in alternating rounds (their median; device time: ``queue_time``); the ratio is similar / own (below 1:
 the served parameters were faster than the shape's own search found). Targets (H200):
 GEMM median <= 1.05 and worst <= 1.15; dslash every lattice <= 1.05.
 
 Usage (GPU):  python benchmarks/similar_sizes.py [--part gemm|dslash|all] [--max-evals 40]
                                                  [--shapes A:B] [--folder DIR] [--json FILE]
+                                                 [--cross]
 PoCL (small sizes, a few minutes): python benchmarks/similar_sizes.py --quick
 """
 
@@ -139,14 +141,32 @@ def gemm_part(context, queue, anchors_db, own_db, args, anchors, shapes) -> list
     return rows
 
 
+def dslash_runs(context, queue, dims, precision, links, src, out, labelled: dict) -> dict:
+    """A launch of the dslash at ``dims`` for each of ``labelled``'s parameters (one that does
+    not fit this lattice left out), each with its own links buffer."""
+    runs = {}
+    for label, params in labelled.items():
+        try:
+            template = DslashTemplate(context, dims, precision, RECONSTRUCT, -1, params)
+        except ValueError as exc:  # another lattice's parameters that do not fit this one
+            print(f"{label} at {dims}: left out ({exc})", flush=True)
+            continue
+        u = template.gauge_to_device(queue, links)
+        dslash = template.instantiate(queue)
+        runs[label] = lambda d=dslash, u=u: d(out, src, u, 0)
+    return runs
+
+
 def dslash_part(context, queue, anchors_db, own_db, args, anchors, lattices, precisions
                 ) -> list[dict]:
     tuner = tune.tuner_of(DslashTemplate)
+    anchor_params: dict[tuple, dict] = {}
     with exact(anchors_db):
         for dims in anchors:  # tuned unless --folder holds them from an earlier run
             for precision in precisions:
                 started = time.perf_counter()
-                DslashTemplate.autotune(context, dims, precision, RECONSTRUCT)
+                anchor_params[dims, precision] = DslashTemplate.autotune(
+                    context, dims, precision, RECONSTRUCT)
                 print(f"dslash anchor {dims} {precision} ready in "
                       f"{time.perf_counter() - started:.0f} s", flush=True)
     rows = []
@@ -165,17 +185,19 @@ def dslash_part(context, queue, anchors_db, own_db, args, anchors, lattices, pre
                 own = tuner.retune(DslashTemplate, context, dims, precision, RECONSTRUCT).parameters
             seconds = time.perf_counter() - started
             src, out = on_device(context, queue, lattice, psi, precision)
-            runs = {}
-            for label, params in (("similar", similar), ("own", own)):
-                template = DslashTemplate(context, dims, precision, RECONSTRUCT, -1, params)
-                links = template.gauge_to_device(queue, u)
-                dslash = template.instantiate(queue)
-                runs[label] = lambda d=dslash, g=links: d(out, src, g, 0)
-            times = side_by_side(queue, runs, args.rounds)
+            labelled = {"similar": similar, "own": own}
+            if args.cross:  # every anchor's result timed here too
+                labelled.update({"x".join(map(str, a)): p
+                                 for (a, prec), p in anchor_params.items() if prec == precision})
+            times = side_by_side(queue, dslash_runs(context, queue, dims, precision, u, src, out,
+                                                    labelled), args.rounds)
             row = {"part": "dslash", "size": "x".join(map(str, dims)), "precision": precision,
-                   "from": source, "similar_us": times["similar"] * 1e6,
-                   "own_us": times["own"] * 1e6, "ratio": times["similar"] / times["own"],
-                   "own_tuning_seconds": seconds, "similar": similar, "own": own}
+                   "from": source, "similar_us": times.pop("similar") * 1e6,
+                   "own_us": times.pop("own") * 1e6, "own_tuning_seconds": seconds,
+                   "similar": similar, "own": own}
+            row["ratio"] = row["similar_us"] / row["own_us"]
+            if args.cross:
+                row["anchors_us"] = {label: t * 1e6 for label, t in times.items()}
             rows.append(row)
             print(json.dumps(row), flush=True)
     return rows
@@ -210,6 +232,8 @@ def main() -> None:
     parser.add_argument("--precisions", nargs="+", choices=("single", "half", "double"),
                         default=["single", "half"], help="the dslash's precisions")
     parser.add_argument("--json", help="write the rows and the summary here")
+    parser.add_argument("--cross", action="store_true",
+                        help="also time every anchor's dslash result at each lattice")
     parser.add_argument("--combine", nargs="+", metavar="JSON",
                         help="print the table and summary of earlier runs' --json files "
                              "together (nothing is run)")
@@ -257,6 +281,10 @@ def report(result: dict) -> dict:
     for r in rows:
         print(f"| {r['part']} | {r['size']} | {r.get('precision', 'float32')} | {r['from']} | "
               f"{r['similar_us']:.1f} | {r['own_us']:.1f} | {r['ratio']:.3f} |")
+    for r in rows:
+        for label, us in r.get("anchors_us", {}).items():
+            print(f"| {r['part']} | {r['size']} | {r.get('precision', 'float32')} | anchor "
+                  f"{label}'s result | {us:.1f} | {r['own_us']:.1f} | {us / r['own_us']:.3f} |")
     for part in ("gemm", "dslash"):
         if result[part]:
             s = result[part]

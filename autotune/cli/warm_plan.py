@@ -362,6 +362,13 @@ FIRST_KEY_WEIGHT = 0.25
 #: 24% on the eleven runs of 2026-11-29/30, 35% on the Xeon run of 2026-12-01.)
 TEMPLATE_PRIOR_KEYS = 4.0
 RUN_PRIOR_KEYS = 16.0
+#: the run's prior where its keys so far were quicker than their plan: lighter, since one-off
+#: costs only ever slow keys, so quick keys say what the machine is. Replayed after a tenth of
+#: the run's time on the thirteen recorded runs (``warm_estimate.py --replay``): the two idle
+#: 2-core Xeon runs of 2026-12-01 from +35% and +30% to +14% and +11%, the H200's unchanged
+#: (their keys were slower than the plan), worst 27% (a Xeon of 2026-11-29 that other jobs
+#: shared, 24% before), the AMD EPYC's at most 24%.
+RUN_PRIOR_KEYS_QUICKER = 4.0
 
 
 class Estimator:
@@ -369,7 +376,8 @@ class Estimator:
     has measured: a template's pending keys by the ratio of its finished keys' actual to
     expected time, taken with the run's ratio as a prior (as if :data:`TEMPLATE_PRIOR_KEYS`
     keys had shown it), the run's ratio with the plan's 1 as its prior
-    (:data:`RUN_PRIOR_KEYS`). A template's first key, where slower than its plan, counts
+    (:data:`RUN_PRIOR_KEYS`; :data:`RUN_PRIOR_KEYS_QUICKER` where the run's keys were quicker
+    than planned). A template's first key, where slower than its plan, counts
     :data:`FIRST_KEY_WEIGHT` as much as a later one. So one slow first key (on an H200, the
     first Wilson dslash key took 7 s where its later keys took 3) does not scale every key of
     its template by itself."""
@@ -414,7 +422,8 @@ class Estimator:
     def _ratio(self, template: str | None) -> float:
         if template is None:
             actual, expected, mean = self._evidence(None)
-            return (actual + RUN_PRIOR_KEYS * mean) / (expected + RUN_PRIOR_KEYS * mean) \
+            prior = RUN_PRIOR_KEYS_QUICKER if actual < expected else RUN_PRIOR_KEYS
+            return (actual + prior * mean) / (expected + prior * mean) \
                 if expected + mean > 0 else 1.0
         run = self.ratio(None)
         actual, expected, mean = self._evidence(template)

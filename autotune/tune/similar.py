@@ -332,12 +332,10 @@ def regime_of(tuned: Tuned, call: CallLike) -> tuple[Hashable, RegimeOf] | None:
     that fails on this call's, or answers what cannot be compared, is a mistake in the
     template (TypeError)."""
     name = tuned.name(call.owner)
-    declared = getattr(call.owner, REGIME_ATTRIBUTE, None) if call.owner is not None else None
+    declared = _declaration(call, REGIME_ATTRIBUTE, name,
+                            "(context, **arguments) returning a hashable label")
     if declared is None:
         return None
-    if not callable(declared):
-        raise TypeError(f"{name}: {REGIME_ATTRIBUTE} must be a classmethod (context, "
-                        f"**arguments) returning a hashable label, got {declared!r}")
     try:
         here = declared(call.context, **call.arguments)
         hash(here)
@@ -361,6 +359,15 @@ def regime_of(tuned: Tuned, call: CallLike) -> tuple[Hashable, RegimeOf] | None:
     return here, of
 
 
+def _declaration(call: CallLike, attribute: str, name: str, form: str) -> Any:
+    """The classmethod ``attribute`` of ``call``'s template, None where it declares none; one
+    that is not callable is a mistake in the template (TypeError, saying ``form``)."""
+    declared = getattr(call.owner, attribute, None) if call.owner is not None else None
+    if declared is not None and not callable(declared):
+        raise TypeError(f"{name}: {attribute} must be a classmethod {form}, got {declared!r}")
+    return declared
+
+
 def in_regime_order(found: list[tuple[float, TuningRecord]], request: Request
                     ) -> list[tuple[float, TuningRecord]]:
     """``found`` (:func:`ranked`, nearest first) with the sizes in the call's regime first,
@@ -381,12 +388,10 @@ def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:
     A declaration that fails on a stored result derives nothing from it; one that answers
     what is not a list of dicts is a mistake in the template (TypeError)."""
     name = tuned.name(call.owner)
-    derive = getattr(call.owner, SCALE_ATTRIBUTE, None) if call.owner is not None else None
+    derive = _declaration(call, SCALE_ATTRIBUTE, name,
+                          "(context, params, here, there, space) returning parameter dicts")
     if derive is None:
         return None
-    if not callable(derive):
-        raise TypeError(f"{name}: {SCALE_ATTRIBUTE} must be a classmethod (context, params, "
-                        f"here, there, space) returning parameter dicts, got {derive!r}")
 
     def rows(anchor: Verdict) -> list[TuningRecord]:
         try:

@@ -11,9 +11,9 @@ Wilson dslash (reconstruct 12): anchors 16^4, 24^4 and 32^4; served at 20^4, 28^
 template's own search). With ``--cross``, every anchor's result is timed at each lattice too
 (which anchor would have served it best: the rule's choice against the others).
 
-Each pair is timed in alternating rounds (their median; device time: ``queue_time``); the ratio is similar / own (below 1:
-the served parameters were faster than the shape's own search found). Targets (H200):
-GEMM median <= 1.05 and worst <= 1.15; dslash every lattice <= 1.05.
+Each pair is timed in alternating rounds (their median; device time: ``queue_time``); the ratio
+is similar / own (below 1: the served parameters were faster than the shape's own search
+found). Targets (H200): GEMM median <= 1.05 and worst <= 1.15; dslash every lattice <= 1.05.
 
 Usage (GPU):  python benchmarks/similar_sizes.py [--part gemm|dslash|all] [--max-evals 40]
                                                  [--shapes A:B] [--folder DIR] [--json FILE]

@@ -71,9 +71,9 @@ class Gate:
 
     def close(self, stream: Any, tuning: bool = False) -> int | None:
         """Enqueue a gate that holds ``stream`` at most :data:`GATE_TIMEOUT` seconds
-        (:data:`TUNING_GATE_TIMEOUT` for a ``tuning`` batch); its target. None: not gated (the gates were given up, a
-        device-wide driver call is running, or the gate is closed already, whose interval
-        then holds this one's work too)."""
+        (:data:`TUNING_GATE_TIMEOUT` for a ``tuning`` batch); its target. None: not gated
+        (the gates were given up, a device-wide driver call is running, or the gate is closed
+        already, whose interval then holds this one's work too)."""
         lock = self.context.device_wide
         if not self.enabled or self.closed is not None:
             return None

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import cuda_interop, cuda_streams, nvrtc
+from . import cuda_gate, cuda_interop, cuda_streams, nvrtc
 from .cuda_gate import GATE_FORMAT, GATE_PTX, Gate
 from .cuda_graphs import DriverStreamOps
 from .cuda_streams import in_context as _in_context
@@ -422,10 +422,9 @@ class CudaQueue(DriverStreamOps, CommandQueue):
             gate.hold()
 
     def _before_waiting(self) -> None:
-        # every gate of the context: the work waited for may wait for another queue's gated work
         super()._before_waiting()
-        if self.context._closed_gates:
-            for gate in list(self.context._closed_gates):
+        if cuda_gate.CLOSED:  # every closed gate (cuda_gate.CLOSED says why)
+            for gate in list(cuda_gate.CLOSED):
                 gate.open()
 
     def _mark(self) -> Marker:

@@ -39,6 +39,9 @@ GATE_MAX_HELD = 512
 #: have timed out and they are more than a quarter of its gated intervals: its timed work waits
 #: for itself every time, not once in a while.
 GATE_TIMEOUTS_ALLOWED = 8
+#: every closed gate of the process, of every context: a wait for a queue opens them all, since
+#: the work waited for may wait for another queue's (or another device's) gated work
+CLOSED: set[Gate] = set()
 GATE_PTX = Path(__file__).with_name("gate.ptx")
 GATE_FORMAT = "PIQ"  #: the gate kernel's arguments: the counters' address, target, timeout (ns)
 
@@ -88,6 +91,7 @@ class Gate:
             self.closed = self.count
             self.held = 0
             self.context._closed_gates.add(self)
+            CLOSED.add(self)
         finally:
             lock.release()
         return self.count
@@ -104,6 +108,7 @@ class Gate:
         if target is not None:
             self.flags[0] = target
             self.context._closed_gates.discard(self)
+            CLOSED.discard(self)
 
     def check(self, target: int) -> None:
         """After gate ``target``'s interval finished: count a timeout, give up after a few."""

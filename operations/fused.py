@@ -241,23 +241,32 @@ class FusedTemplate:
             kernel_scalars.update({name: DeviceRatio(scalars[name] * 4.0, den, 1) for name in ratios})
         pristine = {v: context.to_device(queue, a) for v, a in host.items()}
         del host  # on the device now (GPU-sized: a quarter of a gigabyte a vector)
-        # Written vectors get a working copy, put back before each candidate's check.
-        work = {v: context.allocate(n, dtype) if v in op.written else pristine[v] for v in op.vectors}
+        # Written vectors get a working copy, put back before each candidate's check. On a CPU
+        # device, two sets of the vectors, allocated apart, and the calls alternate between
+        # them: where a set lands can halve a configuration's speed there (PoCL on a 2-core
+        # Xeon, docs/performance.md), and one set for a whole search ranks that placement.
+        sets = [_vector_set(context, queue, op, pristine, n, dtype, copies=i > 0)
+                for i in range(1 if context.device.is_gpu else 2)]
+        turn = [0]
 
         def generate(**params: Any) -> tune.Measurement:
             inst = cls(context, dtype, op_name, params).instantiate(queue, n)
 
             def setup() -> None:  # every candidate starts from the same data
-                for v in op.written:
-                    work[v].copy_from(queue, pristine[v])
+                turn[0] = 0
+                for work in sets:
+                    for v in op.written:
+                        work[v].copy_from(queue, pristine[v])
 
             def run() -> None:
+                work = sets[turn[0] % len(sets)]
+                turn[0] += 1
                 inst.enqueue([work[v] for v in op.vectors], kernel_scalars, fetch=False)
 
-            def check() -> bool:
+            def check() -> bool:  # after setup and one run: the first set
                 outputs = inst.result()
                 for v in op.written:
-                    got = np.concatenate([work[v].read(queue, a, b) for a, b in windows])
+                    got = np.concatenate([sets[0][v].read(queue, a, b) for a, b in windows])
                     if not close(got, expected_vectors[v], dtype):
                         return False
                 return outputs_close(outputs, expected_outputs, dtype, op.combine)
@@ -266,6 +275,23 @@ class FusedTemplate:
             return tune.make_measure(queue, run, check, setup=setup, bytes=moved)
 
         return tune.autotune(generate)
+
+
+def _vector_set(context: accel.Context, queue: accel.CommandQueue, op: Any,
+                pristine: dict[str, accel.DeviceArray], n: int, dtype: np.dtype,
+                copies: bool) -> dict[str, accel.DeviceArray]:
+    """The vectors a tuning call runs on: a working copy of each written vector, and the
+    pristine read-only ones (``copies``: copies of them too, so that the set lands apart from
+    the pristine vectors)."""
+    made = {}
+    for v in op.vectors:
+        if v in op.written or copies:
+            made[v] = context.allocate(n, dtype)
+            if v not in op.written:
+                made[v].copy_from(queue, pristine[v])
+        else:
+            made[v] = pristine[v]
+    return made
 
 
 def tuning_length(device: accel.DeviceIdentity, dtype: np.dtype, vectors: int) -> int:

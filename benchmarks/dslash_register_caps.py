@@ -27,9 +27,9 @@ import numpy as np
 from autotune import accel
 from operations.lqcd import DslashTemplate, Lattice, haar_field
 
+from dslash_operands import empty, fields
 from example_db import use_database
 from timing import queue_time
-from wilson_dslash_multi import empty, fields
 
 #: (wgs, min_blocks) pairs tried beside the stored one; min_blocks x wgs at most 2048
 SHAPES = [(64, 4), (64, 8), (64, 10), (64, 12), (128, 2), (128, 3), (128, 4), (128, 5),

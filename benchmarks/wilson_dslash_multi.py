@@ -25,30 +25,15 @@ from pathlib import Path
 import numpy as np
 
 from autotune import accel
-from operations.lqcd import DslashTemplate, Lattice, MultiDslash, haar_field, half
+from operations.lqcd import DslashTemplate, Lattice, MultiDslash, haar_field
 from operations.lqcd.dslash import least_bytes_per_site
 
+from dslash_operands import empty, fields
 from example_db import use_database
 from timing import queue_time
 from wilson_dslash import FLOPS, copy_bandwidth
 
 SWEEP = [(64, 0), (128, 0), (128, 2), (256, 0), (256, 2), (64, 4), (128, 4)]
-
-
-def fields(context, queue, template, lattice, rng, n):
-    """``n`` random spinors of one parity on the device, as the template takes them."""
-    made = []
-    for _ in range(n):
-        h = rng.standard_normal((12, lattice.half_volume)) + 1j * rng.standard_normal(
-            (12, lattice.half_volume))
-        made.append(half.to_device(context, queue, h) if template.half
-                    else context.to_device(queue, h.astype(template.dtype)))
-    return made
-
-
-def empty(context, template, lattice):
-    return (half.HalfSpinor.allocate(context, lattice.half_volume) if template.half
-            else context.allocate((12, lattice.half_volume), template.dtype))
 
 
 def main() -> None:

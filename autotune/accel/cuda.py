@@ -486,15 +486,15 @@ class CudaContext(Context):
         self._gate_function: Any = None
         #: held around driver calls that may wait for all of the device's work (see cuda_gate.Gate)
         self.device_wide = threading.Lock()
-        self._closed_gates: set[Gate] = set()
         self._queues: weakref.WeakSet[CudaQueue] = weakref.WeakSet()
 
     @contextlib.contextmanager
     def _waiting_for_the_device(self) -> Iterator[None]:
         """Around a driver call that may wait for all of the device's work: no gate holds it."""
         with self.device_wide:
-            for gate in list(self._closed_gates):
-                gate.open()
+            for gate in list(cuda_gate.CLOSED):
+                if gate.context is self:
+                    gate.open()
             yield
 
     def gate_function(self) -> Any:

@@ -40,7 +40,8 @@ GATE_MAX_HELD = 512
 #: for itself every time, not once in a while.
 GATE_TIMEOUTS_ALLOWED = 8
 #: every closed gate of the process, of every context: a wait for a queue opens them all, since
-#: the work waited for may wait for another queue's (or another device's) gated work
+#: the work waited for may wait for another queue's (or another device's) gated work; a
+#: device-wide driver call opens its context's
 CLOSED: set[Gate] = set()
 GATE_PTX = Path(__file__).with_name("gate.ptx")
 GATE_FORMAT = "PIQ"  #: the gate kernel's arguments: the counters' address, target, timeout (ns)
@@ -90,7 +91,6 @@ class Gate:
                                               np.uint32(self.count), np.uint64(seconds * 1e9))
             self.closed = self.count
             self.held = 0
-            self.context._closed_gates.add(self)
             CLOSED.add(self)
         finally:
             lock.release()
@@ -107,7 +107,6 @@ class Gate:
         target, self.closed = self.closed, None  # (two threads may both write it: harmless)
         if target is not None:
             self.flags[0] = target
-            self.context._closed_gates.discard(self)
             CLOSED.discard(self)
 
     def check(self, target: int) -> None:

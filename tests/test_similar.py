@@ -25,7 +25,8 @@ from autotune.tune.store import ResultStore
 
 from operations.gemm import GemmTemplate
 from operations.lqcd import DslashTemplate
-from toy_templates import RegimeSizedTemplate, SizedTemplate, calls, run_sized
+from toy_templates import (H200, DescribedContext, RegimeSizedTemplate, SizedTemplate, calls,
+                           run_sized)
 
 SIZED = "toy_templates:SizedTemplate"
 
@@ -127,18 +128,13 @@ def test_the_dslash_s_regime_is_whether_its_least_traffic_fits_the_cache():
     46 MB), 24^4 does not (96 MB); 24^4 half precision does (49 MB). A device that does not
     say its cache's size has no regimes; a declaration that fails on the call's arguments is
     the template's mistake."""
-    class Described:
-        device = accel.DeviceIdentity("cuda", "NVIDIA H200", "CUDA", "13.0", (9, 0), 132,
-                                      141 * 2**30, 1024, 48 * 1024, True, 32, True,
-                                      cache_bytes=50 * 2**20)
-
+    described = DescribedContext(dataclasses.replace(H200, cache_bytes=50 * 2**20), "cuda")
     regime = DslashTemplate.autotune_regime
-    assert [regime(Described, (d,) * 4, "single", 12) for d in (16, 20, 24, 32)] == [
+    assert [regime(described, (d,) * 4, "single", 12) for d in (16, 20, 24, 32)] == [
         "cached", "cached", "streamed", "streamed"]
-    assert regime(Described, (24,) * 4, "half", 12) == "cached"
-    assert regime(Described, (24, 24, 24, 48), "half", 12) == "streamed"
-    unknown = dataclasses.replace(Described.device, cache_bytes=0)
-    assert regime(type("Unknown", (), {"device": unknown}), (20,) * 4, "single", 12) is None
+    assert regime(described, (24,) * 4, "half", 12) == "cached"
+    assert regime(described, (24, 24, 24, 48), "half", 12) == "streamed"
+    assert regime(DescribedContext(H200, "cuda"), (20,) * 4, "single", 12) is None  # not known
 
     class Broken(SizedTemplate):
         @classmethod

@@ -316,12 +316,10 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
     rules = declared_rules(call.owner, tuned.name(call.owner))
     if not rules:
         return None
-    fills = fill_check(tuned, call)  # (trials are tried only where a result under-fills)
-    regime = regime_of(tuned, call)
-    if fills is None:
-        return Request(rules, candidate_judge(tuned, call, here), regime=regime)
+    fills = fill_check(tuned, call)  # (scaled and trials only where a result under-fills)
     return Request(rules, candidate_judge(tuned, call, here), fills,
-                   trial_judge(tuned, call, fills), scaler(tuned, call), regime)
+                   None if fills is None else trial_judge(tuned, call, fills),
+                   None if fills is None else scaler(tuned, call), regime_of(tuned, call))
 
 
 def regime_of(tuned: Tuned, call: CallLike) -> tuple[Hashable, RegimeOf] | None:

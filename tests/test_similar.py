@@ -25,8 +25,7 @@ from autotune.tune.store import ResultStore
 
 from operations.gemm import GemmTemplate
 from operations.lqcd import DslashTemplate
-from toy_templates import (H200, DescribedContext, RegimeSizedTemplate, SizedTemplate, calls,
-                           run_sized)
+from toy_templates import SizedTemplate, calls, run_sized
 
 SIZED = "toy_templates:SizedTemplate"
 
@@ -97,54 +96,6 @@ def test_similar_serves_the_nearest_size_that_fits_and_skips_one_that_does_not(
     tune.clear_memo()
     monkeypatch.setenv("AUTOTUNE_MATCH", "similar")
     assert _sized(context, 32) == {"wgs": 16}
-
-
-@pytest.mark.autotune_database
-def test_a_size_of_the_call_s_regime_is_served_before_a_nearer_one(context, monkeypatch):
-    """Sizes 8 and 64 tuned, 64's result set to work-groups of 16 (which fit every call
-    here). For n = 24 the nearest size is 64 (ln 8/3 against ln 3); where the template says
-    that n < 32 runs in another regime than n >= 32, n = 8's result is served instead; n = 40
-    is served 64's, of its regime and nearest."""
-    store = ResultStore.open()
-    for template in (SizedTemplate, RegimeSizedTemplate):
-        assert template.autotune(context, 8) == {"wgs": 8}
-        template.autotune(context, 64)
-        key = tune.tuner_of(template).key(template, context, 64)
-        store.put(dataclasses.replace(store.get(key), parameters='{"wgs":16}'))
-    tune.clear_memo()
-    monkeypatch.setenv("AUTOTUNE_MATCH", "similar")
-    calls.clear()
-    assert SizedTemplate.autotune(context, 24) == {"wgs": 16}  # no regimes: the nearest
-    assert RegimeSizedTemplate.autotune(context, 24) == {"wgs": 8}
-    assert RegimeSizedTemplate.autotune(context, 40) == {"wgs": 16}
-    assert calls["sized"] == 0
-    _flush()
-    row = store.get(tune.tuner_of(RegimeSizedTemplate).key(RegimeSizedTemplate, context, 24))
-    assert row.origin == "similar" and similar.similar_from(row) == "n=8"
-
-
-def test_the_dslash_s_regime_is_whether_its_least_traffic_fits_the_cache():
-    """On an H200 (50 MiB of L2): 16^4 and 20^4 single precision stay in the cache (19 and
-    46 MB), 24^4 does not (96 MB); 24^4 half precision does (49 MB). A device that does not
-    say its cache's size has no regimes; a declaration that fails on the call's arguments is
-    the template's mistake."""
-    described = DescribedContext(dataclasses.replace(H200, cache_bytes=50 * 2**20), "cuda")
-    regime = DslashTemplate.autotune_regime
-    assert [regime(described, (d,) * 4, "single", 12) for d in (16, 20, 24, 32)] == [
-        "cached", "cached", "streamed", "streamed"]
-    assert regime(described, (24,) * 4, "half", 12) == "cached"
-    assert regime(described, (24, 24, 24, 48), "half", 12) == "streamed"
-    assert regime(DescribedContext(H200, "cuda"), (20,) * 4, "single", 12) is None  # not known
-
-    class Broken(SizedTemplate):
-        @classmethod
-        def autotune_regime(cls, context, n, label="a", batch=1):
-            raise ValueError("no")
-
-    call = type("Call", (), {"owner": Broken, "context": None,
-                             "arguments": {"n": 4, "label": "a", "batch": 1}})
-    with pytest.raises(TypeError, match="autotune_regime failed on this call's arguments"):
-        similar.regime_of(tune.tuner_of(SizedTemplate), call)
 
 
 @pytest.mark.autotune_database

@@ -251,16 +251,6 @@ class SizedTemplate(Protocol):
         return tune.autotune(generate)
 
 
-class RegimeSizedTemplate(SizedTemplate):
-    """:class:`SizedTemplate` whose sizes run in two regimes, n < 32 and n >= 32 (as a
-    kernel whose data fits a cache or does not): ``similar`` serves a size of the call's
-    regime first."""
-
-    @classmethod
-    def autotune_regime(cls, context, n, label="a", batch=1):
-        return "small" if n < 32 else "large"
-
-
 def run_sized(queue, kernel, y, x, n, wgs):
     """Launch the toy kernel over ``n`` elements in work-groups of ``wgs``."""
     queue.enqueue_kernel(kernel, [y, x, np.uint32(n)], -(-n // wgs) * wgs, wgs)

@@ -83,7 +83,6 @@ def _identity(dev: Any) -> DeviceIdentity:
         is_gpu=True,
         warp_size=dev.get_attribute(attr.WARP_SIZE),
         double_precision=True,
-        cache_bytes=dev.get_attribute(attr.L2_CACHE_SIZE) if hasattr(attr, "L2_CACHE_SIZE") else 0,
     )
 
 

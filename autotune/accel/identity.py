@@ -25,8 +25,6 @@ class DeviceIdentity:
     is_gpu: bool
     warp_size: int  #: SIMD width for scheduling: warp size on CUDA, 1 if unknown on OpenCL
     double_precision: bool
-    #: the last-level cache shared by the compute units (L2 on a GPU), bytes; 0 if not known
-    cache_bytes: int = 0
 
     @property
     def key(self) -> tuple[str, str, str]:

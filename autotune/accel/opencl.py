@@ -85,17 +85,7 @@ def _identity(platform: Any, device: Any) -> DeviceIdentity:
         is_gpu=is_gpu,
         warp_size=warp,
         double_precision="cl_khr_fp64" in device.extensions or device.double_fp_config != 0,
-        cache_bytes=_cache_bytes(device),
     )
-
-
-def _cache_bytes(device: Any) -> int:
-    """The device's global memory cache (an OpenCL CPU device: its last-level cache), bytes;
-    0 where the driver does not say."""
-    try:
-        return max(0, int(device.global_mem_cache_size))
-    except (cl.Error, AttributeError, TypeError, ValueError):
-        return 0
 
 
 def list_devices() -> list[tuple[int, int, DeviceIdentity, str]]:

@@ -119,8 +119,7 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
     stale: Verdict | None = None
     rows = store.find(key.function, key.version, None, device_name=key.device_name,
                       device_platform=key.device_platform, driver_version=key.driver_version)
-    for far, candidate in similar.in_regime_order(similar.ranked(rows, key, request.rules),
-                                                  request):
+    for far, candidate in similar.ranked(rows, key, request.rules):
         verdict = request.judge(candidate)
         source = describe_arguments(candidate.key.arguments)
         why = verdict.reason

@@ -34,13 +34,6 @@ valid for this call and fills the device here is served instead (:func:`trial_ro
 only where none does is the next nearest size tried. Under-filling candidates are never
 served: with no size left, the lookup goes on as ``nearest`` does, and a miss tunes.
 
-Where the template declares the regime a size runs in (``autotune_regime(context,
-**arguments)``, a hashable label or None where it cannot tell: for the dslash, whether one
-application's least traffic fits the device's last-level cache), the sizes in this call's
-regime are tried first, nearest first, then the others (:func:`in_regime_order`): a kernel
-whose data stays in the cache is limited by other things than one that streams it, and its
-best configuration differs.
-
 A served size is stored as a row of the asking key with origin ``similar``, score ``inf`` (not
 timed at this size) and its source in the search summary (:data:`SOURCE`; ``"trial": true``
 where a trial was served, not the source's result; ``"scaled": true`` where the result
@@ -56,7 +49,7 @@ import dataclasses
 import enum
 import json
 import math
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -85,8 +78,6 @@ SCALE_ATTRIBUTE = "autotune_scaled"
 #: The key, in the search text of a candidate row derived from a size's result
 #: (:func:`scaler`), that marks it as one.
 SCALED = "similar_scaled"
-#: The declaration of the regime a size runs in (:func:`regime_of`).
-REGIME_ATTRIBUTE = "autotune_regime"
 
 Judge = Callable[[TuningRecord], Verdict]
 #: Why a candidate's parameters under-fill the device for this call (None: they fill it);
@@ -96,8 +87,6 @@ FillCheck = Callable[..., "str | None"]
 TrialJudge = Callable[[Verdict, TuningRecord], "Verdict | None"]
 #: The candidate rows a template derives for this call from a size's result (:func:`scaler`).
 Scaler = Callable[[Verdict], "list[TuningRecord]"]
-#: The regime of a candidate row's size (:func:`regime_of`; None: not known).
-RegimeOf = Callable[[TuningRecord], Hashable]
 
 
 class Tuned(Protocol):
@@ -147,8 +136,6 @@ class Request:
     fill: FillCheck | None = None
     trial: TrialJudge | None = None
     scaled: Scaler | None = None
-    #: this call's regime and that of a candidate's size, where the template declares them
-    regime: tuple[Hashable, RegimeOf] | None = None
 
     def under_fills(self, verdict: Verdict) -> str | None:
         """Why the judged ``verdict``'s parameters under-fill the device for this call, or
@@ -319,42 +306,7 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
     fills = fill_check(tuned, call)  # (scaled and trials only where a result under-fills)
     return Request(rules, candidate_judge(tuned, call, here), fills,
                    None if fills is None else trial_judge(tuned, call, fills),
-                   None if fills is None else scaler(tuned, call), regime_of(tuned, call))
-
-
-def regime_of(tuned: Tuned, call: CallLike) -> tuple[Hashable, RegimeOf] | None:
-    """Where ``call``'s template declares ``autotune_regime(context, **arguments)`` (a
-    hashable label of how a size runs on the device; None: it cannot tell), this call's regime
-    and the function that tells a candidate row's; None where it declares none or cannot tell
-    this call's. A declaration that fails on a stored size's arguments tells nothing of it; one
-    that fails on this call's, or answers what cannot be compared, is a mistake in the
-    template (TypeError)."""
-    name = tuned.name(call.owner)
-    declared = _declaration(call, REGIME_ATTRIBUTE, name,
-                            "(context, **arguments) returning a hashable label")
-    if declared is None:
-        return None
-    try:
-        here = declared(call.context, **call.arguments)
-        hash(here)
-    except Exception as exc:  # noqa: BLE001 - the template's own arguments: its mistake
-        raise TypeError(f"{name}: {REGIME_ATTRIBUTE} failed on this call's arguments: "
-                        f"{type(exc).__name__}: {exc}") from None
-    if here is None:
-        return None
-    told: dict[str, Hashable] = {}  # by arguments text: a size's regime, asked once
-
-    def of(record: TuningRecord) -> Hashable:
-        text = record.key.arguments
-        if text not in told:
-            try:
-                told[text] = declared(call.context, **_source_arguments(call, record))
-                hash(told[text])
-            except Exception:  # noqa: BLE001 - stored arguments it cannot take: not known
-                told[text] = None
-        return told[text]
-
-    return here, of
+                   None if fills is None else scaler(tuned, call))
 
 
 def _declaration(call: CallLike, attribute: str, name: str, form: str) -> Any:
@@ -364,16 +316,6 @@ def _declaration(call: CallLike, attribute: str, name: str, form: str) -> Any:
     if declared is not None and not callable(declared):
         raise TypeError(f"{name}: {attribute} must be a classmethod {form}, got {declared!r}")
     return declared
-
-
-def in_regime_order(found: list[tuple[float, TuningRecord]], request: Request
-                    ) -> list[tuple[float, TuningRecord]]:
-    """``found`` (:func:`ranked`, nearest first) with the sizes in the call's regime first,
-    each part in its order; as it is where the request knows no regime."""
-    if request.regime is None:
-        return found
-    here, of = request.regime
-    return sorted(found, key=lambda item: of(item[1]) != here)  # (a stable sort)
 
 
 def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:

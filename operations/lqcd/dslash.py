@@ -246,23 +246,6 @@ class DslashTemplate:
         it was measured."""
         return Fill(work_groups(math.prod(dims) // 2, params),
                     per_unit=max(1, params["min_blocks"]))
-
-    @classmethod
-    def autotune_regime(cls, context: accel.Context, dims: tuple[int, int, int, int],
-                        precision: str, reconstruct: int) -> str | None:
-        """"cached" where one parity's application's least traffic (every link once, the
-        input and output spinors: :func:`least_bytes_per_site` a site of one parity) fits the
-        device's last-level cache, else "streamed"; None where the device does not say its
-        cache's size. ``similar`` serves a lattice from the nearest tuned lattice of the same
-        regime first: on an H200 (50 MiB L2), 20^4's single precision data (46 MB) stays in
-        the cache and 24^4's (96 MB) does not, and 24^4's launch shape was 13% slower at 20^4
-        than 20^4's own (2026-12-01)."""
-        cache = getattr(context.device, "cache_bytes", 0)
-        if not cache:
-            return None
-        traffic = least_bytes_per_site(precision, reconstruct) * math.prod(dims) / 2
-        return "cached" if traffic <= cache else "streamed"
-
     #: ``warm`` plans each key's budget for each of the two searches of :meth:`autotune`
     autotune_warm = {"searches": 2}
 

@@ -4,7 +4,7 @@ result with the best known for that device.
 Usage::
 
     python benchmarks/warm_quality.py [--device SEL] [--quick] [--max-minutes M]
-        [--reference tune.db.example] [--exhaustive-db FILE] [--rounds 3]
+        [--reference tune.db.example] [--exhaustive-db FILE] [--rounds 3] [--settle 6]
         [--warm-option '--strategy brute_force'] [--json FILE] [--keep-db FILE] [OPERATION ...]
 
 1. ``python -m autotune warm`` (the README's main command, with ``--device`` and
@@ -23,7 +23,10 @@ Usage::
    what it measured, the best known configuration included when it was among the seeds. A
    ratio up to 1.02 is within 2%. Each round's own ratio is kept too: a key whose every round
    has warm's slower by more than 2% is outside beyond the comparison's noise (on a small,
-   shared CPU the rounds spread by tens of percent: more ``--rounds`` narrow it).
+   shared CPU the rounds spread by tens of percent: more ``--rounds`` narrow it). Where the
+   rounds disagree about the line (the median over 2%, a round within it), ``--settle`` (6)
+   more rounds of the key are timed and the medians taken over all of them: a sequential
+   comparison, more samples only where the first ones cannot tell.
 
 It prints one row per key, the share within 2%, the wall time, and warm's estimate line;
 ``--json`` writes the rows. ``--quick``: scale, convert, diffusion and reduce only (for the
@@ -94,11 +97,14 @@ def pair_strategy(pair: list[dict], flip: bool):
     return strategy
 
 
+Times = tuple[list[float], list[float]]
+
+
 def retime(device: str | None, pairs: dict[tuple, tuple[dict, dict]],
-           rounds: int) -> dict[tuple, tuple[float, list[float]] | None]:
+           rounds: int) -> dict[tuple, Times | None]:
     """For each key (function, version, arguments, device name) -> (warm's, best known): the
-    median time of warm's over the median time of the best known, timed now side by side, and
-    each round's ratio (their spread is the comparison's own noise)."""
+    two configurations' times, one a round, timed now side by side (None: the key is not
+    registered here)."""
     from autotune import accel, tune
     from autotune.tune.encoding import encode_parameters
     from autotune.tune.registry import registered_templates
@@ -110,11 +116,11 @@ def retime(device: str | None, pairs: dict[tuple, tuple[dict, dict]],
         for config in template.configurations(context):
             k = template.key(context, config)
             found[(k.function, k.version, k.arguments, k.device_name)] = (template, config)
-    ratios: dict[tuple, tuple[float, list[float]] | None] = {}
+    timed: dict[tuple, Times | None] = {}
     with tempfile.TemporaryDirectory() as folder, tune.use_database(str(Path(folder) / "pairs.db")):
         for key, (mine, best) in pairs.items():
             if key not in found:
-                ratios[key] = None
+                timed[key] = None
                 continue
             template, config = found[key]
             times: dict[str, list[float]] = {encode_parameters(mine): [], encode_parameters(best): []}
@@ -131,10 +137,24 @@ def retime(device: str | None, pairs: dict[tuple, tuple[dict, dict]],
                         strategy=pair_strategy([mine, best], r % 2 == 1)):
                     template.retune(context, config)
             mine_times, best_times = times.values()
-            a, b = (sorted(v)[len(v) // 2] if v else None for v in (mine_times, best_times))
-            ratios[key] = ((a / b, [x / y for x, y in zip(mine_times, best_times)])
-                           if a and b else None)
-    return ratios
+            timed[key] = (mine_times, best_times)
+    return timed
+
+
+def compared(times: Times | None) -> tuple[float, list[float]] | None:
+    """The median time of warm's configuration over the best known's, and each round's ratio
+    (their spread is the comparison's own noise); None where either was not timed."""
+    if times is None:
+        return None
+    mine, best = times
+    a, b = (sorted(v)[len(v) // 2] if v else None for v in (mine, best))
+    return (a / b, [x / y for x, y in zip(mine, best)]) if a and b else None
+
+
+def unsettled(compared_: tuple[float, list[float]] | None) -> bool:
+    """Whether a comparison's rounds disagree about the 2% line: the median over it, some
+    round within it."""
+    return compared_ is not None and compared_[0] > WITHIN and min(compared_[1]) <= WITHIN
 
 
 def best_known(results: dict, reference_db: Path, device_sel: str | None,
@@ -179,6 +199,9 @@ def main() -> int:
                              "exhaustive search to compare the plans with")
     parser.add_argument("--rounds", type=int, default=3,
                         help="side-by-side timings of warm's and the best known configuration")
+    parser.add_argument("--settle", type=int, default=6,
+                        help="more rounds for a key whose rounds disagree about the 2%% line "
+                             "(the median over it, a round within it); 0: none")
     args = parser.parse_args()
     operations = args.operations or (QUICK if args.quick else [])
     extra = (["--max-minutes", str(args.max_minutes)] if args.max_minutes else []) + \
@@ -200,7 +223,15 @@ def main() -> int:
               json.loads(r.parameters) != json.loads(reference[k].parameters)}
     print(f"{len(differ)} of {len(results)} keys chose another configuration than the best "
           f"known: timing both again, {args.rounds} rounds")
-    ratios = retime(args.device, differ, args.rounds)
+    times = retime(args.device, differ, args.rounds)
+    again = {k: differ[k] for k in differ if unsettled(compared(times.get(k)))}
+    if again and args.settle:
+        print(f"{len(again)} keys' rounds disagree about the 2% line: {args.settle} more "
+              f"rounds each")
+        for key, more in retime(args.device, again, args.settle).items():
+            if more is not None and times.get(key) is not None:
+                times[key] = (times[key][0] + more[0], times[key][1] + more[1])
+    ratios = {k: compared(v) for k, v in times.items()}
     report = []
     for key, record in sorted(results.items(), key=lambda kv: (kv[0][0], kv[0][2])):
         best = reference.get(key)

@@ -119,13 +119,24 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
     stale: Verdict | None = None
     rows = store.find(key.function, key.version, None, device_name=key.device_name,
                       device_platform=key.device_platform, driver_version=key.driver_version)
-    for far, candidate in similar.ranked(rows, key, request.rules):
+    sizes = similar.ranked(rows, key, request.rules)
+    for far, candidate in sizes:
         verdict = request.judge(candidate)
         source = describe_arguments(candidate.key.arguments)
         why = verdict.reason
         if verdict.freshness is not Freshness.INVALID:
             under = request.under_fills(verdict)
             if under is None and verdict.freshness is Freshness.FRESH:
+                agreed = _chosen_elsewhere(store, verdict, request, sizes)
+                if agreed is not None:
+                    served, count = agreed
+                    logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using "
+                                   "a configuration tried for %s, within %.0f%% of its result "
+                                   "there and chosen at %d other tuned size%s (similar, log "
+                                   "distance %.3g)", key.function,
+                                   describe_arguments(key.arguments), key.device_name, source,
+                                   100 * similar.NEAR_TIE, count, "" if count == 1 else "s", far)
+                    return served, stale
                 logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using the "
                                "one tuned for %s (similar, log distance %.3g)", key.function,
                                describe_arguments(key.arguments), key.device_name, source, far)
@@ -146,6 +157,30 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
         logger.info("AUTOTUNE_MATCH=similar: skipping the result of %s for %s: %s: %s",
                     key.function, source, verdict.freshness, why)
     return None, stale
+
+
+def _chosen_elsewhere(store: ResultStore, anchor: Verdict, request: similar.Request,
+                      sizes: list[tuple[float, TuningRecord]]) -> tuple[Verdict, int] | None:
+    """Of the configurations the search of ``anchor``'s size measured within
+    :data:`~.similar.NEAR_TIE` of its result there, the one that the most other tuned
+    ``sizes`` chose, where more chose it than chose the result (fastest first among equals),
+    judged for this call, with how many chose it; None where the result is as often chosen
+    (or nothing near it is valid here). A result a search ended on by a hair is served only
+    where no other size agrees with a configuration just as fast."""
+    counts = similar.chosen_elsewhere(sizes, anchor.record)
+    own = counts.get(similar.canonical(anchor.record.parameters) or "", 0)
+    if request.trial is None or not counts or max(counts.values()) <= own:
+        return None
+    record = anchor.record
+    ran = store.trials_that_ran(record.key, record.fingerprint)  # fastest first, parsed lazily
+    best: tuple[Verdict, int] | None = None
+    for row in similar.near_ties(record, similar.trial_rows(record, ran)):
+        count = counts.get(similar.canonical(row.parameters) or "", 0)
+        if count > (own if best is None else best[1]):
+            verdict = request.trial(anchor, row)
+            if verdict is not None:
+                best = verdict, count
+    return best
 
 
 def _in_its_place(store: ResultStore, anchor: Verdict, request: similar.Request, source: str

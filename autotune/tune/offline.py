@@ -13,11 +13,12 @@ import autotune
 
 from .. import accel
 from . import nearest
+from .similar import declared_rules
 from . import search as _search
 from .choice import NOISY, Choice
 from .encoding import InvalidParametersError, describe_arguments, encode_parameters, validate_parameters
 from .records import ResultOrigin, TuningKey, TuningRecord
-from .recording.seeds import interrupted_trials, warm_start
+from .recording.seeds import interrupted_trials, size_seeds, warm_start
 from .recording.trials import TrialWriter
 from .rendered import RENDERED, beyond_declared
 from .space import Space
@@ -134,11 +135,17 @@ def warn_noisy(serving: Serving, key: TuningKey, chosen: Choice) -> None:
 def _tuning_run(call: Call, store: ResultStore, fingerprint: Fingerprint, writer: TrialWriter,
                 test: dict[str, Any], gpu: bool, serving: Serving) -> _search.TuningRun:
     """The tuning run of ``call``: its trials go to ``writer``; it starts from the nearest
-    devices' best (its database's, then those of ``search_settings(warm_from=)``; and goes on from an interrupted search of the key where asked)."""
+    devices' best (its database's, then those of ``search_settings(warm_from=)``), then this
+    device's choices at the nearest sizes (where the template declares ``autotune_similar``);
+    and goes on from an interrupted search of the key where asked)."""
     key = call.key
     settings = _search.search_settings_now()
     also = [serving.store(url) for url in settings.warm_from or () if url != store.url]
     seeds, prior = warm_start(store, key, fingerprint.space, also)
+    if fingerprint.space is not None:  # then this device's choices at the nearest sizes
+        for params in size_seeds(store, key, declared_rules(call.owner), fingerprint.space):
+            if params not in seeds:
+                seeds.append(params)
     resumed = interrupted_trials(store, key, fingerprint.digest) if settings.resume else []
     if resumed:
         logger.info("%s on %s: going on from an interrupted search (%d configurations "

@@ -34,6 +34,12 @@ valid for this call and fills the device here is served instead (:func:`trial_ro
 only where none does is the next nearest size tried. Under-filling candidates are never
 served: with no size left, the lookup goes on as ``nearest`` does, and a miss tunes.
 
+Where the nearest size's result is served as it is, a configuration its search measured
+within :data:`NEAR_TIE` of it there takes its place where more of the other tuned sizes chose it
+than chose the result (:func:`chosen_elsewhere`, :func:`near_ties`): a search that ends on
+one of two configurations a hair apart ends on luck, and the one other sizes chose carries
+better to the sizes between them.
+
 A served size is stored as a row of the asking key with origin ``similar``, score ``inf`` (not
 timed at this size) and its source in the search summary (:data:`SOURCE`; ``"trial": true``
 where a trial was served, not the source's result; ``"scaled": true`` where the result
@@ -72,6 +78,14 @@ ATTRIBUTE = "autotune_similar"
 #: The key, in the search text of a candidate row made of a trial (:func:`trial_rows`), that
 #: marks it as one.
 TRIAL = "similar_trial"
+#: A configuration the search of a size measured within this share of that size's result
+#: there is as good there for serving (:func:`near_ties`): of such configurations, the one that
+#: more other tuned sizes chose is served (:func:`chosen_elsewhere`). On an H200 (2026-12-01)
+#: 4096^3's search ended on 128 x 128 tiles in two runs of seven and on 64 x 128, which 1024^3
+#: and 8192^3 chose in every run, in the other five; served at 2048 x 4096 x 1024 the 128 x 128
+#: tiles ran 1.14-1.18x that shape's own, at 1280 x 7168 x 3584 1.03-1.22x, and the 64 x 128
+#: ones 0.99-1.01x at both.
+NEAR_TIE = 0.05
 #: The declaration of the parameters a template derives from a size's result for another
 #: size (:func:`scaler`).
 SCALE_ATTRIBUTE = "autotune_scaled"
@@ -267,11 +281,12 @@ def fill_check(tuned: Tuned, call: CallLike) -> FillCheck | None:
     return check
 
 
-def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck) -> TrialJudge:
+def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck | None) -> TrialJudge:
     """The judge of a trial row (:func:`trial_rows`) of a size whose result was judged
     (``anchor``) for ``call``: the row is the anchor's but for its parameters, so only they
-    are judged: filling the device here (``fills``; first, the cheapest test, on the decoded
-    parameters: a measure that cannot take them counts as not filling), of ``test=``'s names
+    are judged: filling the device here (``fills``, where the template declares a measure;
+    first, the cheapest test, on the decoded parameters: a measure that cannot take them
+    counts as not filling), of ``test=``'s names
     and kinds, and in the space this call's arguments declare (limits included). A verdict
     with the anchor's freshness, or None where the trial does not fill or fit."""
     spaces: list[Space | None] = []  # this call's space, made once, when first needed
@@ -281,7 +296,7 @@ def trial_judge(tuned: Tuned, call: CallLike, fills: FillCheck) -> TrialJudge:
             decoded = decode_parameters(row.parameters)
         except InvalidParametersError:
             return None
-        if not isinstance(decoded, dict) or fills(
+        if not isinstance(decoded, dict) or fills is not None and fills(
                 Verdict(row, anchor.freshness, "", decoded), strict=False) is not None:
             return None
         try:
@@ -303,9 +318,9 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
     rules = declared_rules(call.owner, tuned.name(call.owner))
     if not rules:
         return None
-    fills = fill_check(tuned, call)  # (scaled and trials only where a result under-fills)
+    fills = fill_check(tuned, call)  # (scaled only where a result under-fills)
     return Request(rules, candidate_judge(tuned, call, here), fills,
-                   None if fills is None else trial_judge(tuned, call, fills),
+                   trial_judge(tuned, call, fills),
                    None if fills is None else scaler(tuned, call))
 
 
@@ -377,6 +392,43 @@ def trial_rows(anchor: TuningRecord, ran: Iterable[TrialRecord]) -> Iterator[Tun
         yield dataclasses.replace(anchor, parameters=trial.parameters, score=float(median),
                                   search=search, gbps=trial.gbps, gflops=trial.gflops,
                                   ci_low=None, ci_high=None, ties=None, spread=None)
+
+
+def chosen_elsewhere(others: Iterable[tuple[float, TuningRecord]], source: TuningRecord
+                     ) -> dict[str, int]:
+    """How many of the tuned sizes ``others`` (:func:`ranked`), ``source`` left out, chose
+    each configuration, by its parameters' canonical text (:func:`canonical`)."""
+    counts: dict[str, int] = {}
+    for _, record in others:
+        if record.key.arguments == source.key.arguments:
+            continue
+        text = canonical(record.parameters)
+        if text is not None:
+            counts[text] = counts.get(text, 0) + 1
+    return counts
+
+
+def canonical(parameters: str) -> str | None:
+    """Stored parameters' text with its keys sorted and no spaces (None: not a JSON object),
+    so that one configuration stored by two writers compares equal."""
+    try:
+        value = json.loads(parameters)
+    except (TypeError, ValueError):
+        return None
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) \
+        if isinstance(value, dict) else None
+
+
+def near_ties(source: TuningRecord, trials: Iterable[TuningRecord]) -> Iterator[TuningRecord]:
+    """The rows of ``trials`` (:func:`trial_rows` of ``source``'s search, fastest first) that
+    ran within :data:`NEAR_TIE` of ``source``'s own time there."""
+    if not isinstance(source.score, (int, float)) or not math.isfinite(source.score) \
+            or source.score <= 0:
+        return
+    for row in trials:
+        if row.score > source.score * (1 + NEAR_TIE):
+            return
+        yield row
 
 
 def is_trial(record: TuningRecord) -> bool:

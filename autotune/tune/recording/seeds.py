@@ -1,6 +1,8 @@
 """Where a search starts from what is stored: the best configurations of the nearest devices
-(a warm start), the trials of an interrupted search of the same key (to go on from), and what
-this device chose for the same function under other arguments (an online scan's seeds)."""
+(a warm start), what this device chose at the nearest sizes where the template declares sizes
+that generalise (:func:`size_seeds`), the trials of an interrupted search of the same key (to go
+on from), and what this device chose for the same function under other arguments (an online
+scan's seeds)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from .. import similar
 from ..encoding import decode_parameters, encode_parameters
 from ..evaluation import Trial
 from ..records import ResultOrigin, TrialStatus, TuningKey, TuningRecord
@@ -22,6 +25,9 @@ logger = logging.getLogger("autotune.tune")
 
 #: How many of the nearest devices' best configurations a search measures first.
 WARM_START_SEEDS = 8
+#: How many of this device's choices at the nearest tuned sizes a search measures first
+#: (:func:`size_seeds`).
+SIZE_SEEDS = 3
 
 
 def warm_start(store: ResultStore, key: TuningKey, space: Space | None,
@@ -108,6 +114,34 @@ def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
             found = by_device.setdefault(device, {})
             found[tuple(params[n] for n in space.names)] = (params, seconds)
     return by_device
+
+
+def size_seeds(store: ResultStore, key: TuningKey, rules: dict[str, str], space: Space,
+               limit: int = SIZE_SEEDS) -> list[dict[str, Any]]:
+    """What this device chose for ``key``'s function and version at the nearest other sizes
+    (the arguments the template declares in ``rules``, ``autotune_similar``; the others equal),
+    nearest first, at most ``limit``, each inside ``space``: a new size's search measures them
+    first, and among candidates it cannot tell apart the rule prefers a seed
+    (:mod:`..choice`), so that sizes near each other choose alike where their timings allow.
+    [] where nothing is declared or the database cannot be read."""
+    if not rules or limit <= 0:
+        return []
+    try:
+        rows = store.find(key.function, key.version, None, device_name=key.device_name,
+                          device_platform=key.device_platform, driver_version=key.driver_version)
+    except StoreError as exc:
+        logger.info("no seeds from other sizes for %s: %s", key.function, exc)
+        return []
+    seeds: list[dict[str, Any]] = []
+    for _, record in similar.ranked(rows, key, rules):
+        if record_problem(record):
+            continue
+        params = decode_parameters(record.parameters)
+        if isinstance(params, dict) and params not in seeds and space.why_not(params) is None:
+            seeds.append(params)
+            if len(seeds) == limit:
+                break
+    return seeds
 
 
 def interrupted_trials(store: ResultStore, key: TuningKey, fingerprint: str) -> list[Trial]:

@@ -81,8 +81,8 @@ TRIAL = "similar_trial"
 #: A configuration the search of a size measured within this share of that size's result
 #: there is as good there for serving (:func:`near_ties`): of such configurations, the one that
 #: more other tuned sizes chose is served (:func:`chosen_elsewhere`). On an H200 (2026-12-01)
-#: 4096^3's search ended on 128 x 128 tiles in two runs of seven and on 64 x 128, which 1024^3
-#: and 8192^3 chose in every run, in the other five; served at 2048 x 4096 x 1024 the 128 x 128
+#: 4096^3's search ended on 128 x 128 tiles in two runs of six and on 64 x 128, which 1024^3
+#: and 8192^3 chose in every run, in the other four; served at 2048 x 4096 x 1024 the 128 x 128
 #: tiles ran 1.14-1.18x that shape's own, at 1280 x 7168 x 3584 1.03-1.22x, and the 64 x 128
 #: ones 0.99-1.01x at both.
 NEAR_TIE = 0.05

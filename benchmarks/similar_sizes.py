@@ -291,7 +291,8 @@ def report(result: dict) -> dict:
             print(f"{part}: {s['count']} sizes, median ratio {s['median']:.3f}, worst "
                   f"{s['worst']:.3f}; {s.get('scaled', 0)} served a size's result scaled and "
                   f"{s.get('trials', 0)} a trial of a size's search (its result under-fills "
-                  f"the device there), {s.get('missed', 0)} missed (nothing filled: tuned)")
+                  f"the device there, or the trial is a near tie other sizes chose), "
+                  f"{s.get('missed', 0)} missed (nothing filled: tuned)")
     return result
 
 

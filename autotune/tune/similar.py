@@ -324,15 +324,6 @@ def request_for(tuned: Tuned, call: CallLike, here: Judge) -> Request | None:
                    None if fills is None else scaler(tuned, call))
 
 
-def _declaration(call: CallLike, attribute: str, name: str, form: str) -> Any:
-    """The classmethod ``attribute`` of ``call``'s template, None where it declares none; one
-    that is not callable is a mistake in the template (TypeError, saying ``form``)."""
-    declared = getattr(call.owner, attribute, None) if call.owner is not None else None
-    if declared is not None and not callable(declared):
-        raise TypeError(f"{name}: {attribute} must be a classmethod {form}, got {declared!r}")
-    return declared
-
-
 def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:
     """Where ``call``'s template declares ``autotune_scaled(context, params, here, there,
     space)`` (the parameters it derives from ``params``, tuned at the arguments ``there``, for
@@ -343,10 +334,12 @@ def scaler(tuned: Tuned, call: CallLike) -> Scaler | None:
     A declaration that fails on a stored result derives nothing from it; one that answers
     what is not a list of dicts is a mistake in the template (TypeError)."""
     name = tuned.name(call.owner)
-    derive = _declaration(call, SCALE_ATTRIBUTE, name,
-                          "(context, params, here, there, space) returning parameter dicts")
+    derive = getattr(call.owner, SCALE_ATTRIBUTE, None) if call.owner is not None else None
     if derive is None:
         return None
+    if not callable(derive):
+        raise TypeError(f"{name}: {SCALE_ATTRIBUTE} must be a classmethod (context, params, "
+                        f"here, there, space) returning parameter dicts, got {derive!r}")
 
     def rows(anchor: Verdict) -> list[TuningRecord]:
         try:
@@ -409,14 +402,13 @@ def chosen_elsewhere(others: Iterable[tuple[float, TuningRecord]], source: Tunin
 
 
 def canonical(parameters: str) -> str | None:
-    """Stored parameters' text with its keys sorted and no spaces (None: not a JSON object),
-    so that one configuration stored by two writers compares equal."""
+    """Stored parameters' text as :func:`~.encoding.encode_parameters` writes it (None: not a
+    JSON object), so that one configuration stored by two writers compares equal."""
     try:
-        value = json.loads(parameters)
-    except (TypeError, ValueError):
+        value = decode_parameters(parameters)
+        return encode_parameters(value) if isinstance(value, dict) else None
+    except (InvalidParametersError, TypeError, ValueError):
         return None
-    return json.dumps(value, sort_keys=True, separators=(",", ":")) \
-        if isinstance(value, dict) else None
 
 
 def near_ties(source: TuningRecord, trials: Iterable[TuningRecord]) -> Iterator[TuningRecord]:

@@ -247,21 +247,18 @@ class FusedTemplate:
         # Xeon, docs/performance.md), and one set for a whole search ranks that placement.
         sets = [_vector_set(context, queue, op, pristine, n, dtype, copies=i > 0)
                 for i in range(1 if context.device.is_gpu else 2)]
-        turn = [0]
 
         def generate(**params: Any) -> tune.Measurement:
             inst = cls(context, dtype, op_name, params).instantiate(queue, n)
 
             def setup() -> None:  # every candidate starts from the same data
-                turn[0] = 0
                 for work in sets:
                     for v in op.written:
                         work[v].copy_from(queue, pristine[v])
 
-            def run() -> None:
-                work = sets[turn[0] % len(sets)]
-                turn[0] += 1
-                inst.enqueue([work[v] for v in op.vectors], kernel_scalars, fetch=False)
+            def run_on(work: dict[str, accel.DeviceArray]) -> Any:
+                return lambda: inst.enqueue([work[v] for v in op.vectors], kernel_scalars,
+                                            fetch=False)
 
             def check() -> bool:  # after setup and one run: the first set
                 outputs = inst.result()
@@ -272,7 +269,8 @@ class FusedTemplate:
                 return outputs_close(outputs, expected_outputs, dtype, op.combine)
 
             moved = (len(op.vectors) + len(op.written)) * n * dtype.itemsize
-            return tune.make_measure(queue, run, check, setup=setup, bytes=moved)
+            return tune.make_measure(queue, [run_on(work) for work in sets], check,
+                                     setup=setup, bytes=moved)
 
         return tune.autotune(generate)
 

@@ -299,6 +299,43 @@ def test_setup_runs_before_each_candidates_check_and_restore_after(context):
     assert min(again.count("setup 1"), again.count("setup 2")) >= 1 + tune.choice.MIN_ROUNDS
 
 
+def test_a_measure_of_several_placements_alternates_and_checks_the_first(context):
+    """``make_measure`` given one call per placement of the operands (two output buffers here,
+    each written y = 2 x by the real toy kernel): the check after ``setup`` sees the first
+    placement's output alone, and the timed calls alternate, from the first again at each
+    setup; a single placement's call is timed as it is."""
+    queue = context.create_tuning_command_queue()
+    kernel = context.build(KERNEL, {"wrong": False, "factor": "2.0f"}).get_kernel("toy")
+    n = 256
+    x = context.to_device(queue, np.arange(n, dtype=np.float32))
+    ys = [context.allocate(n, np.float32) for _ in range(2)]
+    called: list[int] = []
+
+    def run_on(i):
+        def run():
+            called.append(i)
+            queue.enqueue_kernel(kernel, [ys[i], x, np.uint32(n)], n, 64)
+        return run
+
+    def setup():
+        for y in ys:
+            y.zero(queue)
+
+    def check():
+        return (np.array_equal(ys[0].get(queue), 2 * np.arange(n, dtype=np.float32))
+                and not ys[1].get(queue).any())
+
+    measure = tune.make_measure(queue, [run_on(0), run_on(1)], check, setup=setup)
+    measure.prepare()  # setup, one call, check: raises WrongResult if the check fails
+    assert measure(2) > 0 and called == [0, 1, 0]
+    measure.prepare()
+    assert called[3:] == [0]  # the first again, though the second was next
+    single = run_on(0)
+    assert tune.make_measure(queue, [single]).run is single
+    with pytest.raises(TypeError, match="a sequence of callables"):
+        tune.make_measure(queue, [])
+
+
 # -- katsdpsigproc's tuner tests, asked of our API ----------------------------------------------
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +91,8 @@ class Measurement:
             self.restore()
 
 
-def make_measure(queue: Any, fn: Callable[[], Any], check: Callable[[], Any] | None = None, *,
+def make_measure(queue: Any, fn: Callable[[], Any] | Sequence[Callable[[], Any]],
+                 check: Callable[[], Any] | None = None, *,
                  setup: Callable[[], Any] | None = None, restore: Callable[[], Any] | None = None,
                  bytes: float | None = None, flops: float | None = None) -> Measurement:
     """A :class:`Measurement` that times ``fn`` (which enqueues work on the tuning ``queue``).
@@ -99,12 +100,45 @@ def make_measure(queue: Any, fn: Callable[[], Any], check: Callable[[], Any] | N
     ``check``, if given, runs once after a first call of ``fn``; it returns a false value or
     raises :class:`WrongResult` when the output is wrong. ``setup`` runs before that first call
     (put back the inputs a previous candidate overwrote), ``restore`` after timing.
+
+    ``fn`` may also be a sequence of callables, one per placement of the candidate's operands
+    (the same work on sets of buffers allocated apart): the calls then alternate between them,
+    from the first again at each ``setup`` (so ``check`` reads the first's output), and the
+    time is that of every placement alike. On a CPU device where a set lands can change a
+    configuration's speed by half, and one set for a whole search ranks that placement.
     """
+    if not callable(fn):
+        runs = tuple(fn)
+        if len(runs) == 1:
+            fn = runs[0]
+        else:
+            fn = alternating = _Alternating(runs)
+            given = setup
+
+            def setup() -> None:
+                alternating.turn = 0
+                if given is not None:
+                    given()
     device = getattr(getattr(queue, "context", None), "device", None)
     gpu = device is None or device.is_gpu
     return Measurement(queue, fn, check, setup, restore, bytes, flops,
                        GPU_BATCH_SECONDS if gpu else CPU_BATCH_SECONDS,
                        GPU_MAX_ITERATIONS if gpu else MAX_ITERATIONS)
+
+
+class _Alternating:
+    """One candidate's calls, alternating between ``runs`` (:func:`make_measure`)."""
+
+    def __init__(self, runs: tuple[Callable[[], Any], ...]):
+        if not runs or not all(callable(r) for r in runs):
+            raise TypeError(f"make_measure: fn must be a callable or a sequence of callables, "
+                            f"got {runs!r}")
+        self.runs, self.turn = runs, 0
+
+    def __call__(self) -> Any:
+        run = self.runs[self.turn % len(self.runs)]
+        self.turn += 1
+        return run()
 
 
 @dataclass(frozen=True)

@@ -487,32 +487,29 @@ class DslashTemplate:
         # alternate between them: where a set lands can change a configuration's speed there
         # by a few percent (PoCL on a 2-core Xeon, docs/performance.md), and one set for a
         # whole search ranks that placement (as the fused BLAS templates do).
-        values: list[np.ndarray] = []  # the links' numbers, made once for every placement
-        placements = [_TuningOperands(context, queue, problem, precision, reconstruct, values)
+        layouts = _LinkLayouts(problem, precision, reconstruct)
+        placements = [_TuningOperands(context, queue, problem, precision, layouts)
                       for _ in range(1 if context.device.is_gpu else 2)]
         tol = {"half": 5e-3, "single": 1e-4, "double": 1e-10}[precision]
 
         def generate(**params: Any) -> tune.Measurement:
             template = cls(context, lattice.dims, precision, reconstruct, -1, params)
             dslash = template.instantiate(queue)
-            links = [p.links(params["link_load"]) for p in placements]
-            turn = [0]
 
-            def run() -> None:
-                i = turn[0] % len(placements)
-                turn[0] += 1
-                dslash(placements[i].out, placements[i].inp, links[i], 0)
+            def run_on(p: _TuningOperands) -> Any:
+                links = p.links(params["link_load"])
+                return lambda: dslash(p.out, p.inp, links, 0)
 
-            def setup() -> None:  # every candidate starts from zeroed outputs, the first set
-                turn[0] = 0
+            def setup() -> None:  # every candidate starts from zeroed outputs
                 for p in placements:
                     zero_output(queue, p.out)
 
-            def check() -> bool:  # after setup and one run: the first set's output
+            def check() -> bool:  # after setup and one run: the first placement's output
                 got = sampled_output(queue, placements[0].out, sample)
                 return bool(np.max(np.abs(got - expected)) <= tol * np.max(np.abs(expected)))
 
-            return tune.make_measure(queue, run, check, setup=setup,
+            return tune.make_measure(queue, [run_on(p) for p in placements], check,
+                                     setup=setup,
                                      bytes=sites * bytes_per_site(precision, reconstruct),
                                      flops=sites * FLOPS_PER_SITE)
 
@@ -524,15 +521,35 @@ class DslashTemplate:
         return structured_search(generate, space, gpu, {"dir_split": [1, 4]} if gpu else {})
 
 
+class _LinkLayouts:
+    """A tuning search's links on the host, in each layout a candidate asks for (made once a
+    layout, shared by the placements; candidates are made in threads)."""
+
+    def __init__(self, problem: Any, precision: str, reconstruct: int):
+        self.problem, self.precision, self.reconstruct = problem, precision, reconstruct
+        self._values: np.ndarray | None = None  # the links' numbers, made once
+        self._made: dict[int, np.ndarray] = {}  # link_load -> the links in its layout
+        self._guard = threading.Lock()
+
+    def layout(self, link_load: int) -> np.ndarray:
+        """The links laid out for ``link_load``."""
+        with self._guard:
+            if link_load not in self._made:
+                if self._values is None:
+                    self._values = link_values(self.problem.packed(self.reconstruct),
+                                               self.precision, self.reconstruct)
+                self._made[link_load] = layout_links(self._values, self.precision,
+                                                     self.reconstruct, link_load)
+            return self._made[link_load]
+
+
 class _TuningOperands:
-    """One placement of a tuning search's operands: the input spinor, the output and the
-    links in each layout a candidate asks for (made once a layout, shared by the candidates;
-    ``values``: the links' numbers, made once into it for every placement)."""
+    """One placement of a tuning search's operands on the device: the input spinor, the output
+    and the links in each layout a candidate asks for (uploaded once a layout)."""
 
     def __init__(self, context: accel.Context, queue: accel.CommandQueue, problem: Any,
-                 precision: str, reconstruct: int, values: list[np.ndarray]):
-        self.context, self.queue, self.problem = context, queue, problem
-        self.precision, self.reconstruct, self.values = precision, reconstruct, values
+                 precision: str, layouts: _LinkLayouts):
+        self.context, self.queue, self.layouts = context, queue, layouts
         sites = problem.lattice.half_volume
         if precision == "half":
             self.inp = half_storage.HalfSpinor(*(context.to_device(queue, a)
@@ -542,18 +559,15 @@ class _TuningOperands:
             dtype = PRECISIONS[precision][1]
             self.inp = context.to_device(queue, problem.spinor.astype(dtype, copy=False))
             self.out = context.allocate((12, sites), dtype)
-        self._links: dict[int, accel.DeviceArray] = {}  # link_load -> the links in its layout
+        self._links: dict[int, accel.DeviceArray] = {}  # link_load -> the links on the device
         self._guard = threading.Lock()  # candidates are made in threads
 
     def links(self, link_load: int) -> accel.DeviceArray:
         """The links laid out for ``link_load``, on the device."""
         with self._guard:
             if link_load not in self._links:
-                if not self.values:  # (list.append is atomic; a rare second making is harmless)
-                    self.values.append(link_values(self.problem.packed(self.reconstruct),
-                                                   self.precision, self.reconstruct))
-                self._links[link_load] = self.context.to_device(self.queue, layout_links(
-                    self.values[0], self.precision, self.reconstruct, link_load))
+                self._links[link_load] = self.context.to_device(
+                    self.queue, self.layouts.layout(link_load))
             return self._links[link_load]
 
 

@@ -275,6 +275,30 @@ def test_warm_start_ignores_other_arguments_versions_and_malformed_trials(tmp_pa
     assert sorted(r for _, r in prior) == pytest.approx([1.0, 5.0, 9.0])
 
 
+
+def test_a_devices_stored_result_is_its_first_seed_before_its_fastest_trials(tmp_path):
+    """The stored result is the device's settled choice (its leaders re-timed side by side);
+    its trials are one pass of the search each, so a slower trial median must not put another
+    configuration ahead of it: the search's tie rule prefers its earliest seed."""
+    from autotune.tune.recording.seeds import warm_start
+
+    store = ResultStore.open(tmp_path / "t.db")
+    key = tune.tuner_of(FakeTimedTemplate).key(FakeTimedTemplate, StandIn(), 10)
+    other = tune.TuningKey(key.function, key.version, "Other", "P", "1", key.arguments)
+    space = FakeTimedTemplate.autotune_space(None, 10)
+
+    def trial(block, seconds):
+        return tune.records.TrialRecord(other, json.dumps({"block": block}), "ok", "", seconds,
+                                        seconds, seconds)
+
+    store.save(tune.TuningRecord(other, '{"block": 4}', 2.0e-6, "0.1"),
+               [trial(2, 1.0e-6), trial(4, 3.0e-6), trial(5, 2.5e-6), trial(1, 9.0e-6)])
+    seeds, prior = warm_start(store, key, space)
+    assert seeds == [{"block": 4}, {"block": 2}, {"block": 5}]
+    assert sorted(r for _, r in prior) == pytest.approx([1.0, 2.5, 3.0, 9.0])  # the trials' own
+    store.put(tune.TuningRecord(other, '{"block": 99}', 2.0e-6, "0.1"))  # outside the space
+    assert warm_start(store, key, space)[0] == [{"block": 2}, {"block": 5}, {"block": 4}]
+
 def test_warm_takes_a_budget_and_reports_progress(capsys, tmp_path):
     db = tmp_path / "w.db"
     code = main(["warm", "--db", str(db), "--template", "toy_templates:FakeTimedTemplate",

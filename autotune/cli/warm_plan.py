@@ -208,15 +208,19 @@ def nearest(stores: Sequence[tuple[ResultStore, str]], key: Any, space: Any) -> 
     :func:`autotune.tune.recording.seeds.warm_start` will find them): how many seeds, from
     which device, in which of ``stores`` ((store, label) pairs, nearest first)."""
     found: dict[tuple[str, str, str], dict] = {}
+    chosen: dict[tuple[str, str, str], dict] = {}
     labels: dict[tuple[str, str, str], tuple[ResultStore, str]] = {}
     for store, name in stores:  # a device's trials in an earlier store win
-        for device, configs in device_trials([store], key, space).items():
+        configs_by_device, results = device_trials([store], key, space)
+        for device, configs in configs_by_device.items():
             if device not in found:
                 found[device], labels[device] = configs, (store, name)
+                if device in results:
+                    chosen[device] = results[device]
     if not found:
         return WarmStart()
     devices = nearest_devices(found, key)
-    seeds = best_of(found, devices)  # as warm_start takes them
+    seeds = best_of(found, devices, chosen)  # as warm_start takes them
     store, label = labels[devices[0]]
     # near: a finished search of the key on this device (its result stored), not the trials
     # of an interrupted one, which --resume goes on with

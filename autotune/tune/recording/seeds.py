@@ -38,16 +38,16 @@ def warm_start(store: ResultStore, key: TuningKey, space: Space | None,
     device name on another platform or driver, then any other device).
 
     Returns the best configurations of those devices, nearest first (measured first by every
-    strategy), and the nearest device's trials as (configuration, time / its best) for
+    strategy; a device's stored result before its fastest trials), and the nearest device's trials as (configuration, time / its best) for
     model-based strategies. Only well-formed trials inside ``space`` count. ``also``: other
     databases read for the same (``tune.db.example``); a device's trials in ``store`` win over
     its trials there.
     """
     if space is None:
         return [], []
-    by_device = device_trials([store, *also], key, space)
+    by_device, chosen = device_trials([store, *also], key, space)
     devices = nearest_devices(by_device, key)
-    seeds = best_of(by_device, devices)
+    seeds = best_of(by_device, devices, chosen)
     prior: list[tuple[dict[str, Any], float]] = []
     for device in devices:
         found = list(by_device[device].values())
@@ -71,26 +71,39 @@ def nearest_devices(by_device: dict[tuple[str, str, str], Any], key: TuningKey
 
 
 def best_of(by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]],
-            devices: Sequence[tuple[str, str, str]]) -> list[dict[str, Any]]:
-    """Each of ``devices``' 3 fastest configurations in ``by_device``, in that order, without
-    repeats: the seeds of a warm start (before the :data:`WARM_START_SEEDS` limit)."""
+            devices: Sequence[tuple[str, str, str]],
+            chosen: dict[tuple[str, str, str], dict[str, Any]] | None = None
+            ) -> list[dict[str, Any]]:
+    """Each of ``devices``' stored result (``chosen``), then its 3 fastest configurations in
+    ``by_device``, in that order, without repeats: the seeds of a warm start (before the
+    :data:`WARM_START_SEEDS` limit). The result comes first because it is the device's settled
+    choice (its leaders timed again side by side, :mod:`..choice`), where a trial's median is one
+    pass of the search: on a 2-core Xeon the trials of ``tune.db.example`` ranked one item a
+    work-item 16% slower than four for float32 ``cdot_norm``, while the exhaustive search's
+    choice, and every later side-by-side timing, had one item 4-6% faster. A search's tie rule
+    prefers its earliest seed, so the order decides ties."""
     seeds: list[dict[str, Any]] = []
+    chosen = chosen or {}
     for device in devices:
         ranked = sorted(by_device[device].values(), key=lambda item: item[1])
-        for params, _ in ranked[:3]:
+        first = [chosen[device]] if device in chosen else []
+        for params in first + [params for params, _ in ranked[:3]]:
             if params not in seeds:
                 seeds.append(params)
     return seeds
 
 
 def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
-                  ) -> dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]]:
+                  ) -> tuple[dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]],
+                             dict[tuple[str, str, str], dict[str, Any]]]:
     """The well-formed ``ok`` trials of ``key``'s function, version and arguments inside
     ``space``, by device (name, platform, driver), then by configuration: (parameters, median
     seconds). A device whose trials were not kept has its stored result (the key's best
     configuration and score) instead. A device found in an earlier store is not read from a
-    later one; a store that cannot be read gives nothing."""
+    later one; a store that cannot be read gives nothing. Also each device's stored result's
+    parameters (inside ``space``), from the store its trials came from."""
     by_device: dict[tuple[str, str, str], dict[tuple, tuple[dict[str, Any], float]]] = {}
+    chosen: dict[tuple[str, str, str], dict[str, Any]] = {}
     for store in stores:
         try:
             trials = store.trials(function=key.function, version=key.version,
@@ -103,17 +116,29 @@ def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
         rows = [(t.key.device, t.parameters, t.median_seconds) for t in trials
                 if t.status == "ok" and not trial_problem(t)]
         with_trials = {device for device, _, _ in rows}
-        rows += [(r.key.device, r.parameters, r.score) for r in records
-                 if r.key.device not in with_trials and not record_problem(r)]
+        results = [(r.key.device, r.parameters, r.score) for r in records
+                   if not record_problem(r)]
+        rows += [row for row in results if row[0] not in with_trials]
         for device, parameters, seconds in rows:
             if device in known:
                 continue
-            params = decode_parameters(parameters)
-            if not isinstance(params, dict) or space.why_not(params) is not None:
-                continue
-            found = by_device.setdefault(device, {})
-            found[tuple(params[n] for n in space.names)] = (params, seconds)
-    return by_device
+            params = _inside(parameters, space)
+            if params is not None:
+                found = by_device.setdefault(device, {})
+                found[tuple(params[n] for n in space.names)] = (params, seconds)
+        for device, parameters, _ in results:
+            params = _inside(parameters, space)
+            if device not in known and device in by_device and params is not None:
+                chosen[device] = params
+    return by_device, chosen
+
+
+def _inside(parameters: str, space: Space) -> dict[str, Any] | None:
+    """Stored parameters decoded, or None where they are not a configuration of ``space``."""
+    params = decode_parameters(parameters)
+    if not isinstance(params, dict) or space.why_not(params) is not None:
+        return None
+    return params
 
 
 def size_seeds(store: ResultStore, key: TuningKey, rules: dict[str, str], space: Space,

@@ -23,7 +23,7 @@ from autotune.cli import main
 from autotune.tune.store import ResultStore
 
 from test_trust import StandIn
-from toy_templates import FakeTimedTemplate, InterruptedTemplate, calls
+from toy_templates import FakeTimedTemplate, InterruptedTemplate, SleepyTemplate, calls
 
 STRATEGIES = list(tune.strategies.STRATEGIES)
 
@@ -245,10 +245,22 @@ def test_the_nearest_devices_best_configurations_are_measured_first(context):
         assert FakeTimedTemplate.autotune(here, 10) == {"block": 3}
     key = tune.tuner_of(FakeTimedTemplate).key(FakeTimedTemplate, here, 10)
     order = [json.loads(t.parameters)["block"] for t in store.trials(key)]
-    assert order[:2] == [1, 3], order  # the test= baseline, then the other device's best
+    assert order[:2] == [3, 1], order  # the other device's best, then the test= baseline
     row = store.get(key)
     assert json.loads(row.search)["warm_start"] >= 1 and json.loads(row.search)["strategy"] == "random"
 
+
+
+@pytest.mark.force_autotune
+def test_a_time_limit_that_allows_one_measurement_keeps_the_first_seed_not_test():
+    """A search is never stopped before its first success, and the first seed (here given;
+    in ``warm``, the stored best of this or the nearest device) is timed before ``test=``:
+    where the limit allows one measurement, the key keeps the seed."""
+    # each candidate takes 0.1 s to build, so the limit is spent at the first success
+    with tune.search_settings(max_seconds=1e-9, settle=0):  # nothing stored, no seed: test=
+        assert SleepyTemplate.autotune(StandIn(), 1) == {"block": 0}
+    with tune.search_settings(seeds=({"block": 37},), max_seconds=1e-9, settle=0):
+        assert SleepyTemplate.autotune(StandIn(), 2) == {"block": 37}
 
 def test_warm_start_ignores_other_arguments_versions_and_malformed_trials(tmp_path):
     from autotune.tune.recording.seeds import warm_start

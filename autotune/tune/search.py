@@ -425,12 +425,18 @@ def _resume(run: TuningRun, space: Space, evaluator: DeviceEvaluator) -> int:
 
 def _run_strategy(strategy: Strategy, context: StrategyContext, evaluator: DeviceEvaluator,
                   baseline: dict[str, Any] | None) -> str:
-    """Time the baseline, then let the strategy measure until done or out of budget; what
-    stopped it early, if anything, for the error message."""
+    """Time the first seed and the baseline, then let the strategy measure until done or out
+    of budget; what stopped it early, if anything, for the error message.
+
+    The first seed (the caller's, else the database's warm start: this device's stored best,
+    else the nearest device's) is timed before ``test=``, the two built together: a search is
+    never stopped before its first success, so where a time limit allows one measurement
+    (``warm --max-minutes``), the key keeps the stored best rather than ``test=``; with time
+    to spare both are timed, and ``test=`` wins its ties as before."""
     stopped = ""
     try:
         if baseline is not None:
-            evaluator.evaluate([baseline])
+            evaluator.evaluate([*context.seeds[:1], baseline])
         strategy(context)
     except BudgetExhausted:
         pass

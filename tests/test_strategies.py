@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autotune import tune
+from autotune import accel, tune
 from autotune.tune.replay import Landscape, landscape
 from autotune.cli import main
 from autotune.tune.store import ResultStore
@@ -245,22 +245,36 @@ def test_the_nearest_devices_best_configurations_are_measured_first(context):
         assert FakeTimedTemplate.autotune(here, 10) == {"block": 3}
     key = tune.tuner_of(FakeTimedTemplate).key(FakeTimedTemplate, here, 10)
     order = [json.loads(t.parameters)["block"] for t in store.trials(key)]
-    assert order[:2] == [3, 1], order  # the other device's best, then the test= baseline
+    assert order[:2] == [1, 3], order  # test= first (a CPU), then the other device's best
     row = store.get(key)
     assert json.loads(row.search)["warm_start"] >= 1 and json.loads(row.search)["strategy"] == "random"
 
 
 
+class GPUStandIn:
+    """A GPU's identity, for tuning functions that never touch a device: searches build their
+    candidates ahead in threads, as on a GPU."""
+
+    def __init__(self, name: str = "Stand-in GPU"):
+        self.device = accel.DeviceIdentity(
+            backend="cuda", name=name, platform="Test platform", driver_version="1.0",
+            compute_capability=(9, 0), multiprocessors=4, global_memory=2**30,
+            max_work_group_size=1024, local_memory=49152, is_gpu=True, warp_size=32,
+            double_precision=True)
+
+
 @pytest.mark.force_autotune
-def test_a_time_limit_that_allows_one_measurement_keeps_the_first_seed_not_test():
-    """A search is never stopped before its first success, and the first seed (here given;
-    in ``warm``, the stored best of this or the nearest device) is timed before ``test=``:
-    where the limit allows one measurement, the key keeps the seed."""
+def test_a_time_limit_that_allows_one_measurement_keeps_the_first_seed_on_gpus():
+    """A search is never stopped before its first success. Where candidates are built ahead
+    (GPUs), the first seed (here given; in ``warm``, the stored best of this or the nearest
+    device) is built beside ``test=`` and timed before it, so that where the limit allows one
+    measurement the key keeps the seed; on CPU devices ``test=`` is timed first, as before."""
     # each candidate takes 0.1 s to build, so the limit is spent at the first success
     with tune.search_settings(max_seconds=1e-9, settle=0):  # nothing stored, no seed: test=
-        assert SleepyTemplate.autotune(StandIn(), 1) == {"block": 0}
+        assert SleepyTemplate.autotune(GPUStandIn(), 1) == {"block": 0}
     with tune.search_settings(seeds=({"block": 37},), max_seconds=1e-9, settle=0):
-        assert SleepyTemplate.autotune(StandIn(), 2) == {"block": 37}
+        assert SleepyTemplate.autotune(GPUStandIn(), 2) == {"block": 37}
+        assert SleepyTemplate.autotune(StandIn(), 3) == {"block": 0}
 
 def test_warm_start_ignores_other_arguments_versions_and_malformed_trials(tmp_path):
     from autotune.tune.recording.seeds import warm_start

@@ -425,18 +425,25 @@ def _resume(run: TuningRun, space: Space, evaluator: DeviceEvaluator) -> int:
 
 def _run_strategy(strategy: Strategy, context: StrategyContext, evaluator: DeviceEvaluator,
                   baseline: dict[str, Any] | None) -> str:
-    """Time the first seed and the baseline, then let the strategy measure until done or out
-    of budget; what stopped it early, if anything, for the error message.
+    """Time the baseline (where candidates are built ahead, the first seed before it), then
+    let the strategy measure until done or out of budget; what stopped it early, if anything,
+    for the error message.
 
-    The first seed (the caller's, else the database's warm start: this device's stored best,
-    else the nearest device's) is timed before ``test=``, the two built together: a search is
-    never stopped before its first success, so where a time limit allows one measurement
-    (``warm --max-minutes``), the key keeps the stored best rather than ``test=``; with time
-    to spare both are timed, and ``test=`` wins its ties as before."""
+    Where candidates are built ahead in threads (GPUs), the first seed (the caller's, else the
+    database's warm start: this device's stored best, else the nearest device's) is built
+    beside ``test=`` and timed before it: a search is never stopped before its first success,
+    so where a time limit allows one measurement (``warm --max-minutes``), the key keeps the
+    stored best rather than ``test=`` (on the H200, ``--max-minutes 1`` had kept ``test=`` for
+    17 of 18 dslash keys, up to 1.21x the best known). Where they are built one at a time (CPU
+    devices), ``test=`` is timed first, as before: there the first candidate of a key's search
+    is timed slow (on a 2-core Xeon, with the stored best first, two BLAS keys timed it 1.56x
+    and 1.32x the configuration they kept, which side by side in processes of their own was
+    16% and 54% slower than it), and ``test=`` never wins on its time alone."""
     stopped = ""
     try:
         if baseline is not None:
-            evaluator.evaluate([*context.seeds[:1], baseline])
+            ahead = context.seeds[:1] if evaluator.workers else []
+            evaluator.evaluate([*ahead, baseline])
         strategy(context)
     except BudgetExhausted:
         pass

@@ -11,7 +11,7 @@ Xeon of docs/performance.md a build took 158 ms and its first launch 76 ms with 
 cache, 36 ms and 18 ms once another process had built and launched the same kernel, and
 ``warm reduce`` took 19 s instead of 66 s with its kernels in the cache.
 
-So with ``warm --prebuild`` on an OpenCL CPU device (off by default: see :func:`wanted`), it
+So ``warm`` on an OpenCL CPU device (by default; ``--no-prebuild`` turns it off: :func:`wanted`)
 starts one helper process at the lowest CPU priority (``nice`` 19) with the keys to tune, in
 order, and their search settings. The helper is stopped (``SIGSTOP``) whenever ``warm`` times
 a batch and continued (``SIGCONT``) after it (:func:`autotune.accel.timing_listener`): low

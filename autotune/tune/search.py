@@ -434,7 +434,7 @@ def _run_strategy(strategy: Strategy, context: StrategyContext, evaluator: Devic
     beside ``test=`` and timed before it: a search is never stopped before its first success,
     so where a time limit allows one measurement (``warm --max-minutes``), the key keeps the
     stored best rather than ``test=`` (on the H200, ``--max-minutes 1`` had kept ``test=`` for
-    17 of 18 dslash keys, up to 1.21x the best known). Where they are built one at a time (CPU
+    all 18 dslash keys, up to 1.21x the best known). Where they are built one at a time (CPU
     devices), ``test=`` is timed first, as before: building them together gains nothing there,
     and the one run of ``warm`` on a 2-core Xeon with the stored best first was the day's
     worst (two BLAS keys timed their stored best, in first place, at 1.56x and 1.32x the

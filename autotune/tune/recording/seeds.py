@@ -38,10 +38,10 @@ def warm_start(store: ResultStore, key: TuningKey, space: Space | None,
     device name on another platform or driver, then any other device).
 
     Returns the best configurations of those devices, nearest first (measured first by every
-    strategy; a device's stored result before its fastest trials), and the nearest device's trials as (configuration, time / its best) for
-    model-based strategies. Only well-formed trials inside ``space`` count. ``also``: other
-    databases read for the same (``tune.db.example``); a device's trials in ``store`` win over
-    its trials there.
+    strategy; a device's stored result before its fastest trials), and the nearest device's
+    trials as (configuration, time / its best) for model-based strategies. Only well-formed
+    trials inside ``space`` count. ``also``: other databases read for the same
+    (``tune.db.example``); a device's trials in ``store`` win over its trials there.
     """
     if space is None:
         return [], []

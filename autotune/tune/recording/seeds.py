@@ -113,23 +113,18 @@ def device_trials(stores: Sequence[ResultStore], key: TuningKey, space: Space
             logger.info("no warm start for %s from %s: %s", key.function, store.url, exc)
             continue
         known = set(by_device)
-        rows = [(t.key.device, t.parameters, t.median_seconds) for t in trials
-                if t.status == "ok" and not trial_problem(t)]
+        rows = [(t.key.device, _inside(t.parameters, space), t.median_seconds) for t in trials
+                if t.status == "ok" and t.key.device not in known and not trial_problem(t)]
         with_trials = {device for device, _, _ in rows}
-        results = [(r.key.device, r.parameters, r.score) for r in records
-                   if not record_problem(r)]
+        results = [(r.key.device, _inside(r.parameters, space), r.score) for r in records
+                   if r.key.device not in known and not record_problem(r)]
         rows += [row for row in results if row[0] not in with_trials]
-        for device, parameters, seconds in rows:
-            if device in known:
-                continue
-            params = _inside(parameters, space)
+        for device, params, seconds in rows:
             if params is not None:
                 found = by_device.setdefault(device, {})
                 found[tuple(params[n] for n in space.names)] = (params, seconds)
-        for device, parameters, _ in results:
-            params = _inside(parameters, space)
-            if device not in known and device in by_device and params is not None:
-                chosen[device] = params
+        chosen.update((device, params) for device, params, _ in results
+                      if device in by_device and params is not None)
     return by_device, chosen
 
 
@@ -159,10 +154,8 @@ def size_seeds(store: ResultStore, key: TuningKey, rules: dict[str, str], space:
         return []
     seeds: list[dict[str, Any]] = []
     for _, record in similar.ranked(rows, key, rules):
-        if record_problem(record):
-            continue
-        params = decode_parameters(record.parameters)
-        if isinstance(params, dict) and params not in seeds and space.why_not(params) is None:
+        params = None if record_problem(record) else _inside(record.parameters, space)
+        if params is not None and params not in seeds:
             seeds.append(params)
             if len(seeds) == limit:
                 break

@@ -13,7 +13,9 @@ fills Triton's compile cache, one cache folder per decorator, so every second pr
 compiled kernels from disk), the second is measured. A child times its first call, from just
 before the launch until the result is on the GPU, and checks it against ``torch.matmul``; it
 also reports the time from decoration to that result, which includes making the arguments
-(the CUDA context's start among it): what ``prefetch`` overlaps. ``--work S``: each child waits
+(the CUDA context's start among it): what ``prefetch`` overlaps. The children share a user
+cache folder of their own, so the first process of ``ours`` computes the digest of Triton's
+installation and remembers it, and the second binds it (``how`` says so). ``--work S``: each child waits
 S seconds after decorating, before making its arguments, as a program reading its input does
 (the wait releases the interpreter, as file and network reads do). Needs torch, Triton and a GPU.
 """
@@ -97,14 +99,33 @@ def child(mode: str, size: int, database: str, chosen: list[int] | None = None,
     shape = [best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"], best.kwargs["BLOCK_K"],
              best.num_stages, best.num_warps]
     how = matmul.last_choice.how if mode.startswith("ours") else "benchmark" if mode == "triton" else "given"
+    if remembered_start():
+        how += "; Triton's digest remembered"
     return {"first_call_s": first, "setup_s": ready - started,
             "from_decoration_s": done - decorated, "config": shape, "how": how,
             "device": torch.cuda.get_device_name(), "triton": triton.__version__}
 
 
+def remembered_start() -> bool:
+    """Whether this process bound the remembered digest of Triton's installation in place of
+    Triton's own function (``warm_triton_start``) instead of hashing Triton's files."""
+    import importlib
+
+    from autotune.integrations import triton as ours
+
+    for module, name in ours._START_DIGESTS:
+        bound = getattr(importlib.import_module(module), name, None)
+        if bound is not None:
+            return getattr(bound, "__name__", "") == "remembered_start_digest"
+    return False
+
+
 def run_child(mode: str, size: int, database: str, cache: str,
               chosen: list[int] | None = None, work: float = 0.0) -> dict:
-    env = dict(os.environ, TRITON_CACHE_DIR=cache, PYTHONPATH=str(ROOT))
+    # Triton's compile cache per decorator, and a user cache folder (where the digest of
+    # Triton's installation is remembered) for the run: each first process computes it
+    env = dict(os.environ, TRITON_CACHE_DIR=cache, PYTHONPATH=str(ROOT),
+               XDG_CACHE_HOME=str(Path(cache).parent / "user-cache"))
     extra = (["--config", ",".join(map(str, chosen))] if chosen else []) + ["--work", str(work)]
     done = subprocess.run([sys.executable, __file__, "--child", mode, "--size", str(size),
                            "--db", database, *extra], capture_output=True, text=True, env=env,

@@ -126,13 +126,38 @@ def test_decoration_pays_tritons_per_process_start_ahead_of_the_first_launch(tmp
         "started = ours._start\n"
         "started is not None and started.join(120)\n"
         "print(json.dumps([before, key.cache_info().currsize, started is not None]))\n")
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
-                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=path), timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    before, after, started = json.loads(done.stdout.splitlines()[-1])
+    before, after, started = run_python(program, tmp_path / "cache")
     assert before == 0
     assert (after, started) == ((1, True) if prefetch else (0, False))
+
+
+def run_python(program: str, cache: Path) -> list:
+    """The last line of ``program``'s output, as JSON, run in a new process whose user cache
+    folder (where the digest of Triton's installation is remembered) is ``cache``."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=path,
+                                             XDG_CACHE_HOME=str(cache)), timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_a_new_process_binds_the_remembered_digest_of_tritons_installation(tmp_path):
+    program = (
+        "import importlib, json\n"
+        "from autotune.integrations import triton as ours\n"
+        "module, name = next((m, n) for m, n in ours._START_DIGESTS\n"
+        "                    if hasattr(importlib.import_module(m), n))\n"
+        "key = getattr(importlib.import_module(module), name)\n"
+        "ours.warm_triton_start().join(120)\n"
+        "bound = getattr(importlib.import_module(module), name)\n"
+        "print(json.dumps([key.cache_info().currsize, bound is key, bound(), key()]))\n")
+    computed, same, bound, real = run_python(program, tmp_path)
+    assert (computed, same) == (1, True)  # the first process hashes Triton's files itself
+    assert (tmp_path / "autotune" / "triton_start.json").is_file()
+    computed, same, bound, real_again = run_python(program, tmp_path)
+    assert (computed, same) == (0, False)  # the next binds the remembered digest instead
+    assert bound == real == real_again
 
 
 # -- real launches -------------------------------------------------------------------------------

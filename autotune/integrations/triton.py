@@ -33,13 +33,20 @@ against the configurations given here, by its text.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
+import pathlib
+import sys
+import sysconfig
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import platformdirs
+
 from ..tune.records import TrialStatus
+from .remembered_digest import remembered_digest
 from .stored_configs import Choice, ConfigFailed, StoredChoices, Timing, check_configs, digest
 
 #: The ``function`` column of Triton kernels' rows: this, a dot, the kernel's qualified name.
@@ -66,13 +73,45 @@ def _triton() -> Any:
     return triton
 
 
-def _pay_triton_start() -> None:
+def start_digest_store() -> pathlib.Path:
+    """The file where the digest of Triton's installation is remembered between processes."""
+    return pathlib.Path(platformdirs.user_cache_dir("autotune")) / "triton_start.json"
+
+
+def _remember(original: Callable[[], str], name: str) -> None:
+    """Triton's installation digest from :func:`start_digest_store` while Triton's files are
+    unchanged (else computed by ``original`` and stored), bound in its place in every loaded
+    ``triton`` module that holds ``original`` under ``name``."""
+    triton = _triton()
+    root = pathlib.Path(triton.__file__).resolve().parent
+    salt = f"triton {triton.__version__} {sysconfig.get_config_var('EXT_SUFFIX')} {root}"
+    value, remembered = remembered_digest(root, original, start_digest_store(), salt=salt)
+    if not remembered:
+        return  # computed by Triton's own function, which keeps it for the process
+
+    def remembered_start_digest() -> str:
+        return value
+
+    replacement = functools.lru_cache(maxsize=None)(remembered_start_digest)
+    for module in list(sys.modules.values()):
+        module_name = getattr(module, "__name__", None)
+        if not isinstance(module_name, str) or not (module_name == "triton"
+                                                    or module_name.startswith("triton.")):
+            continue
+        if getattr(module, name, None) is original:
+            setattr(module, name, replacement)
+
+
+def _pay_triton_start(remember_digest: bool) -> None:
     for module, name in _START_DIGESTS:
         try:
             digest_of_triton = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):
             continue
-        digest_of_triton()  # cached by Triton for the rest of the process
+        if remember_digest:
+            _remember(digest_of_triton, name)
+        else:
+            digest_of_triton()  # cached by Triton for the rest of the process
         break
     for module in _FIRST_LAUNCH_MODULES:
         try:
@@ -81,24 +120,30 @@ def _pay_triton_start() -> None:
             continue
 
 
-def _pay_quietly() -> None:
+def _pay_quietly(remember_digest: bool) -> None:
     try:
-        _pay_triton_start()
+        _pay_triton_start(remember_digest)
     except Exception as exc:  # the first launch pays it instead, and raises what it must
         _log.debug("warming Triton's start failed: %s", exc)
 
 
-def warm_triton_start() -> threading.Thread:
+def warm_triton_start(remember_digest: bool = True) -> threading.Thread:
     """Start, once a process, a daemon thread that pays ahead of the first launch what Triton's
     first compile or compiled-cache load pays in every new process: the digest of its own
     installation (about 0.4 s with Triton 3.6) and the modules its argument specialization
     imports at first use. The first launch of an :func:`autotune` kernel waits for it, so the
-    work is never done twice; any error is left for that launch to meet."""
+    work is never done twice; any error is left for that launch to meet.
+
+    With ``remember_digest`` (the default) the digest is computed once and remembered in
+    :func:`start_digest_store` beside a signature of Triton's files (sizes, change times,
+    inodes), and a later process whose Triton files have the same signature binds the
+    remembered value in place of Triton's function instead of hashing them again: a file of
+    Triton changed, added or replaced makes it compute the digest again."""
     global _start
     with _start_lock:
         if _start is None:
-            _start = threading.Thread(target=_pay_quietly, name="autotune-triton-start",
-                                      daemon=True)
+            _start = threading.Thread(target=_pay_quietly, args=(remember_digest,),
+                                      name="autotune-triton-start", daemon=True)
             _start.start()
         return _start
 
@@ -401,7 +446,8 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *,
     function name, default ``triton.<module>.<qualified name>``), ``version`` (raise it to make
     stored results stale by hand), ``database`` (a path or URL; default ``AUTOTUNE_DB``),
     ``prefetch`` (default True: :func:`warm_triton_start` at decoration, so Triton's own
-    per-process start overlaps what the program does before its first launch)."""
+    per-process start overlaps what the program does before its first launch, and the digest
+    of Triton's installation is remembered for later processes)."""
     _triton()
     configs = list(configs)
 
@@ -415,4 +461,5 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *,
 
 
 __all__ = ["DTYPES", "FUNCTION_PREFIX", "NEEDS", "TritonAutotuned", "autotune", "config_parameters",
-           "device_identity", "jit_function", "key_value", "source_digest", "warm_triton_start"]
+           "device_identity", "jit_function", "key_value", "source_digest", "start_digest_store",
+           "warm_triton_start"]

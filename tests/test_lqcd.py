@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
+from autotune import tune
 from autotune.tune.store import ResultStore
 from operations.lqcd import (GAMMA, GAMMA5, DslashTemplate, WilsonOperator, haar_field, pack,
                              plaquette, reference, unitarity_violation, unpack, weak_field)
@@ -317,6 +318,28 @@ def test_every_dslash_candidate_is_correct(context, reconstruct):
     # after the launch shape, the search tried the kernel's structure too
     assert any(p["sites"] != 1 or p["dir_split"] != 1 or p["stage"] or p["link_load"] != 16
                for p in tried), tried
+
+
+@pytest.mark.force_autotune
+def test_a_strategy_the_settings_name_searches_the_whole_space(context):
+    """``warm``'s plan of a small space (``brute_force``, no budget) measures every
+    configuration of the dslash's space, as ``--dry-run`` says, not the template's own budget
+    after the launch shape; with a budget, within it."""
+    import json
+
+    function = "operations.lqcd.dslash.DslashTemplate.autotune"
+    space = DslashTemplate.autotune_space(context, DIMS, "double", 18)
+    with tune.search_settings(strategy="brute_force"):
+        DslashTemplate.autotune(context, DIMS, "double", 18)
+    tried = {json.dumps(json.loads(t.parameters), sort_keys=True)
+             for t in ResultStore.open().trials(function=function)}
+    every = {json.dumps(c, sort_keys=True) for c in space.configurations()}
+    assert every <= tried and len(every) > 6 + 4
+    with tune.search_settings(strategy="brute_force", max_evals=3):
+        DslashTemplate.autotune(context, DIMS, "single", 18)
+    single = [t for t in ResultStore.open().trials(function=function)
+              if "single" in t.key.arguments]
+    assert len(single) <= 2 * 3 + 1  # each step within the budget, and test=
 
 
 @pytest.mark.parametrize("precision,reconstruct", [("single", 12), ("double", 18),

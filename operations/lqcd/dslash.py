@@ -584,10 +584,18 @@ def structured_search(generate: Any, space: tune.Space, gpu: bool,
     every parameter of :data:`STRUCTURE` in ``space`` at its ``test=`` value (``launch``: lists
     that take their place), then from its best an iterated local search (``local``, seed 0)
     over the whole ``space`` within :attr:`DslashTemplate.STRUCTURE_EVALS` more
-    configurations."""
+    configurations.
+
+    Where the search settings name a strategy (``warm``'s plan, ``--strategy``,
+    ``tune.search_settings(strategy=...)``), the second search is that strategy's over the whole
+    space within the settings' budget (none given: all it reaches), not the template's own
+    budget: ``warm``'s plan of a small space, ``brute_force`` every configuration, is then what
+    runs."""
     pinned = _at_test(*(name for name in STRUCTURE if name in space.parameters))
     first = tune.autotune(generate, space.narrowed(**{**pinned, **(launch or {})}))
-    budget = DslashTemplate.STRUCTURE_EVALS["gpu" if gpu else "cpu"]
+    with tune.search_settings() as settings:  # the enclosing block's, as they are
+        named = settings.strategy is not None
+    budget = None if named else DslashTemplate.STRUCTURE_EVALS["gpu" if gpu else "cpu"]
     return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
                          seeds=[first])
 

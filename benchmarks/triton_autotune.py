@@ -71,7 +71,7 @@ def child(mode: str, size: int, database: str, chosen: list[int] | None = None,
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from autotune.integrations.triton import autotune
+    from autotune.integrations.triton import autotune, start_digest_remembered
 
     configs = [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k}, num_stages=s, num_warps=w)
                for m, n, k, s, w in ([chosen] if mode == "plain" else SHAPES)]
@@ -99,25 +99,11 @@ def child(mode: str, size: int, database: str, chosen: list[int] | None = None,
     shape = [best.kwargs["BLOCK_M"], best.kwargs["BLOCK_N"], best.kwargs["BLOCK_K"],
              best.num_stages, best.num_warps]
     how = matmul.last_choice.how if mode.startswith("ours") else "benchmark" if mode == "triton" else "given"
-    if remembered_start():
+    if start_digest_remembered():
         how += "; Triton's digest remembered"
     return {"first_call_s": first, "setup_s": ready - started,
             "from_decoration_s": done - decorated, "config": shape, "how": how,
             "device": torch.cuda.get_device_name(), "triton": triton.__version__}
-
-
-def remembered_start() -> bool:
-    """Whether this process bound the remembered digest of Triton's installation in place of
-    Triton's own function (``warm_triton_start``) instead of hashing Triton's files."""
-    import importlib
-
-    from autotune.integrations import triton as ours
-
-    for module, name in ours._START_DIGESTS:
-        bound = getattr(importlib.import_module(module), name, None)
-        if bound is not None:
-            return getattr(bound, "__name__", "") == "remembered_start_digest"
-    return False
 
 
 def run_child(mode: str, size: int, database: str, cache: str,

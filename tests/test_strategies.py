@@ -17,13 +17,14 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autotune import accel, tune
+from autotune import tune
 from autotune.tune.replay import Landscape, landscape
 from autotune.cli import main
 from autotune.tune.store import ResultStore
 
 from test_trust import StandIn
-from toy_templates import FakeTimedTemplate, InterruptedTemplate, SleepyTemplate, calls
+from toy_templates import (H200, DescribedContext, FakeTimedTemplate, InterruptedTemplate,
+                            SleepyTemplate, calls)
 
 STRATEGIES = list(tune.strategies.STRATEGIES)
 
@@ -250,19 +251,6 @@ def test_the_nearest_devices_best_configurations_are_measured_first(context):
     assert json.loads(row.search)["warm_start"] >= 1 and json.loads(row.search)["strategy"] == "random"
 
 
-
-class GPUStandIn:
-    """A GPU's identity, for tuning functions that never touch a device: searches build their
-    candidates ahead in threads, as on a GPU."""
-
-    def __init__(self, name: str = "Stand-in GPU"):
-        self.device = accel.DeviceIdentity(
-            backend="cuda", name=name, platform="Test platform", driver_version="1.0",
-            compute_capability=(9, 0), multiprocessors=4, global_memory=2**30,
-            max_work_group_size=1024, local_memory=49152, is_gpu=True, warp_size=32,
-            double_precision=True)
-
-
 @pytest.mark.force_autotune
 def test_a_time_limit_that_allows_one_measurement_keeps_the_first_seed_on_gpus():
     """A search is never stopped before its first success. Where candidates are built ahead
@@ -271,10 +259,11 @@ def test_a_time_limit_that_allows_one_measurement_keeps_the_first_seed_on_gpus()
     measurement the key keeps the seed; on CPU devices ``test=`` is timed first, as before."""
     # each candidate takes 0.1 s to build, so the limit is spent at the first success
     with tune.search_settings(max_seconds=1e-9, settle=0):  # nothing stored, no seed: test=
-        assert SleepyTemplate.autotune(GPUStandIn(), 1) == {"block": 0}
+        assert SleepyTemplate.autotune(DescribedContext(H200, "cuda"), 1) == {"block": 0}
     with tune.search_settings(seeds=({"block": 37},), max_seconds=1e-9, settle=0):
-        assert SleepyTemplate.autotune(GPUStandIn(), 2) == {"block": 37}
+        assert SleepyTemplate.autotune(DescribedContext(H200, "cuda"), 2) == {"block": 37}
         assert SleepyTemplate.autotune(StandIn(), 3) == {"block": 0}
+
 
 def test_warm_start_ignores_other_arguments_versions_and_malformed_trials(tmp_path):
     from autotune.tune.recording.seeds import warm_start

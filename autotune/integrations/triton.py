@@ -59,6 +59,8 @@ NEEDS = "needs the triton extra: pip install -e '.[triton]'"
 _START_DIGESTS = (("triton.runtime.cache", "triton_key"), ("triton.compiler.compiler", "triton_key"))
 #: Modules Triton imports at a process's first launch (its argument specialization), if present.
 _FIRST_LAUNCH_MODULES = ("triton.experimental.gluon",)
+#: The name the remembered digest's function is bound under (what tells it from Triton's own).
+_REMEMBERED = "remembered_start_digest"
 
 _log = logging.getLogger(__name__)
 _start_lock = threading.Lock()
@@ -92,6 +94,7 @@ def _remember(original: Callable[[], str], name: str) -> None:
     def remembered_start_digest() -> str:
         return value
 
+    remembered_start_digest.__name__ = _REMEMBERED
     replacement = functools.lru_cache(maxsize=None)(remembered_start_digest)
     for module in list(sys.modules.values()):
         module_name = getattr(module, "__name__", None)
@@ -102,17 +105,32 @@ def _remember(original: Callable[[], str], name: str) -> None:
             setattr(module, name, replacement)
 
 
-def _pay_triton_start(remember_digest: bool) -> None:
+def _start_digest() -> tuple[str, Callable[[], str]] | None:
+    """(name, function) of Triton's installation digest as its newest module holding it binds
+    it now, or None where no known module does."""
     for module, name in _START_DIGESTS:
         try:
-            digest_of_triton = getattr(importlib.import_module(module), name)
+            return name, getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError):
             continue
+    return None
+
+
+def start_digest_remembered() -> bool:
+    """Whether this process bound the remembered digest of Triton's installation in place of
+    Triton's own function (:func:`warm_triton_start`), rather than hashing Triton's files."""
+    found = _start_digest()
+    return found is not None and getattr(found[1], "__name__", "") == _REMEMBERED
+
+
+def _pay_triton_start(remember_digest: bool) -> None:
+    found = _start_digest()
+    if found is not None:
+        name, digest_of_triton = found
         if remember_digest:
             _remember(digest_of_triton, name)
         else:
             digest_of_triton()  # cached by Triton for the rest of the process
-        break
     for module in _FIRST_LAUNCH_MODULES:
         try:
             importlib.import_module(module)
@@ -461,5 +479,5 @@ def autotune(configs: Sequence[Any], key: Sequence[str], *,
 
 
 __all__ = ["DTYPES", "FUNCTION_PREFIX", "NEEDS", "TritonAutotuned", "autotune", "config_parameters",
-           "device_identity", "jit_function", "key_value", "source_digest", "start_digest_store",
-           "warm_triton_start"]
+           "device_identity", "jit_function", "key_value", "source_digest",
+           "start_digest_remembered", "start_digest_store", "warm_triton_start"]

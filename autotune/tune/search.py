@@ -425,22 +425,15 @@ def _resume(run: TuningRun, space: Space, evaluator: DeviceEvaluator) -> int:
 
 def _run_strategy(strategy: Strategy, context: StrategyContext, evaluator: DeviceEvaluator,
                   baseline: dict[str, Any] | None) -> str:
-    """Time the baseline (where candidates are built ahead, the first seed before it), then
-    let the strategy measure until done or out of budget; what stopped it early, if anything,
-    for the error message.
+    """Time the baseline, then let the strategy measure until done or out of budget; what
+    stopped it early, if anything, for the error message.
 
     Where candidates are built ahead in threads (GPUs), the first seed (the caller's, else the
-    database's warm start: this device's stored best, else the nearest device's) is built
-    beside ``test=`` and timed before it: a search is never stopped before its first success,
-    so where a time limit allows one measurement (``warm --max-minutes``), the key keeps the
-    stored best rather than ``test=`` (on the H200, ``--max-minutes 1`` had kept ``test=`` for
-    all 18 dslash keys, up to 1.21x the best known). Where they are built one at a time (CPU
-    devices), ``test=`` is timed first, as before: building them together gains nothing there,
-    and the one run of ``warm`` on a 2-core Xeon with the stored best first was the day's
-    worst (two BLAS keys timed their stored best, in first place, at 1.56x and 1.32x the
-    configuration they kept, which side by side was 16% and 54% slower than it); that the
-    order caused it is not shown (over all keys, ``test=`` in first place timed 2-4% over its
-    re-timing, as in other places)."""
+    warm start's: this device's stored best, else the nearest device's) is built beside
+    ``test=`` and timed before it: a search is never stopped before its first success, so a
+    time limit that allows one measurement (``warm --max-minutes``) keeps the stored best
+    rather than ``test=``. On CPU devices, which build one candidate at a time, ``test=`` is
+    timed first (docs/performance.md, issue 44, says why)."""
     stopped = ""
     try:
         if baseline is not None:

@@ -35,8 +35,8 @@ from typing import Any
 
 from . import cuda_streams, dlpack
 from .errors import AccelError
-from .interop import (CudaArrayInterface, Foreign, check_c_contiguous, elsewhere_error,
-                      read_cuda_array_interface, type_name)
+from .interop import (CudaArrayInterface, Direct, Foreign, check_c_contiguous,
+                      elsewhere_error, read_cuda_array_interface, type_name)
 
 _POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 LEGACY_STREAM = 1  # CU_STREAM_LEGACY / cudaStreamLegacy, as in both protocols
@@ -141,6 +141,8 @@ def wait_for_stream(queue: Any, stream: int, seen: set | None = None) -> None:
 
     Our queues' streams are blocking streams: CUDA makes their work wait for the legacy
     default stream's earlier work by itself, so that stream needs no event."""
+    if stream == LEGACY_STREAM and queue.blocking:
+        return  # (checked first: the common case, and the cheapest)
     ours = queue.stream.handle
     if stream == ours:
         return  # the same in-order stream
@@ -148,8 +150,6 @@ def wait_for_stream(queue: Any, stream: int, seen: set | None = None) -> None:
         if stream in seen:
             return
         seen.add(stream)
-    if stream == LEGACY_STREAM and queue.blocking:
-        return
     event = queue.__dict__.get("_order_event") or queue_event(queue)
     lib = _libcuda
     if stream == PER_THREAD_STREAM:  # names the current context's: ours must be current
@@ -307,6 +307,12 @@ class CaiSource(Foreign):
         if stream is not None:
             wait_for_stream(queue, int(stream), seen)
 
+    def direct(self) -> Direct | None:
+        if self.producer is None:
+            return None
+        self.stream = None  # a call site keeps it after its first order: later ones ask CuPy
+        return Direct(self.producer.layout, self.obj, self.layout, self.producer)
+
     def reuse(self, queue: Any, seen: set | None = None) -> bool:
         if self.producer is not None:
             self.stream = None
@@ -345,6 +351,11 @@ class DLPackSource(Foreign):
             self.producer.wait(queue, seen)
         else:
             self.obj.__dlpack__(stream=stream)
+
+    def direct(self) -> Direct | None:
+        producer = self.producer
+        return None if producer is None else Direct(producer.layout, self.obj, self.layout,
+                                                    producer)
 
     def reuse(self, queue: Any, seen: set | None = None) -> bool:
         producer = self.producer

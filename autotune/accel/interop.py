@@ -56,6 +56,24 @@ class Foreign:
         False where that cannot be told cheaply, or it changed: view it again."""
         return False
 
+    def direct(self) -> Direct | None:
+        """How a call site may re-check this object itself, asking its library directly
+        (:class:`Direct`), or None: ask :meth:`reuse` each call."""
+        return None
+
+
+@dataclass(frozen=True)
+class Direct:
+    """A foreign object that can be re-checked without going through its :class:`Foreign`:
+    ``read(obj)`` is compared with ``layout`` (its memory and layout when viewed), and
+    ``producer.wait(queue, seen)`` orders a queue after the producer's current stream (once
+    per call for the producer's ``token`` in ``seen``, None when it is the call's only one)."""
+
+    read: Any
+    obj: Any
+    layout: tuple
+    producer: Any
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {type(self.obj).__name__} via {self.protocol}>"
 
@@ -144,13 +162,19 @@ def read_cuda_array_interface(name: str, obj: Any, cai: Any) -> CudaArrayInterfa
 class LastViews:
     """What one call site viewed of the arrays it was last passed (ours as they are, other
     libraries' viewed in place): passed the same objects again, :meth:`get` gives the same
-    views back, each source re-checked (:meth:`Foreign.reuse`) and the queue ordered after the
-    producers again, once per producer stream. It holds the last objects until the next call."""
+    views back, each source re-checked and the queue ordered after the producers again, once
+    per producer stream. It holds the last objects until the next call.
+
+    The per-call path is written out for the common case (CuPy arrays, PyTorch tensors):
+    their layouts are read directly (:meth:`Foreign.direct`), then each distinct producer is
+    asked once for its stream; other sources go through :meth:`Foreign.reuse`."""
 
     def __init__(self) -> None:
         self._objects: tuple = ()
         self._views: tuple = ()
-        self._sources: tuple = ()
+        self._direct: tuple[tuple, ...] = ()  #: (read, obj, layout) of each direct source
+        self._producers: tuple = ()  #: the direct ones' producers, each once
+        self._others: tuple[Foreign, ...] = ()  #: sources re-checked through Foreign.reuse
 
     def get(self, objects: tuple, queue: QueueRole) -> tuple | None:
         """The views of ``objects`` if they are the ones last kept and none changed; else None
@@ -158,15 +182,37 @@ class LastViews:
         last = self._objects
         if len(objects) != len(last) or not all(map(operator.is_, objects, last)):
             return None
-        seen: set = set()
-        for source in self._sources:
-            if not source.reuse(queue, seen):
+        for read, obj, layout in self._direct:
+            if read(obj) != layout:
                 return None
+        producers, others = self._producers, self._others
+        if len(producers) == 1 and not others:
+            producers[0].wait(queue, None)
+        elif producers or others:
+            seen: set = set()
+            for producer in producers:
+                producer.wait(queue, seen)
+            for source in others:
+                if not source.reuse(queue, seen):
+                    return None
         return self._views
 
     def keep(self, objects: tuple, views: tuple) -> None:
         """Remember ``views`` (device arrays, or None for an absent argument) of ``objects``."""
+        sources = [v.foreign for v in views
+                   if v is not None and getattr(v, "foreign", None) is not None]
+        direct: list[tuple] = []
+        producers: dict = {}  # by token, each once
+        others: list[Foreign] = []
+        for source in sources:
+            d = source.direct()
+            if d is None:
+                others.append(source)
+            else:
+                direct.append((d.read, d.obj, d.layout))
+                producers.setdefault(d.producer.token, d.producer)
         self._objects = tuple(objects)
         self._views = tuple(views)
-        self._sources = tuple(v.foreign for v in views
-                              if v is not None and getattr(v, "foreign", None) is not None)
+        self._direct = tuple(direct)
+        self._producers = tuple(producers.values())
+        self._others = tuple(others)

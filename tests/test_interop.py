@@ -445,6 +445,35 @@ def test_library_streams_order_our_work(context, command_queue, library, stream_
 
 
 @pytest.mark.cuda_only
+def test_kept_views_of_two_libraries_wait_for_both_producers(context, command_queue):
+    """x a PyTorch tensor and y a CuPy array, each written by long work on a non-blocking
+    stream of its own library, passed again without synchronising: the call site's kept views
+    order our queue after both streams (one wait per producer), or it reads a stale x or y."""
+    torch_, device = _torch(context)
+    cupy, cupy_device = _cupy(context)
+    n = 1 << 16
+    fn = BlasTemplate(context, np.float64, "axpy_norm").instantiate(command_queue, n)
+    x = torch_.ones(n, dtype=torch_.float64, device=device)
+    with cupy_device:
+        y = cupy.zeros(n)
+        assert fn(x, y, a=1.0) == pytest.approx(n)  # the views are kept from here
+        slow = cupy.ElementwiseKernel(
+            "float64 value, float64 one, float64 zero, uint32 reps", "float64 y",
+            "double v = value; for (unsigned int r = 0; r < reps; ++r) v = v * one + zero; "
+            "y = v;", "autotune_test_slow_fill_y")
+        theirs = torch_.cuda.Stream(device=device)
+        with torch_.cuda.stream(theirs), cupy.cuda.Stream(non_blocking=True):
+            torch_.cuda._sleep(100_000_000)  # ~50 ms of spinning on torch's stream
+            x.fill_(5.0)
+            slow(7.0, 1.0, 0.0, np.uint32(REPS), y)  # tens of ms on CuPy's stream
+            norm = fn(x, y, a=2.0)
+        got = cupy.asnumpy(y)
+    torch_.cuda.synchronize(device)
+    np.testing.assert_array_equal(got, np.full(n, 17.0))
+    assert norm == pytest.approx(n * 289.0)
+
+
+@pytest.mark.cuda_only
 def test_a_kept_view_follows_a_tensor_given_new_memory(context, command_queue):
     """The same tensor object given other memory between two calls (``set_``) is viewed again:
     a kept view would read the old memory."""

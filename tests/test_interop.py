@@ -128,6 +128,7 @@ def test_pyopencl_arrays_and_buffers_through_axpy_norm(context, command_queue):
     _assert_axpy(dy.get(), a, x, y)  # written in place
     view = context.as_array(dy)
     assert view.buffer.int_ptr == dy.base_data.int_ptr and view.foreign.obj is dy
+    assert repr(view.foreign) == "<PyOpenCLSource Array via pyopencl>"
     # bare buffers: the dtype comes from the operation
     bx = cl.Buffer(context.cl_context, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR,
                    hostbuf=x)

@@ -61,6 +61,9 @@ class Foreign:
         (:class:`Direct`), or None: ask :meth:`reuse` each call."""
         return None
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {type(self.obj).__name__} via {self.protocol}>"
+
 
 @dataclass(frozen=True)
 class Direct:
@@ -73,9 +76,6 @@ class Direct:
     obj: Any
     layout: tuple
     producer: Any
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {type(self.obj).__name__} via {self.protocol}>"
 
 
 def type_name(obj: Any) -> str:

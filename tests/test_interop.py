@@ -248,9 +248,13 @@ def test_pyopencl_spinors_through_the_wilson_operator(context, command_queue):
                        context.allocate((12, half), np.complex128)).get(op.queue)
     theirs = cl.CommandQueue(context.cl_context)
     dpsi, dout = cl_array.to_device(theirs, psi), cl_array.empty(theirs, (12, half), np.complex128)
-    op.apply_pc(dpsi, dout)
+    assert op.apply_pc(dpsi, dout) is dout  # the caller's array back, not our view of it
     op.queue.finish()
     np.testing.assert_array_equal(dout.get(), want)
+    both = np.concatenate([psi, psi])  # both parities: apply, the same way
+    dboth, dres = cl_array.to_device(theirs, both), cl_array.empty(theirs, both.shape, both.dtype)
+    assert op.apply(dboth, dres) is dres
+    assert op.apply_pc_normal(dpsi, dout) is dout
     with pytest.raises(ValueError, match="this lattice needs"):
         op.apply_pc(cl_array.to_device(theirs, psi[:6]), dout)
 
@@ -392,13 +396,13 @@ def test_foreign_spinors_through_the_wilson_operator(context, command_queue, lib
         cupy, device = _cupy(context)
         with device:
             tpsi, tout = cupy.asarray(psi), cupy.zeros((12, half), cupy.complex128)
-            op.apply_pc(tpsi, tout)
+            assert op.apply_pc(tpsi, tout) is tout
             got, pointer = cupy.asnumpy(tout), tout.data.ptr
     else:
         torch_, device = _torch(context)
         tpsi = torch_.tensor(psi, device=device)
         tout = torch_.zeros((12, half), dtype=torch_.complex128, device=device)
-        op.apply_pc(tpsi, tout)
+        assert op.apply_pc(tpsi, tout) is tout
         got, pointer = tout.cpu().numpy(), tout.data_ptr()
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-13)
     assert context.as_array(tout).pointer == pointer

@@ -307,6 +307,7 @@ class WilsonOperator:
 
     # Public operations: numpy in and out, or SpinorField / DeviceArray with ``out=`` -----------
     def _dispatch(self, psi: Any, out: Any, device_op) -> Any:
+        given = out  # returned as passed: another library's array, not our view of it
         if not isinstance(psi, (SpinorField, np.ndarray)):  # another library's device array
             field = SpinorField(spinor_array(self.template, self.queue, psi, "psi", 2))
             if out is None or out is psi:
@@ -318,7 +319,7 @@ class WilsonOperator:
             if out is None or out is psi:
                 raise ValueError("device operations need a distinct out= SpinorField")
             device_op(out, psi)
-            return out
+            return given
         field = self.to_device(psi)
         result = self.new_field()
         device_op(result, field)
@@ -347,9 +348,9 @@ class WilsonOperator:
         """
         if isinstance(psi, np.ndarray):
             return self._on_even_sites(psi, lambda o, i: self._pc(o, i, dagger))
-        psi, out = self._even_arrays(psi, out)
-        self._pc(out, psi, dagger)
-        return out
+        src, dst = self._even_arrays(psi, out)
+        self._pc(dst, src, dagger)
+        return out  # the caller's object (another library's array as passed, not our view)
 
     def apply_pc_dagger(self, psi: Any, out: accel.DeviceArray | None = None) -> Any:
         """M_pc^dag on the even sites."""
@@ -363,8 +364,8 @@ class WilsonOperator:
         """
         if isinstance(psi, np.ndarray):
             return self._on_even_sites(psi, self._pc_normal)
-        psi, out = self._even_arrays(psi, out)
-        self._pc_normal(out, psi)
+        src, dst = self._even_arrays(psi, out)
+        self._pc_normal(dst, src)
         return out
 
     def linear_operator(self, kind: str) -> WilsonLinearOperator:

@@ -6,7 +6,8 @@ Usage (GPU machine): python benchmarks/interop_overhead.py [--n 4096] [--calls 2
 
 Each row enqueues ``axpy_norm`` (``FusedPass.enqueue``, results not fetched) ``--calls`` times
 on the same vectors, and ``WilsonOperator.apply_pc`` (two dslash launches, an 8^4 single
-precision lattice, the template's test= parameters) on the same spinors, and reports the host
+precision lattice, the template's test= parameters) and ``dslash_parity`` (one of those
+launches on its own) on the same spinors, and reports the host
 microseconds per call (median of --rounds rounds, the kinds interleaved round by round in an
 order shuffled each round, the queue drained after each), and the extra over our own arrays
 (the median of each round's difference): the cost of the protocol, paid on every call because every call
@@ -119,7 +120,8 @@ def _verdict(kind: str, extra: float) -> str:
 
 
 def dslash_rows(context: accel.Context, calls: int, rounds: int) -> list[dict[str, Any]]:
-    """``apply_pc`` on each kind of spinor array: host us per call and the extra over ours."""
+    """``apply_pc``, and one dslash launch (``dslash_parity``), on each kind of spinor array:
+    host us per call and the extra over ours."""
     from autotune import tune
     from operations.lqcd import WilsonOperator, haar_field
     from operations.lqcd.dslash import DslashTemplate
@@ -131,15 +133,22 @@ def dslash_rows(context: accel.Context, calls: int, rounds: int) -> list[dict[st
     rng = np.random.default_rng(2)
     psi = (rng.standard_normal((12, half)) + 1j * rng.standard_normal((12, half))).astype(np.complex64)
     rows = []
-    print(f"{context.device.name}: apply_pc (2 dslash launches), 8^4 single 12, host us per call")
     kinds = inputs(context, op.queue, psi, np.zeros_like(psi))
-    timed = compare(op.queue, {kind: (lambda p=p, o=o: op.apply_pc(p, o))
-                               for kind, (p, o) in kinds.items()}, calls, rounds)
-    for kind in kinds:
-        call_us, extra = timed[kind]
-        rows.append({"kind": f"dslash {kind}", "call_us": call_us, "extra_us": extra,
-                     "within_target": kind in ("ours", CONTROL) or extra < TARGET_US})
-        print(f"  {kind:16s} {call_us:7.2f} us/call  extra {extra:+6.2f} us" + _verdict(kind, extra))
+    ways = {  # the operator's even-site application, and one dslash launch of it on its own
+        "dslash": ("apply_pc (2 dslash launches)", lambda p, o: op.apply_pc(p, o)),
+        "dslash_parity": ("dslash_parity (1 launch, D_oe)",
+                          lambda p, o: op.dslash_parity(o, p, 1)),
+    }
+    for label, (what, call) in ways.items():
+        print(f"{context.device.name}: {what}, 8^4 single 12, host us per call")
+        timed = compare(op.queue, {kind: (lambda p=p, o=o: call(p, o))
+                                   for kind, (p, o) in kinds.items()}, calls, rounds)
+        for kind in kinds:
+            call_us, extra = timed[kind]
+            rows.append({"kind": f"{label} {kind}", "call_us": call_us, "extra_us": extra,
+                         "within_target": kind in ("ours", CONTROL) or extra < TARGET_US})
+            print(f"  {kind:16s} {call_us:7.2f} us/call  extra {extra:+6.2f} us"
+                  + _verdict(kind, extra))
     return rows
 
 

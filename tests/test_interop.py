@@ -337,6 +337,15 @@ def _cupy(context):
     return cupy, cupy.cuda.Device(context.device_index)
 
 
+def _cupy_slow_fill(cupy):
+    """A CuPy kernel that fills its output with ``value`` after ``reps`` dependent steps (long
+    work on whichever stream is CuPy's current one)."""
+    return cupy.ElementwiseKernel(
+        "float64 value, float64 one, float64 zero, uint32 reps", "float64 out",
+        "double v = value; for (unsigned int r = 0; r < reps; ++r) v = v * one + zero; "
+        "out = v;", "autotune_test_slow_fill")
+
+
 def _torch(context):
     if torch is None:
         pytest.skip("PyTorch is not installed")
@@ -424,10 +433,7 @@ def test_library_streams_order_our_work(context, command_queue, library, stream_
         with device:
             x, y = cupy.ones(n), cupy.zeros(n)
             fn(x, y, a=1.0)
-            slow = cupy.ElementwiseKernel(
-                "float64 value, float64 one, float64 zero, uint32 reps", "float64 x",
-                "double v = value; for (unsigned int r = 0; r < reps; ++r) v = v * one + zero; "
-                "x = v;", "autotune_test_slow_fill")
+            slow = _cupy_slow_fill(cupy)
             with cupy.cuda.Stream(non_blocking=True) if own else cupy.cuda.Stream.null:
                 slow(5.0, 1.0, 0.0, np.uint32(REPS), x)
                 norm = fn(x, y, a=2.0)
@@ -462,10 +468,7 @@ def test_kept_views_of_two_libraries_wait_for_both_producers(context, command_qu
     with cupy_device:
         y = cupy.zeros(n)
         assert fn(x, y, a=1.0) == pytest.approx(n)  # the views are kept from here
-        slow = cupy.ElementwiseKernel(
-            "float64 value, float64 one, float64 zero, uint32 reps", "float64 y",
-            "double v = value; for (unsigned int r = 0; r < reps; ++r) v = v * one + zero; "
-            "y = v;", "autotune_test_slow_fill_y")
+        slow = _cupy_slow_fill(cupy)
         theirs = torch_.cuda.Stream(device=device)
         with torch_.cuda.stream(theirs), cupy.cuda.Stream(non_blocking=True):
             torch_.cuda._sleep(100_000_000)  # ~50 ms of spinning on torch's stream

@@ -35,8 +35,8 @@ from typing import Any
 
 from . import cuda_streams, dlpack
 from .errors import AccelError
-from .interop import (CudaArrayInterface, Direct, Foreign, check_c_contiguous,
-                      elsewhere_error, read_cuda_array_interface, type_name)
+from .interop import (CudaArrayInterface, Foreign, check_c_contiguous, elsewhere_error,
+                      read_cuda_array_interface, type_name)
 
 _POINTER_DEVICE_ORDINAL = 9  # CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
 LEGACY_STREAM = 1  # CU_STREAM_LEGACY / cudaStreamLegacy, as in both protocols
@@ -200,13 +200,6 @@ class Producer:
             seen.add(self.token)
         wait_for_stream(queue, self.stream(), seen)  # (the legacy one needs no event)
 
-    def reuse(self, obj: Any, layout: tuple, queue: Any, seen: set | None) -> bool:
-        """:meth:`Foreign.reuse` for an array of this producer viewed with ``layout``."""
-        if self.layout(obj) != layout:
-            return False
-        self.wait(queue, seen)
-        return True
-
 
 class CupyProducer(Producer):
     """CuPy's answers without building its interface dictionary (``data.ptr``, its current
@@ -257,17 +250,6 @@ class TorchProducer(Producer):
             self.torch.cuda.current_stream(self.index).cuda_stream
         return handle or LEGACY_STREAM  # 0: the legacy default stream
 
-    def reuse(self, obj: Any, layout: tuple, queue: Any, seen: set | None) -> bool:
-        # the per-call path, written out: a few hundred nanoseconds per tensor count here
-        if (obj.data_ptr(), obj.shape, obj.stride(), obj.dtype) != layout:
-            return False
-        if seen is not None:
-            if self.token in seen:
-                return True
-            seen.add(self.token)
-        wait_for_stream(queue, self.stream(), seen)
-        return True
-
     @classmethod
     def of(cls, obj: Any, index: int) -> TorchProducer | None:
         torch = sys.modules.get("torch")
@@ -307,16 +289,10 @@ class CaiSource(Foreign):
         if stream is not None:
             wait_for_stream(queue, int(stream), seen)
 
-    def direct(self) -> Direct | None:
-        if self.producer is None:
-            return None
-        self.stream = None  # a call site keeps it after its first order: later ones ask CuPy
-        return Direct(self.producer.layout, self.obj, self.layout, self.producer)
-
     def reuse(self, queue: Any, seen: set | None = None) -> bool:
         if self.producer is not None:
             self.stream = None
-            return self.producer.reuse(self.obj, self.layout, queue, seen)
+            return super().reuse(queue, seen)
         cai = self.obj.__cuda_array_interface__
         if _cai_layout(cai) != self.layout:
             return False
@@ -351,15 +327,6 @@ class DLPackSource(Foreign):
             self.producer.wait(queue, seen)
         else:
             self.obj.__dlpack__(stream=stream)
-
-    def direct(self) -> Direct | None:
-        producer = self.producer
-        return None if producer is None else Direct(producer.layout, self.obj, self.layout,
-                                                    producer)
-
-    def reuse(self, queue: Any, seen: set | None = None) -> bool:
-        producer = self.producer
-        return producer is not None and producer.reuse(self.obj, self.layout, queue, seen)
 
 
 def view(context: Any, obj: Any, name: str, queue: Any = None) -> Any:

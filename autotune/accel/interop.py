@@ -42,6 +42,10 @@ class Foreign:
     its last views (the same objects passed again) use them again, ordered anew."""
 
     protocol = "none"
+    #: the library asked directly, where one can be (``layout(obj)``, ``wait(queue, seen)``,
+    #: ``token``: :class:`.cuda_interop.Producer`); None: :meth:`reuse` reads the protocol
+    producer: Any = None
+    layout: tuple = ()  #: what ``producer.layout(obj)`` said when the object was viewed
 
     def __init__(self, obj: Any):
         self.obj = obj
@@ -54,28 +58,14 @@ class Foreign:
         """If the object still describes the memory and layout it was viewed with, order
         ``queue`` after its producer (:meth:`order`) and say True: its view may be used again.
         False where that cannot be told cheaply, or it changed: view it again."""
-        return False
-
-    def direct(self) -> Direct | None:
-        """How a call site may re-check this object itself, asking its library directly
-        (:class:`Direct`), or None: ask :meth:`reuse` each call."""
-        return None
+        producer = self.producer
+        if producer is None or producer.layout(self.obj) != self.layout:
+            return False
+        producer.wait(queue, seen)
+        return True
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {type(self.obj).__name__} via {self.protocol}>"
-
-
-@dataclass(frozen=True)
-class Direct:
-    """A foreign object that can be re-checked without going through its :class:`Foreign`:
-    ``read(obj)`` is compared with ``layout`` (its memory and layout when viewed), and
-    ``producer.wait(queue, seen)`` orders a queue after the producer's current stream (once
-    per call for the producer's ``token`` in ``seen``, None when it is the call's only one)."""
-
-    read: Any
-    obj: Any
-    layout: tuple
-    producer: Any
 
 
 def type_name(obj: Any) -> str:
@@ -165,15 +155,15 @@ class LastViews:
     views back, each source re-checked and the queue ordered after the producers again, once
     per producer stream. It holds the last objects until the next call.
 
-    The per-call path is written out for the common case (CuPy arrays, PyTorch tensors):
-    their layouts are read directly (:meth:`Foreign.direct`), then each distinct producer is
-    asked once for its stream; other sources go through :meth:`Foreign.reuse`."""
+    The per-call path is written out for the common case (CuPy arrays, PyTorch tensors, whose
+    sources have a :attr:`Foreign.producer`): their layouts are read here, then each distinct
+    producer is asked once for its stream; other sources go through :meth:`Foreign.reuse`."""
 
     def __init__(self) -> None:
         self._objects: tuple = ()
         self._views: tuple = ()
-        self._direct: tuple[tuple, ...] = ()  #: (read, obj, layout) of each direct source
-        self._producers: tuple = ()  #: the direct ones' producers, each once
+        self._direct: tuple[tuple, ...] = ()  #: (read, obj, layout) of each producer's object
+        self._producers: tuple = ()  #: their producers, each once
         self._others: tuple[Foreign, ...] = ()  #: sources re-checked through Foreign.reuse
 
     def get(self, objects: tuple, queue: QueueRole) -> tuple | None:
@@ -205,12 +195,12 @@ class LastViews:
         producers: dict = {}  # by token, each once
         others: list[Foreign] = []
         for source in sources:
-            d = source.direct()
-            if d is None:
+            producer = source.producer
+            if producer is None:
                 others.append(source)
             else:
-                direct.append((d.read, d.obj, d.layout))
-                producers.setdefault(d.producer.token, d.producer)
+                direct.append((producer.layout, source.obj, source.layout))
+                producers.setdefault(producer.token, producer)
         self._objects = tuple(objects)
         self._views = tuple(views)
         self._direct = tuple(direct)

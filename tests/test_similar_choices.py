@@ -1,7 +1,8 @@
 """Sizes near each other choose alike: a new size's search measures this device's choices at the
 nearest tuned sizes first (``seeds.size_seeds``), and ``AUTOTUNE_MATCH=similar`` serves, of the
 configurations a size's search measured within ``similar.NEAR_TIE`` of its result there, one
-that more of the other tuned sizes chose (``lookup._chosen_elsewhere``). With the real toy
+that more of the other tuned sizes about as near chose (``lookup._chosen_elsewhere``,
+``similar.VOTE_REACH``). With the real toy
 kernel on the devices found (PoCL in CI)."""
 
 from __future__ import annotations
@@ -42,11 +43,12 @@ def _trial(record, wgs, median):
                        fingerprint=record.fingerprint)
 
 
-def _family(store, context, label, near_tie_at, others):
+def _family(store, context, label, near_tie_at, others, sizes=(160, 48)):
     """n = 64 tuned to wgs 8 (10 us), its search having measured 32 at 1.02x, 16 at
-    ``near_tie_at`` and 64 at 1.2x; n = 1024 and 2048 tuned to ``others``."""
+    ``near_tie_at`` and 64 at 1.2x; the ``sizes`` (by default 1.3x and 1.7x as far from n = 96
+    as 64 is, in log distance) tuned to ``others``."""
     source = _row(context, 64, 8, 1.0e-5, label)
-    for n, wgs in zip((1024, 2048), others):
+    for n, wgs in zip(sizes, others):
         store.put(_row(context, n, wgs, 2.0e-5, label))
     store.put(source)
     store.add_trials([_trial(source, 8, 1.0e-5), _trial(source, 32, 1.02e-5),
@@ -61,21 +63,25 @@ def test_a_near_tie_other_sizes_chose_is_served_before_the_nearest_size_s_result
     _family(store, context, "b", 1.06, (16, 16))  # 16: 6% slower at 64
     _family(store, context, "c", 1.04, (8, 16))   # 8, the result, as often chosen as 16
     _family(store, context, "d", 1.04, (16, 32))  # 16 and 32 once each: the faster, 32
+    # 16 chosen at both others, but they are 5.8x and 7.5x as far from 96 as 64 is
+    _family(store, context, "e", 1.04, (16, 16), sizes=(1024, 2048))
     monkeypatch.setenv("AUTOTUNE_MATCH", "similar")
     calls.clear()
     with caplog.at_level(logging.INFO, logger="autotune.tune"):
         served = {label: SizedTemplate.autotune(context, 96, label)["wgs"]
-                  for label in "abcd"}
-    assert served == {"a": 16, "b": 8, "c": 8, "d": 32}
+                  for label in "abcde"}
+    assert served == {"a": 16, "b": 8, "c": 8, "d": 32, "e": 8}
     assert calls["sized"] == 0  # nothing tuned
     assert "using a configuration tried for batch=1, label='a', n=64, within 5% of its result " \
-           "there and chosen at 2 other tuned sizes" in caplog.text
+           "there and chosen at 2 other tuned sizes (batch=1, label='a', n=160; batch=1, " \
+           "label='a', n=48)" in caplog.text
     wait_for_notes()
     tuner = tune.tuner_of(SizedTemplate)
     row = store.get(tuner.key(SizedTemplate, context, 96, "a"))
     assert row.origin == "similar" and similar.served_a_trial(row)
     assert similar.similar_from(row) == "n=64"
-    assert not similar.served_a_trial(store.get(tuner.key(SizedTemplate, context, 96, "b")))
+    for label in "be":
+        assert not similar.served_a_trial(store.get(tuner.key(SizedTemplate, context, 96, label)))
     # the served work-group computes y = 2 x at this size
     queue = context.create_command_queue()
     kernel = context.build(KERNEL, {"wrong": False, "factor": "2.0f"}).get_kernel("toy")

@@ -127,15 +127,18 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
         if verdict.freshness is not Freshness.INVALID:
             under = request.under_fills(verdict)
             if under is None and verdict.freshness is Freshness.FRESH:
-                agreed = _chosen_elsewhere(store, verdict, request, sizes)
+                agreed = _chosen_elsewhere(store, verdict, request, sizes, far)
                 if agreed is not None:
-                    served, count = agreed
+                    served, voters = agreed
                     logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using "
                                    "a configuration tried for %s, within %.0f%% of its result "
-                                   "there and chosen at %d other tuned size%s (similar, log "
-                                   "distance %.3g)", key.function,
+                                   "there and chosen at %d other tuned size%s (%s) (similar, "
+                                   "log distance %.3g)", key.function,
                                    describe_arguments(key.arguments), key.device_name, source,
-                                   100 * similar.NEAR_TIE, count, "" if count == 1 else "s", far)
+                                   100 * similar.NEAR_TIE, len(voters),
+                                   "" if len(voters) == 1 else "s",
+                                   "; ".join(describe_arguments(v.key.arguments)
+                                             for v in voters), far)
                     return served, stale
                 logger.warning("AUTOTUNE_MATCH=similar: no result for %s (%s) on %s; using the "
                                "one tuned for %s (similar, log distance %.3g)", key.function,
@@ -160,26 +163,28 @@ def _similar(store: ResultStore, key: TuningKey, request: similar.Request
 
 
 def _chosen_elsewhere(store: ResultStore, anchor: Verdict, request: similar.Request,
-                      sizes: list[tuple[float, TuningRecord]]) -> tuple[Verdict, int] | None:
-    """Of the configurations the search of ``anchor``'s size measured within
-    :data:`~.similar.NEAR_TIE` of its result there, the one that the most other tuned
-    ``sizes`` chose, where more chose it than chose the result (fastest first among equals),
-    judged for this call, with how many chose it; None where the result is as often chosen
-    (or nothing near it is valid here). A result a search ended on by a hair is served only
-    where no other size agrees with a configuration just as fast."""
-    counts = similar.chosen_elsewhere(sizes, anchor.record)
-    own = counts.get(similar.canonical(anchor.record.parameters) or "", 0)
-    if request.trial is None or not counts or max(counts.values()) <= own:
+                      sizes: list[tuple[float, TuningRecord]], far: float
+                      ) -> tuple[Verdict, list[TuningRecord]] | None:
+    """Of the configurations the search of ``anchor``'s size (``far`` from this call's)
+    measured within :data:`~.similar.NEAR_TIE` of its result there, the one that the most
+    other tuned ``sizes`` within :data:`~.similar.VOTE_REACH` times ``far`` chose, where more
+    chose it than chose the result (fastest first among equals), judged for this call, with
+    the sizes that chose it; None where the result is as often chosen (or nothing near it is
+    valid here). A result a search ended on by a hair is served only where no other size
+    about as near agrees with a configuration just as fast."""
+    votes = similar.chosen_elsewhere(sizes, anchor.record, similar.VOTE_REACH * far)
+    own = len(votes.get(similar.canonical(anchor.record.parameters) or "", ()))
+    if request.trial is None or not votes or max(map(len, votes.values())) <= own:
         return None
     record = anchor.record
     ran = store.trials_that_ran(record.key, record.fingerprint)  # fastest first, parsed lazily
-    best: tuple[Verdict, int] | None = None
+    best: tuple[Verdict, list[TuningRecord]] | None = None
     for row in similar.near_ties(record, similar.trial_rows(record, ran)):
-        count = counts.get(similar.canonical(row.parameters) or "", 0)
-        if count > (own if best is None else best[1]):
+        voters = votes.get(similar.canonical(row.parameters) or "", [])
+        if len(voters) > (own if best is None else len(best[1])):
             verdict = request.trial(anchor, row)
             if verdict is not None:
-                best = verdict, count
+                best = verdict, voters
     return best
 
 

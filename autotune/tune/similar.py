@@ -38,7 +38,8 @@ Where the nearest size's result is served as it is, a configuration its search m
 within :data:`NEAR_TIE` of it there takes its place where more of the other tuned sizes chose it
 than chose the result (:func:`chosen_elsewhere`, :func:`near_ties`): a search that ends on
 one of two configurations a hair apart ends on luck, and the one other sizes chose carries
-better to the sizes between them.
+better to the sizes between them. Only sizes at most :data:`VOTE_REACH` times as far from the
+asking size as the nearest one count.
 
 A served size is stored as a row of the asking key with origin ``similar``, score ``inf`` (not
 timed at this size) and its source in the search summary (:data:`SOURCE`; ``"trial": true``
@@ -86,6 +87,15 @@ TRIAL = "similar_trial"
 #: tiles ran 1.14-1.18x that shape's own, at 1280 x 7168 x 3584 1.03-1.22x, and the 64 x 128
 #: ones 0.99-1.01x at both.
 NEAR_TIE = 0.05
+#: A tuned size's choice counts for a near tie (:func:`chosen_elsewhere`) only where that size
+#: is at most this many times as far (log distance) from the asking size as the nearest tuned
+#: size is: a size much further away than the nearest chose for its own regime. On an H200
+#: (2026-12-01, ``benchmarks/similar_sizes.py``) the GEMM's near ties that helped were chosen
+#: at sizes 1.0-1.8x as far as the nearest (1280 x 7168 x 3584: 1.215 served 4096^3's result,
+#: 1.02-1.06 its near tie); the dslash's half precision near ties chosen at 16^4 alone, 3.3-4.2x
+#: as far from 28^4 and 24^3 x 48 as 32^4 and 24^4, ran 1.054 and 1.043, where the nearest
+#: lattice's own results had run 0.996-1.036 in the runs before the rule.
+VOTE_REACH = 2.0
 #: The declaration of the parameters a template derives from a size's result for another
 #: size (:func:`scaler`).
 SCALE_ATTRIBUTE = "autotune_scaled"
@@ -387,18 +397,19 @@ def trial_rows(anchor: TuningRecord, ran: Iterable[TrialRecord]) -> Iterator[Tun
                                   ci_low=None, ci_high=None, ties=None, spread=None)
 
 
-def chosen_elsewhere(others: Iterable[tuple[float, TuningRecord]], source: TuningRecord
-                     ) -> dict[str, int]:
-    """How many of the tuned sizes ``others`` (:func:`ranked`), ``source`` left out, chose
-    each configuration, by its parameters' canonical text (:func:`canonical`)."""
-    counts: dict[str, int] = {}
-    for _, record in others:
-        if record.key.arguments == source.key.arguments:
+def chosen_elsewhere(others: Iterable[tuple[float, TuningRecord]], source: TuningRecord,
+                     reach: float = math.inf) -> dict[str, list[TuningRecord]]:
+    """Which of the tuned sizes ``others`` (:func:`ranked`: each with its distance from the
+    asking size) chose each configuration, by its parameters' canonical text
+    (:func:`canonical`): ``source`` left out, and every size further than ``reach``."""
+    votes: dict[str, list[TuningRecord]] = {}
+    for far, record in others:
+        if far > reach or record.key.arguments == source.key.arguments:
             continue
         text = canonical(record.parameters)
         if text is not None:
-            counts[text] = counts.get(text, 0) + 1
-    return counts
+            votes.setdefault(text, []).append(record)
+    return votes
 
 
 def canonical(parameters: str) -> str | None:

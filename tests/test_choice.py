@@ -234,6 +234,25 @@ def test_a_tie_the_rule_would_break_toward_a_slower_median_is_timed_until_told_a
     assert max(f.rounds for f in doubted) > choice.MIN_ROUNDS  # and timed on while doubtful
 
 
+def test_a_close_tie_more_than_the_gap_apart_is_timed_on_and_a_true_tie_keeps_the_rule():
+    """test= 6% slower than the fastest, each batch under 5% noise of its own: at eight rounds
+    the resolution (about 5%) makes them a close tie and the rule takes test= in 15 of 40; timed
+    on while the pick's median is over ``choice.DOUBT_GAP`` behind, the fastest wins at least
+    31 (33 seen; 25 without the gap's rule). Two candidates 0.3% apart stay a tie for test=."""
+    def settled(seed: int, slower: float, doubt_seconds: float | None) -> choice.Choice:
+        rng = random.Random(seed)
+        fast = Contender({"c": "fast"}, _noisy(1e-3, 0.05, rng), position=1)
+        test = Contender({"c": "test"}, _noisy(1e-3 * slower, 0.05, rng), position=0, test=True)
+        return settle([fast, test], seconds=0.0, doubt_seconds=doubt_seconds, rounds=64)
+
+    stopped = [settled(seed, 1.06, 0.0) for seed in range(40)]
+    assert sum(f.winner == {"c": "fast"} for f in stopped) <= 30
+    doubted = [settled(seed, 1.06, None) for seed in range(40)]
+    assert sum(f.winner == {"c": "fast"} for f in doubted) >= 31
+    tied = [settled(seed, 1.003, None) for seed in range(40)]
+    assert sum(f.winner == {"c": "test"} for f in tied) >= 34
+
+
 def test_the_rule_chooses_among_ties_within_the_resolution_by_their_median_too():
     """rank's close ties: tied by the interval and by the median ratio; a candidate tied only
     because a few rounds' extremes reach down to the fastest is tied but not close."""

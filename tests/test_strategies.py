@@ -530,7 +530,7 @@ def test_warm_resume_goes_on_from_an_interrupted_search(capsys, tmp_path, contex
     # before the choice: test= (resumed) and, where it was resumed, the runner-up block 5 (the
     # search's two fastest are always timed again), not block 4 (resumed, clearly slower than
     # block 6); interrupted after 5, 4, 3 and 2 calls on the CPU: 5, 5, 6 and 7 calls
-    assert calls["interrupted"] == (8 - resumed) + 1 + (resumed >= 5)
+    assert calls["interrupted"] == (8 - resumed) + 1 + (resumed >= 5), (resumed, calls)
 
 
 # -- consistency under measurement noise (issue 41) ---------------------------------------------

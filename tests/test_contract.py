@@ -336,6 +336,44 @@ def test_a_measure_of_several_placements_alternates_and_checks_the_first(context
         tune.make_measure(queue, [])
 
 
+def test_every_timed_batch_of_two_placements_times_both_alike(context):
+    """A candidate of two placements whose one call fills the target batch duration: its batches
+    are whole turns through both (``measurement.batch_iterations``), in the search's timing and
+    in the choice's rounds, whose batches each start from the first placement again. Timed one
+    call a batch, a candidate was timed on the first placement alone in the choice."""
+    from autotune.tune.measurement import batch_iterations, time_candidate
+
+    queue = context.create_tuning_command_queue()
+    kernel = context.build(KERNEL, {"wrong": False, "factor": "2.0f"}).get_kernel("toy")
+    n = 256
+    x = context.to_device(queue, np.arange(n, dtype=np.float32))
+    ys = [context.allocate(n, np.float32) for _ in range(2)]
+
+    def candidate(called):
+        def run_on(i):
+            def run():
+                called.append(i)
+                queue.enqueue_kernel(kernel, [ys[i], x, np.uint32(n)], n, 64)
+            return run
+        return tune.make_measure(queue, [run_on(0), run_on(1)])
+
+    called: list[int] = []
+    measure = candidate(called)
+    slow = 2 * measure.batch_seconds  # a call this long fills a batch alone
+    assert batch_iterations(measure, slow) == 2  # one call fills it: a whole turn
+    assert batch_iterations(measure, slow / 6) == 4  # three calls: two turns
+    assert measure.placements == 2 and tune.make_measure(queue, lambda: None).placements == 1
+    time_candidate(measure)
+    assert called.count(0) - called.count(1) in (0, 1)  # the check's first call, then turns
+    rounds: list[list[int]] = [[], []]
+    contenders = [tune.choice.Contender({"c": i}, candidate(rounds[i]),
+                                        batch_iterations(measure, slow), position=i)
+                  for i in range(2)]
+    tune.choice.settle(contenders, rounds=tune.choice.MIN_ROUNDS)
+    for seen in rounds:  # the warm-up batch and eight rounds, each a turn through both
+        assert seen.count(0) == seen.count(1) == 1 + tune.choice.MIN_ROUNDS
+
+
 # -- katsdpsigproc's tuner tests, asked of our API ----------------------------------------------
 
 

@@ -119,9 +119,9 @@ def _verdict(kind: str, extra: float) -> str:
     return f"  {'ok' if extra < TARGET_US else 'OVER'} (target < {TARGET_US} us)"
 
 
-def dslash_rows(context: accel.Context, calls: int, rounds: int) -> list[dict[str, Any]]:
-    """``apply_pc``, and one dslash launch (``dslash_parity``), on each kind of spinor array:
-    host us per call and the extra over ours."""
+def dslash_operands(context: accel.Context) -> tuple[Any, dict[str, tuple[Any, Any]]]:
+    """The Wilson operator these rows time (8^4, single precision, 12 parameters, the dslash
+    template's test= parameters) and (psi, out) even-site spinors per kind of array."""
     from autotune import tune
     from operations.lqcd import WilsonOperator, haar_field
     from operations.lqcd.dslash import DslashTemplate
@@ -132,8 +132,14 @@ def dslash_rows(context: accel.Context, calls: int, rounds: int) -> list[dict[st
     half = op.lattice.half_volume
     rng = np.random.default_rng(2)
     psi = (rng.standard_normal((12, half)) + 1j * rng.standard_normal((12, half))).astype(np.complex64)
+    return op, inputs(context, op.queue, psi, np.zeros_like(psi))
+
+
+def dslash_rows(context: accel.Context, calls: int, rounds: int) -> list[dict[str, Any]]:
+    """``apply_pc``, and one dslash launch (``dslash_parity``), on each kind of spinor array:
+    host us per call and the extra over ours."""
+    op, kinds = dslash_operands(context)
     rows = []
-    kinds = inputs(context, op.queue, psi, np.zeros_like(psi))
     ways = {  # the operator's even-site application, and one dslash launch of it on its own
         "dslash": ("apply_pc (2 dslash launches)", lambda p, o: op.apply_pc(p, o)),
         "dslash_parity": ("dslash_parity (1 launch, D_oe)",

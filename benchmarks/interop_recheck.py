@@ -19,12 +19,8 @@ import argparse
 import statistics
 from collections.abc import Callable
 
-import numpy as np
-
-from autotune import accel, tune
-from interop_overhead import CONTROL, inputs, per_call_samples
-from operations.lqcd import WilsonOperator, haar_field
-from operations.lqcd.dslash import DslashTemplate
+from autotune import accel
+from interop_overhead import CONTROL, dslash_operands, per_call_samples
 
 SHORT = {"ours": "ours", CONTROL: "control", "torch (DLPack)": "torch", "cupy (CAI v3)": "cupy"}
 
@@ -45,15 +41,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     context = accel.create_some_context("cuda")
-    test = tune.tuner_of(DslashTemplate).test
-    op = WilsonOperator(context, haar_field((8, 8, 8, 8), seed=1), 0.12, "single", 12,
-                        tuning=test)
+    op, given = dslash_operands(context)
     queue = op.queue
-    rng = np.random.default_rng(2)
-    half = op.lattice.half_volume
-    psi = (rng.standard_normal((12, half))
-           + 1j * rng.standard_normal((12, half))).astype(np.complex64)
-    kinds = {SHORT[k]: v for k, v in inputs(context, queue, psi, np.zeros_like(psi)).items()}
+    kinds = {SHORT[k]: v for k, v in given.items()}
     for kind in [k for k in kinds if k in ("torch", "cupy")]:
         p, o = kinds[kind]
         kinds[f"views {kind}"] = (context.as_array(p, queue=queue),

@@ -171,16 +171,19 @@ def batch_iterations(measure: Any, seconds: float) -> int:
     """Calls in one timed batch of ``measure`` taking ``seconds`` a call: enough to fill its
     target batch duration (``batch_seconds``), between 1 and its ``max_iterations``
     (:data:`MAX_ITERATIONS` for a plain callable), rounded up to whole turns through its
-    ``placements``, so that every batch times each placement alike. (A choice's batch starts
-    from the first placement again: with one call a batch, a candidate was timed on the first
-    placement alone, and another of two calls on both. On the 2-core CPU the choice took such
+    ``placements`` (down where that would pass ``max_iterations``), so that every batch times
+    each placement alike. (A choice's batch starts from the first placement again: with one
+    call a batch, a candidate was timed on the first placement alone, and another of two
+    calls on both. On the 2-core CPU the choice took such
     one-call candidates of complex128 ``cdot_norm`` and ``bicgstab_p`` over configurations the
     search had timed 1.26x and 1.44x faster, 1.13x slower side by side, 2026-12-01.)"""
     target = getattr(measure, "batch_seconds", GPU_BATCH_SECONDS)
     most = getattr(measure, "max_iterations", MAX_ITERATIONS)
     every = max(1, int(getattr(measure, "placements", 1)))
-    calls = max(1, min(most, round(target / seconds)))
-    return -(-calls // every) * every
+    turns = -(-max(1, min(most, round(target / seconds))) // every)
+    if turns > 1 and turns * every > most:
+        turns -= 1  # whole turns within max_iterations where one turn fits
+    return turns * every
 
 
 def time_candidate(measure: Measure, best: float | None = None, batches: int = MIN_BATCHES) -> Timing:

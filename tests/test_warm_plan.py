@@ -287,6 +287,19 @@ def test_max_minutes_keeps_the_run_within_the_limit_and_every_key_gets_a_result(
     assert all(1 <= json.loads(r.search)["measured"] < 100 for r in records)
 
 
+def test_a_keys_searches_share_its_time_as_they_share_its_evaluations(capsys, db, monkeypatch):
+    """A template that searches twice a key (``autotune_warm = {"searches": 2}``, as the
+    dslash) gives each search half the key's share of ``--max-minutes``: with the whole share
+    each, a key could take twice its time (one key, 0.05 minutes: 2.7 s usable, so at most 1.35 s a
+    search; the whole share would be nearly 2.7)."""
+    monkeypatch.setattr(toy_templates.TwoSearchTemplate, "limits", [])
+    code, out, _ = run(capsys, "warm", "--template", "toy_templates:TwoSearchTemplate",
+                       "--warm-from", "none", "--quiet", "--max-minutes", "0.05")
+    assert code == 0 and "1 tuned" in out, out
+    limits = [s for s in toy_templates.TwoSearchTemplate.limits if s is not None]
+    assert limits and all(0 < s <= 0.05 * 60 * 0.9 / 2 for s in limits), limits
+
+
 def test_a_time_limit_spent_before_the_last_keys_still_gives_each_a_result(capsys, db):
     # without lookahead (the default on GPUs): a key started ahead compiles while the one before
     # it is measured, and then measures more than one candidate in its floor of time

@@ -353,8 +353,14 @@ def test_a_time_limit_spent_by_the_launch_shape_search_ends_the_key_there(contex
     function = "operations.lqcd.dslash.DslashTemplate.autotune"
     with tune.search_settings(max_seconds=1e-6):
         spent = DslashTemplate.autotune(context, DIMS, "double", 18)
-    trials = ResultStore.open().trials(function=function)
-    assert len(trials) == 1 and json.loads(trials[0].parameters) == spent
+    from operations.lqcd.dslash import STRUCTURE
+
+    tried = [json.loads(t.parameters) for t in ResultStore.open().trials(function=function)]
+    test = tune.tuner_of(DslashTemplate).test
+    # the launch-shape search's alone (a GPU may measure the candidates it built ahead): the
+    # structure at test=, and its best measured once, not again as the next search's seed
+    assert tried.count(spent) == 1, tried
+    assert all(p[n] == test[n] for p in tried for n in STRUCTURE if n in p), tried
     with tune.search_settings(max_evals=2):
         DslashTemplate.autotune(context, DIMS, "single", 18)
     single = [t for t in ResultStore.open().trials(function=function)

@@ -287,19 +287,6 @@ def test_max_minutes_keeps_the_run_within_the_limit_and_every_key_gets_a_result(
     assert all(1 <= json.loads(r.search)["measured"] < 100 for r in records)
 
 
-def test_a_keys_searches_share_its_time_as_they_share_its_evaluations(capsys, db, monkeypatch):
-    """A template that searches twice a key (``autotune_warm = {"searches": 2}``, as the
-    dslash) gives each search half the key's share of ``--max-minutes``: with the whole share
-    each, a key could take twice its time (one key, 0.05 minutes: 2.7 s usable, so at most 1.35 s a
-    search; the whole share would be nearly 2.7)."""
-    monkeypatch.setattr(toy_templates.TwoSearchTemplate, "limits", [])
-    code, out, _ = run(capsys, "warm", "--template", "toy_templates:TwoSearchTemplate",
-                       "--warm-from", "none", "--quiet", "--max-minutes", "0.05")
-    assert code == 0 and "1 tuned" in out, out
-    limits = [s for s in toy_templates.TwoSearchTemplate.limits if s is not None]
-    assert limits and all(0 < s <= 0.05 * 60 * 0.9 / 2 for s in limits), limits
-
-
 def test_a_time_limit_spent_before_the_last_keys_still_gives_each_a_result(capsys, db):
     # without lookahead (the default on GPUs): a key started ahead compiles while the one before
     # it is measured, and then measures more than one candidate in its floor of time
@@ -341,6 +328,31 @@ def test_time_never_stops_a_search_before_its_first_success():
 
     result = tune.search(generate, {"block": [0, 1, 2, 3, 4]}, max_seconds=0.01, workers=0)
     assert result.best == {"block": 2} and result.info["measured"] == 1
+
+
+def test_a_search_out_of_time_builds_nothing_ahead():
+    """With its time spent (``warm --max-minutes`` late in a run), a search that compiles ahead
+    in threads (a GPU's eight) builds one candidate at a time: it ends at its first success, and
+    what it built ahead would be thrown away (four of the five builds here, before)."""
+    import threading
+
+    from autotune import tune
+
+    built, lock = [], threading.Lock()
+
+    def generate(block):
+        with lock:
+            built.append(block)
+        time.sleep(0.05)
+        return lambda iterations: (abs(block - 7) + 1) * 1e-6
+
+    result = tune.search(generate, {"block": list(range(40))}, max_seconds=1e-6, workers=4)
+    time.sleep(0.2)  # builds abandoned still running would have been counted by now
+    assert result.info["measured"] == 1 and built == [0], built
+    # with time left, it builds ahead as before
+    built.clear()
+    tune.search(generate, {"block": list(range(6))}, max_evals=6, workers=4)
+    assert sorted(built) == list(range(6))
     with pytest.raises(ValueError, match="warm_from must be a tuple of database URLs"):
         with tune.search_settings(warm_from="sqlite:///x.db"):
             pass

@@ -195,36 +195,6 @@ class SleepyTemplate(Protocol):
         return tune.autotune(generate)
 
 
-class TwoSearchTemplate(Protocol):
-    """A key tuned by two searches one after the other (as the dslash's launch shape, then its
-    structure), declared to ``warm`` by ``autotune_warm``; each search's time limit is noted in
-    ``limits``."""
-
-    sleep = 0.05
-    limits: list = []
-    autotune_warm = {"searches": 2}
-    warm_configurations = [{"index": 0}]
-
-    @classmethod
-    def autotune_space(cls, context, index):
-        return tune.Space({"block": list(range(100))})
-
-    @classmethod
-    @tune.autotuner(test={"block": 0})
-    def autotune(cls, context, index):
-        import time
-
-        with tune.search_settings() as settings:  # what warm gives the key's searches
-            cls.limits.append(settings.max_seconds)
-
-        def generate(block):
-            time.sleep(cls.sleep)
-            return lambda iterations: (abs(block - 37) + 1) * 1e-6
-
-        first = tune.autotune(generate, tune.Space({"block": list(range(0, 100, 10))}))
-        return tune.autotune(generate, seeds=[first])
-
-
 class InterruptedTemplate(Protocol):
     """A search that a ``KeyboardInterrupt`` stops after ``stop_after`` candidates (None: runs
     to the end); its generate calls are counted under ``"interrupted"``."""

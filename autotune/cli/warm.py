@@ -259,16 +259,12 @@ def _stored(template: RegisteredTemplate, device: str, args: str, record: Any,
 def _key_settings(settings: dict[str, Any] | None, plan: KeyPlan, share: float | None,
                   policy: WarmPolicy) -> dict[str, Any]:
     """A key's search settings: the command line's (seed, batches, resume, max_seconds), its
-    plan's strategy and budget, the time its share of ``--max-minutes`` allows (each of its
-    searches an equal part), and the databases its warm start reads."""
+    plan's strategy and budget, the time its share of ``--max-minutes`` allows, and the
+    databases its warm start reads."""
     chosen = {**(settings or {}), **plan.settings(),
               "warm_from": tuple(url for url, _ in policy.warm_from) or None}
     if share is not None:  # spent already: the search stops at its first success
-        # a template that searches more than once a key (the dslash: launch shape, then
-        # structure) splits the key's time between them, as it splits its evaluations (each
-        # search given the whole share, a key could take twice its own)
-        each = share / plan.searches
-        chosen["max_seconds"] = max(1e-3, min(each, chosen.get("max_seconds") or each))
+        chosen["max_seconds"] = max(1e-3, min(share, chosen.get("max_seconds") or share))
     return chosen
 
 

@@ -178,13 +178,18 @@ class Evaluator:
     def config(self, key: Key) -> Config:
         return dict(zip(self.names, key))
 
+    def out_of_time(self) -> bool:
+        """Whether the budget's wall seconds are spent (the search still ends only at its
+        first success: :meth:`spent`)."""
+        return (self.budget.max_seconds is not None
+                and clock() - self.started >= self.budget.max_seconds)
+
     def spent(self) -> bool:
         if self.budget.max_evals is not None and self.evals >= self.budget.max_evals:
             return True
         # time never stops a search before its first success: a budget too short for one
         # candidate still gives a result (``warm --max-minutes`` stores one for every key)
-        return (self.budget.max_seconds is not None and self._best is not None
-                and clock() - self.started >= self.budget.max_seconds)
+        return self._best is not None and self.out_of_time()
 
     def best(self) -> tuple[Key, float] | None:
         """The fastest configuration measured so far and its score (the first of equals)."""
@@ -393,9 +398,13 @@ class DeviceEvaluator(Evaluator):
     def _iterate(self, keys: list[Key]) -> Iterator[None]:
         pending: deque[tuple[int, Key, Any]] = deque()
         todo = iter(keys)
-        window = max(1, self.workers + 1)  # compile ahead, but never hold every candidate at once
+        ahead = max(1, self.workers + 1)  # compile ahead, but never hold every candidate at once
         try:
             while True:
+                # out of time, the search ends at its next success: builds started ahead then
+                # are abandoned, their compiling wasted (on a GPU up to 8 a key under ``warm
+                # --max-minutes`` late in a run, where most keys' limits are spent)
+                window = 1 if self.out_of_time() else ahead
                 while len(pending) < window and not self.spent():
                     key = next(todo, None)
                     if key is None:

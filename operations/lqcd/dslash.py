@@ -591,16 +591,15 @@ def structured_search(generate: Any, space: tune.Space, gpu: bool,
     ``tune.search_settings(strategy=...)``), the second search is that strategy's over the whole
     space within the settings' budget (none given: all it reaches), not the template's own
     budget: ``warm``'s plan of a small space, ``brute_force`` every configuration, is then what
-    runs. Under a time limit (``warm --max-minutes``: each search an equal part of the key's
-    share) that the first search spent for both, the first's best is the answer: the second
-    would measure only its seed, that best, again."""
+    runs. Under a time limit (``search_settings(max_seconds=)``, ``warm --max-minutes``: it
+    bounds both searches together) that the first search spent, the first's best is the
+    answer: the second would measure only its seed, that best, again."""
     pinned = _at_test(*(name for name in STRUCTURE if name in space.parameters))
     started = time.perf_counter()
     first = tune.autotune(generate, space.narrowed(**{**pinned, **(launch or {})}))
     with tune.search_settings() as settings:  # the enclosing block's, as they are
         named, limit = settings.strategy is not None, settings.max_seconds
-    searches = DslashTemplate.autotune_warm["searches"]
-    if limit is not None and time.perf_counter() - started >= searches * limit:
+    if limit is not None and time.perf_counter() - started >= limit:
         return first
     budget = None if named else DslashTemplate.STRUCTURE_EVALS["gpu" if gpu else "cpu"]
     return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,

@@ -9,7 +9,7 @@ Usage::
 
 1. ``python -m autotune warm`` (the README's main command, with ``--device`` and
    ``--max-minutes`` as given) runs into a new temporary database; its wall time and its closing
-   estimate line (estimated against actual) are kept.
+   estimate line (estimated against actual) and its time by template are kept.
 2. The best known result of each key on this device is the reference database's row
    (``tune.db.example`` by default: exhaustive searches for most keys, long ones for the
    rest) for the same function, version, arguments and device name; where it has none, an
@@ -213,6 +213,7 @@ def main() -> int:
         if args.keep_db:
             shutil.copyfile(fresh, args.keep_db)
         estimate = next((line for line in err.splitlines() if line.startswith("warm: estimated")), "")
+        split = next((line for line in err.splitlines() if line.startswith("warm: by template")), "")
         results = rows_of(fresh)
         reference = best_known(results, Path(args.reference), args.device, args.exhaustive_db)
         device = next(iter(results))[3] if results else "none"
@@ -270,12 +271,14 @@ def main() -> int:
                                        for r in worst if r["ratio"] > WITHIN))
     print(f"warm took {took:.1f} s of wall time on {device}"
           + (f" (--max-minutes {args.max_minutes})" if args.max_minutes else ""))
-    if estimate:
-        print(estimate)
+    for line in (estimate, split):
+        if line:
+            print(line)
     if args.json:
         Path(args.json).write_text(json.dumps({
             "device": device, "date": datetime.date.today().isoformat(), "wall_seconds": took,
-            "max_minutes": args.max_minutes, "estimate": estimate, "rows": report}, indent=1))
+            "max_minutes": args.max_minutes, "estimate": estimate, "by_template": split,
+            "rows": report}, indent=1))
     return 0
 
 

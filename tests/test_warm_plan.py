@@ -173,6 +173,22 @@ def test_a_templates_own_plan_is_checked():
         own_plan(Bad)
 
 
+def test_the_summary_says_where_the_keys_time_went_by_template():
+    """The closing summary splits the keys' time by template, the longest first, each beside
+    what the plan expected of it at the start (the H200's one-minute warm of 2026-12-01 took
+    85 s, and only the stored results' searches said which templates took it)."""
+    from autotune.cli.warm_report import by_template
+
+    plans = [_plan("blas", 9), _plan("blas", 9), _plan("dslash", 19)]  # 10, 10 and 20 s
+    estimator = Estimator(plans)
+    estimator.finish(0, 3.0)
+    estimator.finish(1, 4.0)
+    estimator.finish(2, 32.7)
+    assert by_template(estimator) == ("dslash 1 key 33 s (planned 20 s); "
+                                      "blas 2 keys 7 s (planned 20 s)")
+    assert by_template(Estimator(plans[:2])) == ""  # one template: the total says it
+
+
 def test_the_share_of_a_key_is_what_is_left_in_proportion():
     plans = [_plan("a", 9), _plan("a", 29)]  # 10 and 30 s
     policy = WarmPolicy(max_minutes=1, started=time.perf_counter() - 14)

@@ -187,6 +187,26 @@ def say_estimates(progress: Progress, estimator: Estimator, quiet: bool) -> None
                  f"{duration(actual)} actual")
     print(f"warm: estimated {duration(estimator.first_estimate)} of tuning{tenth}; the keys "
           f"took {duration(took)}", file=progress.stream, flush=True)
+    split = by_template(estimator)
+    if split:
+        print(f"warm: by template, {split}", file=progress.stream, flush=True)
+
+
+def by_template(estimator: Estimator) -> str:
+    """Where the keys' time went: each template's finished keys, the seconds they took and
+    what the plan expected of them at the start, the longest first ("" for one template)."""
+    took: dict[str, list[float]] = {}
+    for index, seconds in estimator.actual.items():
+        plan = estimator.plans[index]
+        entry = took.setdefault(plan.template, [0, 0.0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+        entry[2] += plan.seconds
+    if len(took) < 2:
+        return ""
+    return "; ".join(f"{name} {n} key{'s' * (n != 1)} {duration(actual)} (planned "
+                     f"{duration(planned)})" for name, (n, actual, planned)
+                     in sorted(took.items(), key=lambda item: -item[1][1]))
 
 
 def wall_time(outcomes: list[WarmOutcome], workers: int) -> float:

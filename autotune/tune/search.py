@@ -300,6 +300,9 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         raise AutotuneError(f"the restrictions exclude every one of the {space.size} "
                             "configurations of the space")
     run.searched.append(space)
+    spent = _spent_on(run, chosen, space, seeds)
+    if spent is not None:
+        return spent
     baseline, reference = _baseline(run, space)
     planned = len(configs) if budget.max_evals is None else min(budget.max_evals, len(configs))
     notify = _notifier()
@@ -402,6 +405,25 @@ def _notifier() -> Callable[..., None]:
             observer(event, data)
 
     return notify
+
+
+def _spent_on(run: TuningRun, chosen: SearchSettings, space: Space,
+              seeds: Sequence[dict[str, Any]]) -> SearchResult | None:
+    """A later search of a run whose time (``search_settings(max_seconds=)``) an earlier one
+    spent, seeded with a configuration the run timed already (a staged search: the dslash's
+    structure after its launch shape): that configuration and its time, measured no more.
+    Given only the time left's millisecond, the search would measure its first seed alone,
+    again; late in ``warm --max-minutes`` every such key did."""
+    if chosen.max_seconds is None or clock() - run.started < chosen.max_seconds:
+        return None
+    for seed in seeds:
+        if space.why_not(seed) is None:
+            trial = run.timed(dict(seed))
+            if trial is None:
+                return None
+            return SearchResult(best=dict(seed), score=trial.median_seconds, trials=[],
+                                info=run.info, choice=run.choice)
+    return None
 
 
 def _baseline(run: TuningRun, space: Space) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import math
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -591,16 +590,12 @@ def structured_search(generate: Any, space: tune.Space, gpu: bool,
     ``tune.search_settings(strategy=...)``), the second search is that strategy's over the whole
     space within the settings' budget (none given: all it reaches), not the template's own
     budget: ``warm``'s plan of a small space, ``brute_force`` every configuration, is then what
-    runs. Under a time limit (``search_settings(max_seconds=)``, ``warm --max-minutes``: it
-    bounds both searches together) that the first search spent, the first's best is the
-    answer: the second would measure only its seed, that best, again."""
+    runs. Where the first search spent the time limit of both (``warm --max-minutes``), the
+    second returns its seed, the first's best, unmeasured (:func:`autotune.tune.search`)."""
     pinned = _at_test(*(name for name in STRUCTURE if name in space.parameters))
-    started = time.perf_counter()
     first = tune.autotune(generate, space.narrowed(**{**pinned, **(launch or {})}))
     with tune.search_settings() as settings:  # the enclosing block's, as they are
-        named, limit = settings.strategy is not None, settings.max_seconds
-    if limit is not None and time.perf_counter() - started >= limit:
-        return first
+        named = settings.strategy is not None
     budget = None if named else DslashTemplate.STRUCTURE_EVALS["gpu" if gpu else "cpu"]
     return tune.autotune(generate, space, strategy="local", max_evals=budget, seed=0,
                          seeds=[first])

@@ -197,6 +197,27 @@ def test_the_share_of_a_key_is_what_is_left_in_proportion():
     assert WarmPolicy().share(Estimator(plans), [0, 1]) is None
 
 
+def test_under_a_time_limit_the_estimate_is_what_is_left_of_it_and_no_less_than_the_least():
+    """``--max-minutes``: keys share the limit out, so the time left is at most the limit's
+    rest; past it each key left still measures one configuration and the baseline."""
+    plans = [_plan("a", 10)] * 10  # 11 s each: 110 s unlimited, 2 s each with no time to search
+    now = [0.0]
+    free = Estimator(plans, clock=lambda: now[0])
+    eta = Estimator(plans, clock=lambda: now[0], deadline=60.0)
+    assert free.first_estimate == pytest.approx(110) and eta.first_estimate == pytest.approx(60)
+    assert eta.least(0) == pytest.approx(2)
+    now[0] = 30.0
+    assert eta.remaining() == pytest.approx(30)
+    now[0] = 50.0
+    assert eta.remaining() == pytest.approx(20)  # 10 s of limit, but 10 keys of 2 s at least
+    now[0] = 90.0
+    eta.finish(0, 3.0)  # past the limit: only the least of the nine left
+    assert eta.remaining() == pytest.approx(sum(eta.least(i) for i in range(1, 10)))
+    assert eta.remaining() < free.remaining()
+    policy = WarmPolicy(max_minutes=2, started=100.0)
+    assert policy.deadline() == 220.0 and WarmPolicy().deadline() is None
+
+
 def test_the_wall_time_estimate_of_devices_tuned_at_once_is_the_busiest_workers():
     """Two GPUs of --jobs 2 (or two ranks) each expecting about 3 min 49 s: the run's estimate
     is theirs, not the 7 min 38 s of their sum (the H200's 22 keys of 2026-11-30: 3 min 22 s
@@ -254,6 +275,8 @@ def test_dry_run_shows_each_keys_plan_and_options_change_it(capsys, db):
     assert code == 0 and lines and all("2 searches, each" in line for line in lines)
     code, _, err = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--strategy", "gemm=local")
     assert code == 2 and "no template 'gemm' is warmed" in err
+    code, out, _ = run(capsys, "warm", "--dry-run", "--template", SLEEPY, "--max-minutes", "0.1")
+    assert "in about 6 s:" in out  # the plans add up to more: the limit bounds them
     code, _, err = run(capsys, "warm", "--dry-run", "--max-minutes", "0", "scale")
     assert code == 2 and "--max-minutes must be a number above 0, got 0.0" in err
     code, _, err = run(capsys, "warm", "--dry-run", "--warm-from", "/nonexistent/x.db", "scale")
@@ -295,8 +318,8 @@ def test_max_minutes_keeps_the_run_within_the_limit_and_every_key_gets_a_result(
     code, out, err = run(capsys, "warm", "--template", SLEEPY, "--warm-from", "none",
                          "--strategy", "brute_force", "--max-minutes", "0.1")
     took = time.perf_counter() - started
-    assert code == 0 and "3 tuned" in out and "(estimated" in out
-    assert "about" in err and "left" in err and "warm: estimated" in err
+    assert code == 0 and "3 tuned" in out and "(estimated 6 s)" in out  # the limit, not 300 s
+    assert "about" in err and "left" in err and "warm: estimated 6 s of tuning" in err
     assert took < 6 + 10, took  # the limit and a generous margin for a busy machine
     records = ResultStore(f"sqlite:///{db}").records()
     assert len(records) == 3

@@ -89,7 +89,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
         todo = [n for n, i in enumerate(turn) if i in plans]
         plans = [plans[turn[n]] for n in todo]  # in the tuning order
         order = {i: n for n, i in enumerate(todo)}  # the estimator's numbering
-        estimator = Estimator(plans)
+        estimator = Estimator(plans, deadline=policy.deadline())
         progress = Progress(sys.stderr, quiet or dry_run, len(plan), len(todo), estimator)
         starts = _starts(plan, order, plans, context, settings, policy, estimator, progress,
                          claims.workers if claims is not None else 1)
@@ -421,7 +421,8 @@ def run_warm(args: Any, url: str) -> int:
     # devices tuned at once (the ranks, or --jobs): the estimate of the wall time is theirs
     workers = comm.size if comm is not None else (args.jobs if args.all_devices else 1)
     return report(outcomes, dry_run=args.dry_run, workers=workers, started=started,
-                  started_at=started_at, url=url)
+                  started_at=started_at, url=url,
+                  limit=None if policy.max_minutes is None else policy.max_minutes * 60)
 
 
 def _warm_here(args: Any, templates: list[RegisteredTemplate], url: str,

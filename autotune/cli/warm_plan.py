@@ -384,11 +384,19 @@ class Estimator:
     than planned). A template's first key, where slower than its plan, counts
     :data:`FIRST_KEY_WEIGHT` as much as a later one. So one slow first key (on an H200, the
     first Wilson dslash key took 7 s where its later keys took 3) does not scale every key of
-    its template by itself."""
+    its template by itself.
 
-    def __init__(self, plans: Sequence[KeyPlan], clock: Any = time.perf_counter):
+    ``deadline`` (by ``clock``; ``warm --max-minutes``): when the run's time limit ends. Keys
+    under a limit take their share of what is left, not their plan, so the time left is at
+    most what is left of the limit; past it, each key left still measures its first
+    configuration and the ``test=`` baseline (:meth:`least`). Without it, the H200's ``warm
+    --max-minutes 1`` of 2026-12-02 said "1 min 20 s" at the start and ended in 1 min 04 s."""
+
+    def __init__(self, plans: Sequence[KeyPlan], clock: Any = time.perf_counter,
+                 deadline: float | None = None):
         self.plans = list(plans)
         self.clock = clock
+        self.deadline = deadline
         self.actual: dict[int, float] = {}
         self.current: int | None = None
         self.current_since = 0.0
@@ -440,6 +448,12 @@ class Estimator:
         plan = self.plans[index]
         return plan.seconds * self.ratio(plan.template)
 
+    def least(self, index: int) -> float:
+        """Key ``index``'s expected seconds with no time to search: its first configuration
+        and the baseline, every search, as corrected so far."""
+        plan = self.plans[index]
+        return self.expected(index) * min(1.0, 2 / (plan.evaluations + 1))
+
     def start(self, index: int) -> None:
         self.current, self.current_since = index, self.clock()
 
@@ -451,14 +465,19 @@ class Estimator:
 
     def remaining(self, pending: Sequence[int] | None = None) -> float:
         """Seconds left: the keys not finished (``pending``, default every one not finished or
-        started) and what the key in progress is expected to take yet."""
+        started) and what the key in progress is expected to take yet; with a ``deadline``, at
+        most what is left until it, and no less than the least the keys left take."""
         if pending is None:
             pending = [i for i in range(len(self.plans))
                        if i not in self.actual and i != self.current]
         left = sum(self.expected(i) for i in pending)
+        now = self.clock()
         if self.current is not None:
-            left += max(0.0, self.expected(self.current) - (self.clock() - self.current_since))
-        return left
+            left += max(0.0, self.expected(self.current) - (now - self.current_since))
+        if self.deadline is None:
+            return left
+        least = sum(self.least(i) for i in pending)
+        return min(left, max(self.deadline - now, least))
 
 
 @dataclass
@@ -513,6 +532,13 @@ class WarmPolicy:
         stores = self.stores(store, open_store)
         costs: dict[str, TrialCosts] = {}
         return [self.plan(template, context, config, stores, costs) for template, config in keys]
+
+    def deadline(self) -> float | None:
+        """When the run's time limit ends (``time.perf_counter``), or None without one."""
+        if self.max_minutes is None:
+            return None
+        started = self.started if self.started is not None else time.perf_counter()
+        return started + self.max_minutes * 60
 
     def share(self, estimator: Estimator, pending: Sequence[int], which: int = 0) -> float | None:
         """The seconds the next key (the first of ``pending``; ``which``: the one at that place

@@ -209,19 +209,22 @@ def by_template(estimator: Estimator) -> str:
                      in sorted(took.items(), key=lambda item: -item[1][1]))
 
 
-def wall_time(outcomes: list[WarmOutcome], workers: int) -> float:
+def wall_time(outcomes: list[WarmOutcome], workers: int, limit: float | None = None) -> float:
     """The outcomes' expected wall time: each device's keys' estimates added up, the devices
-    spread over ``workers`` tuning at once (:func:`~.warm_plan.wall_estimate`)."""
+    spread over ``workers`` tuning at once (:func:`~.warm_plan.wall_estimate`), at most the
+    run's time ``limit`` in seconds (``--max-minutes``: the keys share it out)."""
     per_device: dict[str, float] = {}
     for o in outcomes:
         where = o.where or o.device
         per_device[where] = per_device.get(where, 0.0) + (o.estimate or 0.0)
-    return wall_estimate(list(per_device.values()), workers)
+    estimate = wall_estimate(list(per_device.values()), workers)
+    return estimate if limit is None else min(estimate, limit)
 
 
-def print_table(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int = 1) -> None:
+def print_table(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int = 1,
+                limit: float | None = None) -> None:
     """The table of what warm did (``dry_run``: would do, with each key's search and estimate)
-    with every key."""
+    with every key; ``limit``: the run's time limit in seconds, which bounds the estimate."""
     import pandas as pd
 
     if not outcomes:
@@ -230,7 +233,7 @@ def print_table(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int = 1)
         return
     if dry_run:
         todo = [o for o in outcomes if o.status == "would tune"]
-        estimated = wall_time(todo, workers)
+        estimated = wall_time(todo, workers, limit)
         print(f"{len(todo)} of {len(outcomes)} keys would be tuned, in about "
               f"{duration(estimated)}:")
     rows = [{key: printable(value) for key, value in row.items()} for row in [{
@@ -249,11 +252,12 @@ def print_table(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int = 1)
 
 
 def report(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int, started: float,
-           started_at: float, url: str) -> int:
+           started_at: float, url: str, limit: float | None = None) -> int:
     """After the keys: the table, each failed or unwritten key's line, the closing summary
     (``started``: the run's start, ``time.perf_counter``; ``started_at``: the same,
-    ``time.time``; ``workers``: devices tuned at once), and the exit status."""
-    print_table(outcomes, dry_run=dry_run, workers=workers)
+    ``time.time``; ``workers``: devices tuned at once; ``limit``: ``--max-minutes`` in
+    seconds), and the exit status."""
+    print_table(outcomes, dry_run=dry_run, workers=workers, limit=limit)
     failed = [o for o in outcomes if o.status == "failed"]
     for o in failed:
         print(printable(f"FAILED {o.template} {o.arguments} on {o.device}: {o.message}"),
@@ -269,7 +273,7 @@ def report(outcomes: list[WarmOutcome], *, dry_run: bool, workers: int, started:
                           if counts[s] or s in ("tuned", "stored", "failed"))
         devices = len({o.where or o.device for o in outcomes})
         keys = f"{len(outcomes)} key{'s' if len(outcomes) != 1 else ''}"
-        estimated = wall_time(outcomes, workers)
+        estimated = wall_time(outcomes, workers, limit)
         print(f"warm: {keys} on {devices} device{'s' if devices != 1 else ''}: {parts} "
               f"in {duration(time.perf_counter() - started)}"
               + (f" (estimated {duration(estimated)})" if estimated else "")

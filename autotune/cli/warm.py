@@ -234,9 +234,9 @@ def _why_tuned(verdict: Any) -> str:
 def _tuning_order(listed: list[tuple], force: bool, policy: WarmPolicy, context: Any,
                   store: Any) -> tuple[list[int], dict[int, KeyPlan]]:
     """The order to go through ``listed`` (template, configuration, verdict) in, and the plan
-    of each key to tune by its position there: one key of each template in turn, the templates
-    whose keys are expected to take longest first (the estimate of the time left soon knows
-    the costs that matter)."""
+    of each key to tune by its position there: the templates' keys spread in proportion to
+    their expected time (:func:`.warm_plan.interleaved`: the estimate of the time left soon
+    knows what every template costs)."""
     todo = [i for i, (_, _, v) in enumerate(listed) if force or not tuned_here(v)]
     plans = dict(zip(todo, policy.plan_keys(context, [listed[i][:2] for i in todo], store,
                                             get_store)))

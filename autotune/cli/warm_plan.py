@@ -336,7 +336,7 @@ def interleaved(templates: Sequence[str], costs: Sequence[float] | None = None) 
     lies earliest in its own expected time (the keys done and half of the next one, over the
     template's total; ties: the template expected to take longest first), so that any share of
     the run holds about that share of every template's time, and the estimate of the time left
-    learns early what every template costs. Replayed on the fourteen recorded runs
+    learns early what every template costs. Replayed on the fourteen runs recorded by then
     (``benchmarks/data/warm_estimate_*.json``), the estimate after a tenth of the run's time
     was within 20% on each (one key of each template in turn: 27%; on the 2-core Xeon of
     2026-12-02, whose 54 BLAS keys ran 1.18x their plan and the others 0.5-0.8x, -22% then,

@@ -565,18 +565,18 @@ class WarmPolicy:
         half their share before their turn: the H200's dslash searches of 2026-11-30 under
         ``--max-minutes 4`` measured 5 of their 24 second-step candidates). Each key's limit
         is noted in ``estimator.deadlines``."""
-        if self.max_minutes is None:
+        deadline = self.deadline()
+        if deadline is None:
             return None
-        started = self.started if self.started is not None else time.perf_counter()
-        left = self.max_minutes * 60 * (1 - RESERVE) - (time.perf_counter() - started)
+        left = deadline - self.max_minutes * 60 * RESERVE - time.perf_counter()
         seconds = time_shares(left, [estimator.expected(i) for i in pending])[which]
         now = estimator.clock()
         if which:  # the turn before it ends within what is left of the run, at the latest,
             # and by the time limit that key was given, where it was given one
             until_turn = min(estimator.remaining([]), max(0.0, left))
-            deadline = estimator.deadlines.get(pending[0])
-            if deadline is not None:
-                until_turn = min(until_turn, max(0.0, deadline - now))
+            turn_ends = estimator.deadlines.get(pending[0])
+            if turn_ends is not None:
+                until_turn = min(until_turn, max(0.0, turn_ends - now))
             seconds += until_turn
         estimator.deadlines[pending[which]] = now + seconds
         return seconds

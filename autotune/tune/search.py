@@ -287,8 +287,9 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
     chosen = _settings.get()
     run = _run.get() or TuningRun()
     max_evals = chosen.max_evals if chosen.max_evals is not None else max_evals
-    if chosen.max_seconds is not None:  # the run's: what earlier searches of the key left
-        max_seconds = max(chosen.max_seconds - (clock() - run.started), 1e-3)
+    left = None if chosen.max_seconds is None else chosen.max_seconds - (clock() - run.started)
+    if left is not None:  # the run's: what earlier searches of the key left
+        max_seconds = max(left, 1e-3)
     seed = chosen.seed if chosen.seed is not None else seed
     try:
         name, strategy_fn = strategy_named(chosen.strategy or strategy)
@@ -300,7 +301,7 @@ def search(generate: Callable[..., Measure | None], space: Space | dict[str, Seq
         raise AutotuneError(f"the restrictions exclude every one of the {space.size} "
                             "configurations of the space")
     run.searched.append(space)
-    spent = _spent_on(run, chosen, space, seeds)
+    spent = _spent_on(run, space, seeds) if left is not None and left <= 0 else None
     if spent is not None:
         return spent
     baseline, reference = _baseline(run, space)
@@ -407,15 +408,13 @@ def _notifier() -> Callable[..., None]:
     return notify
 
 
-def _spent_on(run: TuningRun, chosen: SearchSettings, space: Space,
+def _spent_on(run: TuningRun, space: Space,
               seeds: Sequence[dict[str, Any]]) -> SearchResult | None:
-    """A later search of a run whose time (``search_settings(max_seconds=)``) an earlier one
-    spent, seeded with a configuration the run timed already (a staged search: the dslash's
-    structure after its launch shape): that configuration and its time, measured no more.
-    Given only the time left's millisecond, the search would measure its first seed alone,
-    again; late in ``warm --max-minutes`` every such key did."""
-    if chosen.max_seconds is None or clock() - run.started < chosen.max_seconds:
-        return None
+    """For a later search of a run whose time (``search_settings(max_seconds=)``) an earlier
+    one spent (the caller's test), seeded with a configuration the run timed already (a staged
+    search: the dslash's structure after its launch shape): that configuration and its time,
+    measured no more. Given only the time left's millisecond, the search would measure its
+    first seed alone, again; late in ``warm --max-minutes`` every such key did."""
     for seed in seeds:
         if space.why_not(seed) is None:
             trial = run.timed(dict(seed))

@@ -62,7 +62,12 @@ class SpinorLayoutTemplate(SiteKernelTemplate):
     def autotune(cls, context: accel.Context, dtype: Any) -> dict[str, Any]:
         dtype = np.dtype(dtype)
         queue = context.create_tuning_command_queue()
-        lattice = Lattice((16, 16, 16, 16) if context.device.is_gpu else (8, 8, 8, 8))
+        # on a GPU a lattice whose fields overflow the L2 cache (24^4: 64 MB a complex128
+        # field, against the H200's 50 MB), as a solve's do, and whose run (about 0.1 ms)
+        # outlasts launching its two kernels: at 16^4 a run took 22 us from the cache, the
+        # host's launches showed in it, and wgs 64 was chosen over a wgs 128 that was 3-7%
+        # faster every time the two were timed side by side
+        lattice = Lattice((24, 24, 24, 24) if context.device.is_gpu else (8, 8, 8, 8))
         rng = np.random.default_rng(9)
         shape = lattice.shape + (4, 3)
         host = rng.standard_normal(shape) + 1j * rng.standard_normal(shape)

@@ -9,9 +9,11 @@ locked by ncu, one launch profiled after two warm-ups): the child applies the ds
 parameters the tuning database serves (``AUTOTUNE_DB``; ``AUTOTUNE_MATCH=nearest`` takes another
 driver's rows). It prints, per variant: the kernel's time, DRAM bytes per site against the least
 traffic (``least_bytes_per_site``), DRAM throughput (% of peak), L1 and L2 hit rates, issue
-slots busy, registers, achieved occupancy, and the largest share of the SM's pipes; and names
-the limiter: memory (DRAM throughput >= 80% of peak), issue (issue slots >= 80%), occupancy
-(achieved occupancy below a third with issue and memory both under 60%) or latency.
+slots busy, registers, achieved occupancy, and the largest share of the SM's pipes; on a
+second line the L2 and L1 throughput (% of peak, bytes per site) and the three largest reasons
+warps wait; and names the limiter: memory (DRAM throughput >= 80% of peak), issue (issue slots
+>= 80%), cache throughput (L2 or L1 >= 80% of peak), occupancy (achieved occupancy below a third
+with issue and memory both under 60%) or latency.
 """
 
 from __future__ import annotations
@@ -42,7 +44,17 @@ METRICS = {
     "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active": "lsu_pipe_pct",
     "sm__inst_executed_pipe_fp64.avg.pct_of_peak_sustained_active": "fp64_pipe_pct",
     "smsp__inst_executed.sum": "instructions",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2_pct",
+    "l1tex__throughput.avg.pct_of_peak_sustained_active": "l1_pct",
+    "lts__t_bytes.sum": "l2_bytes",
+    "l1tex__t_bytes.sum": "l1_bytes",
 }
+# why warps wait: each reason's share of the cycles a warp is resident (ncu's warp state
+# statistics); the two largest are printed
+STALLS = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttle", "wait",
+          "math_pipe_throttle", "not_selected", "selected", "dispatch_stall", "no_instruction",
+          "barrier", "tex_throttle", "drain", "imc_miss", "branch_resolving")
+METRICS.update({f"smsp__warp_issue_stalled_{s}_per_warp_active.pct": f"stall_{s}" for s in STALLS})
 
 
 def child(dims: tuple[int, ...], precision: str, reconstruct: int, launches: int) -> None:
@@ -79,11 +91,18 @@ def profile(ncu: str, dims: tuple[int, ...], precision: str, reconstruct: int) -
     """One variant's metrics, from a child process under ncu."""
     from operations.lqcd.dslash import least_bytes_per_site
 
-    command = [ncu, "--target-processes", "all", "-k", "regex:dslash", "--launch-skip", "2",
-               "--launch-count", "1", "--csv", "--page", "raw", "--metrics", ",".join(METRICS),
-               sys.executable, __file__, "--child", ",".join(map(str, dims)), precision,
-               str(reconstruct)]
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    names = list(METRICS)
+    for _ in range(2):  # again without any metric this ncu does not know
+        command = [ncu, "--target-processes", "all", "-k", "regex:dslash", "--launch-skip", "2",
+                   "--launch-count", "1", "--csv", "--page", "raw", "--metrics", ",".join(names),
+                   sys.executable, __file__, "--child", ",".join(map(str, dims)), precision,
+                   str(reconstruct)]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        unknown = [n for n in names if f"metric {n}" in done.stdout + done.stderr]
+        if not unknown:
+            break
+        print(f"ncu does not know {', '.join(unknown)}: left out", file=sys.stderr)
+        names = [n for n in names if n not in unknown]
     tuned = next((json.loads(line)["tuned"] for line in done.stdout.splitlines()
                   if line.startswith('{"tuned"')), None)
     table = [line for line in done.stdout.splitlines() if line.startswith('"')]
@@ -101,6 +120,9 @@ def profile(ncu: str, dims: tuple[int, ...], precision: str, reconstruct: int) -
     found.update(precision=precision, reconstruct=reconstruct, tuned=tuned,
                  dram_bytes_per_site=(found["read"] + found["written"]) / sites,
                  least_bytes_per_site=least_bytes_per_site(precision, reconstruct))
+    for level in ("l1", "l2"):
+        if f"{level}_bytes" in found:
+            found[f"{level}_bytes_per_site"] = found[f"{level}_bytes"] / sites
     found["limiter"] = limiter(found)
     return found
 
@@ -111,6 +133,8 @@ def limiter(m: dict) -> str:
         return "memory"
     if m.get("issue_pct", 0) >= 80:
         return "issue"
+    if max(m.get("l2_pct", 0), m.get("l1_pct", 0)) >= 80:
+        return "cache throughput"
     if m.get("occupancy_pct", 100) < 33 and m.get("issue_pct", 0) < 60 and m.get("dram_pct", 0) < 60:
         return "occupancy"
     return "latency"
@@ -146,6 +170,10 @@ def main() -> None:
               f"{m['least_bytes_per_site']} | {m.get('dram_pct', 0):.0f} | {m.get('l1_hit_pct', 0):.0f} | "
               f"{m.get('l2_hit_pct', 0):.0f} | {m.get('issue_pct', 0):.0f} | {m.get('registers', 0):.0f} | "
               f"{m.get('occupancy_pct', 0):.0f} | {pipes} | {m['limiter']} |", flush=True)
+        stalls = sorted(((m[f"stall_{s}"], s) for s in STALLS if f"stall_{s}" in m), reverse=True)
+        print(f"|   | L2 {m.get('l2_pct', 0):.0f}% of peak, {m.get('l2_bytes_per_site', 0):.0f} B/site; "
+              f"L1 {m.get('l1_pct', 0):.0f}%, {m.get('l1_bytes_per_site', 0):.0f} B/site; stalls "
+              + ", ".join(f"{s} {v:.0f}%" for v, s in stalls[:3]) + " |", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
 

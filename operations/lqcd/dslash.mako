@@ -67,11 +67,6 @@
 ##   carveout          (optional, default -1) the L1/shared carve-out the template sets on the
 ##                     kernels (CUDA): named in the source, so that each carve-out is its own
 ##                     module (the setting belongs to a module's function, which equal sources share)
-##   tile              (optional, default None) (ry, rz, rt): a work-group's sites are whole x rows
-##                     of a ry x rz x rt box of (y, z, t) instead of wgs / (X/2) consecutive rows
-##                     (wgs = X/2 x ry x rz x rt, each dividing its extent); more of the
-##                     neighbours a work-group reads are its own sites' (the L1 cache's reuse);
-##                     one site a work-item (sites 1, dir_split 1, not staged), not with dist
 ##   nrhs              (optional, default 1) right-hand sides a kernel takes (dslash_multi.py):
 ##                     out, in and x_in once each (out, out1, ...; in, in1, ...), each hop's
 ##                     link loaded once for all; with dir_split 1, not staged, not with dist.
@@ -237,12 +232,6 @@
         raise ValueError("a distributed block's kernels take one site a work-group slot, "
                          "nothing staged (sites=1, stage=False)")
     plain = (sites, split, stage) == (1, 1, False)
-    tile = context.get("tile", None)
-    if tile is not None:
-        ry, rz, rt = tile
-        if not plain or dist is not None or wgs != X // 2 * ry * rz * rt or Y % ry or Z % rz or T % rt:
-            raise ValueError(f"tile {tile}: one site a work-item, no dist, wgs {wgs} = {X // 2} x "
-                             f"ry x rz x rt, each dividing its extent of (Y, Z, T) {dims[1:]}")
     nrhs = context.get("nrhs", 1)
     if not isinstance(nrhs, int) or nrhs < 1:
         raise ValueError(f"nrhs {nrhs!r}: right-hand sides a launch takes, an int >= 1")
@@ -449,14 +438,7 @@ KERNEL ${bounds} void dslash_p${parity}${"_dag" if dagger else ""}${"_xpay" if x
 % else:
 <%include file="${dist['regions']}" args="part='head', parity=parity, dagger=dagger, xpay=xpay, bounds=bounds, G=G, GG=GG, suffix=suffix, spinors=(spinor_params('out', False, h_out), spinor_params('in', True, h_in), spinor_params('x_in', True, h_x))"/>\
 % endif
-% if plain and dist is None and tile is not None:
-    /* the work-group's box of x rows: ${tile[0]} x ${tile[1]} x ${tile[2]} in (y, z, t) */
-    const unsigned int g_ = get_group_id(0), l_ = get_local_id(0) / ${X // 2}u;
-    const unsigned int cb = get_local_id(0) % ${X // 2}u + ${X // 2}u * (
-        (g_ % ${Y // tile[0]}u) * ${tile[0]}u + l_ % ${tile[0]}u + ${Y}u * (
-        (g_ / ${Y // tile[0]}u % ${Z // tile[1]}u) * ${tile[1]}u + l_ / ${tile[0]}u % ${tile[1]}u + ${Z}u * (
-        g_ / ${Y // tile[0] * (Z // tile[1])}u * ${tile[2]}u + l_ / ${tile[0] * tile[1]}u)));
-% elif plain and dist is None:
+% if plain and dist is None:
     const unsigned int cb = get_global_id(0);
     if (cb >= VH)
         return;

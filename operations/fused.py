@@ -169,7 +169,7 @@ class FusedTemplate:
         # Sums accumulate in double; min/max stay in the data's own precision.
         self.acc_dtype = np.dtype(np.float64 if self.op.combine == "sum" or real == "double"
                                   else np.float32)
-        self.program = context.build(TEMPLATE, {
+        render = {
             "real": real, "elem": elem, "is_complex": is_complex,
             "acc": "double" if self.op.combine == "sum" else real,
             "combine": self.op.combine, "vectors": list(self.op.vectors),
@@ -178,7 +178,17 @@ class FusedTemplate:
             "body": self.op.body, "reductions": reductions,
             "wgs": self.tuning["wgs"], "ipt": self.tuning["ipt"], "vec": self.tuning["vec"],
             "shuffle": self.tuning["shuffle"], "single_pass": self.single_pass,
-        })
+        }
+        self.program = context.build(TEMPLATE, render)
+        #: where the reductions take a second kernel, the program it is taken from: rendered
+        #: with test='s ``ipt`` and ``vec``, which fused_finish does not depend on, so that
+        #: every candidate of a work-group size shares one. A device that compiles a kernel at
+        #: its first launch (PoCL: 0.35-0.54 s for fused_finish on a 2-core AMD EPYC with an
+        #: empty cache) then compiles it once for them, not once a candidate.
+        self.finish_program = None
+        if self.components and not self.single_pass:
+            self.finish_program = context.build(TEMPLATE, {
+                **render, "ipt": TEST_PARAMETERS["ipt"], "vec": TEST_PARAMETERS["vec"]})
 
     def instantiate(self, queue: accel.CommandQueue, n: int) -> FusedPass | OnlineFusedPass:
         """The pass for vectors of length ``n`` on ``queue`` (tuned online, for a template made
@@ -339,7 +349,7 @@ class FusedPass:
                 self._reduction_args += [tickets, self.out]
             else:
                 self._launch_finish = queue.launcher(
-                    template.program.get_kernel("fused_finish"), self.wgs, self.wgs)
+                    template.finish_program.get_kernel("fused_finish"), self.wgs, self.wgs)
                 self._finish_args = [self.partials, np.uint32(self.groups), self.out]
         #: the vectors last passed and their checked arrays (other libraries' arrays: each call
         #: orders the queue after their producers' work again)

@@ -198,6 +198,29 @@ def test_every_candidate_computes_the_same_answer(context, op):
     assert not bad and len(trials) >= 8
 
 
+def test_candidates_of_one_work_group_size_share_the_second_kernel(context):
+    """Where the reductions take a second kernel (fused_finish: on OpenCL), every candidate of
+    a work-group size takes it from one program, whatever its ipt and vec, and it is the
+    kernel each candidate's own program holds, character for character: PoCL, which compiles a
+    kernel at its first launch, then compiles it once for them, not once a candidate."""
+    from operations.fused import TEST_PARAMETERS
+
+    made = [BlasTemplate(context, np.float32, "axpy_norm", dict(TEST_PARAMETERS, ipt=i, vec=v))
+            for i, v in [(1, 1), (2, 4), (4, 2)]]
+    if made[0].single_pass:
+        pytest.skip("the reductions take one launch on CUDA: no second kernel")
+    assert len({id(m.program) for m in made}) == 3  # the candidates' own programs differ
+
+    def finish(program):
+        text = program.source.text
+        return text[text.index("void fused_finish("):]
+
+    assert all(m.finish_program is made[0].finish_program for m in made)
+    assert all(finish(m.program) == finish(m.finish_program) for m in made)
+    other = BlasTemplate(context, np.float32, "axpy_norm", dict(TEST_PARAMETERS, wgs=16))
+    assert other.finish_program is not made[0].finish_program  # its own work-group size
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("op", ["axpy_norm", "cdot_norm", "axpy_zpbx"])
 def test_vector_loads_handle_every_tail(context, command_queue, op, dtype):

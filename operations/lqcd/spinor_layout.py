@@ -63,7 +63,7 @@ class SpinorLayoutTemplate(SiteKernelTemplate):
         dtype = np.dtype(dtype)
         queue = context.create_tuning_command_queue()
         # on a GPU a lattice whose fields overflow the L2 cache (24^4: 64 MB a complex128
-        # field, against the H200's 50 MB), as a solve's do, and whose run (about 0.1 ms)
+        # field, against the H200's 50 MB), as a solve's do, and whose run (0.11-0.15 ms)
         # outlasts launching its two kernels: at 16^4 a run took 22 us from the cache, the
         # host's launches showed in it, and wgs 64 was chosen over a wgs 128 that was 3-7%
         # faster every time the two were timed side by side

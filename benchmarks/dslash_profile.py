@@ -50,7 +50,7 @@ METRICS = {
     "l1tex__t_bytes.sum": "l1_bytes",
 }
 # why warps wait: each reason's share of the cycles a warp is resident (ncu's warp state
-# statistics); the two largest are printed
+# statistics); the three largest are printed
 STALLS = ("long_scoreboard", "short_scoreboard", "lg_throttle", "mio_throttle", "wait",
           "math_pipe_throttle", "not_selected", "selected", "dispatch_stall", "no_instruction",
           "barrier", "tex_throttle", "drain", "imc_miss", "branch_resolving")

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 import time
@@ -73,8 +72,7 @@ def main() -> int:
     parser.add_argument("--templates", nargs="+", help="registered names (default: every one)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    spec = accel.select_devices(args.device or os.environ.get(accel.ENV_DEVICE))[0]
-    context = spec.create_context()
+    context = accel.create_some_context(args.device)
     print(f"device: {context.device.describe()}  date: {time.strftime('%Y-%m-%d %H:%M:%S')}")
     rows = []
     by_template: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0.0, 0])

@@ -1,6 +1,7 @@
-"""``warm``'s compiling ahead on OpenCL CPU devices (:mod:`autotune.cli.warm_prebuild`): what
-its strategy builds and launches, and that its helper process fills PoCL's disk cache with the
-keys' kernels while writing nothing to the user's database (PoCL in CI)."""
+"""``warm``'s compiling ahead (:mod:`autotune.cli.warm_prebuild`): what its strategy builds
+and launches, and that its helper processes fill the compiler's disk cache with the keys'
+kernels while writing nothing to the user's database (PoCL's cache in CI; NVRTC's kernel cache
+on CUDA, in the GPU suite)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,24 @@ def pocl_cache(context, tmp_path, monkeypatch):
     return cache
 
 
-def test_prebuild_on_opencl_for_many_keys_by_default_on_cpus(context):
-    opencl = context.backend == "opencl"
-    assert warm_prebuild.wanted(context, warm_prebuild.MIN_KEYS, True) is opencl
+def test_prebuild_where_the_compiler_keeps_a_disk_cache_for_many_keys(context, monkeypatch):
+    from autotune.accel import kernel_cache
+
+    monkeypatch.delenv(kernel_cache.ENV, raising=False)
+    cached = context.backend == "opencl" or getattr(context, "compiler", "") == "nvrtc"
+    assert warm_prebuild.wanted(context, warm_prebuild.MIN_KEYS, True) is cached
     assert warm_prebuild.wanted(context, warm_prebuild.MIN_KEYS - 1, True) is False
-    # by default on an OpenCL CPU device, not on a GPU
-    assert warm_prebuild.wanted(context, 1000, None) is (opencl and not context.device.is_gpu)
+    # by default on an OpenCL CPU device and on CUDA, not on an OpenCL GPU
+    default = cached and (context.backend == "cuda" or not context.device.is_gpu)
+    assert warm_prebuild.wanted(context, 1000, None) is default
     assert warm_prebuild.wanted(context, warm_prebuild.MIN_KEYS - 1, None) is False
     assert warm_prebuild.wanted(context, 1000, False) is False
+    monkeypatch.setenv(kernel_cache.ENV, "off")  # NVRTC's builds are then not kept
+    assert warm_prebuild.wanted(context, 1000, None) is (context.backend == "opencl" and default)
+    # one helper beside a CPU device's timed kernels; on a GPU's host, one for four cores
+    helpers = warm_prebuild.helpers_for(context)
+    assert helpers == 1 if not context.device.is_gpu else \
+        1 <= helpers <= warm_prebuild.MAX_HELPERS
 
 
 def test_the_strategy_builds_and_launches_the_seeds_and_test_once_and_times_one(context):
@@ -109,6 +120,31 @@ def test_a_key_warm_has_reached_is_not_prebuilt(context, pocl_cache):
                 and time.monotonic() < deadline:
             time.sleep(0.2)
     assert not any(cache.rglob("*.so"))
+
+
+@pytest.mark.cuda_only
+def test_cuda_helpers_fill_the_kernel_cache_with_what_warm_then_builds(context, tmp_path,
+                                                                       monkeypatch):
+    """Two helpers, each its part of the keys, build their first candidates with NVRTC into
+    the kernel cache: the ``test=`` configuration of each key (what warm measures first) is
+    then built here without a new compile."""
+    from autotune.accel import kernel_cache
+
+    folder = tmp_path / "kernels"
+    monkeypatch.setenv(kernel_cache.ENV, str(folder))
+    template = check_protocol("scale", ScaleTemplate)
+    jobs = [(template, {"dtype": np.dtype(d)}, {"strategy": "brute_force", "max_evals": 2})
+            for d in ("float32", "float64")]
+    with warm_prebuild.prebuilding(_selector(context), jobs, True, helpers=2) as helper:
+        assert len(helper.processes) == 2
+        deadline = time.monotonic() + 120  # their one key each done, the helpers end
+        while any(p.poll() is None for p in helper.processes) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    made = {p.name for p in folder.glob("*.kernel")}
+    assert len(made) >= 2  # a kernel of each key at least
+    for _, config, _ in jobs:
+        ScaleTemplate(context, config["dtype"], {"wgs": 64})  # scale.py's test=
+    assert {p.name for p in folder.glob("*.kernel")} == made, "a helper left out a key's test="
 
 
 def test_without_a_helper_nothing_runs_and_telling_it_is_harmless():

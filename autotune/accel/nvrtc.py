@@ -9,6 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from . import kernel_cache
+
 try:  # cuda-python >= 12.6 moved the bindings here
     from cuda.bindings import nvrtc as _nvrtc
 except ImportError:  # pragma: no cover - older cuda-python, or none
@@ -76,7 +78,8 @@ def compile_source(text: str, name: str, compute_capability: tuple[int, int],
 
     Emits CUBIN for the device's own architecture when NVRTC knows it, else PTX for the newest
     architecture it knows (which the driver then JIT-compiles). Raises :class:`NvrtcError`
-    with the compiler log on failure.
+    with the compiler log on failure. A build made before, by any process, is read from the
+    disk cache (:mod:`.kernel_cache`) instead; failures are not kept.
     """
     want = compute_capability[0] * 10 + compute_capability[1]
     archs = [a for a in _supported_archs() if a <= want]
@@ -86,6 +89,21 @@ def compile_source(text: str, name: str, compute_capability: tuple[int, int],
     kind = "cubin" if arch == want else "ptx"
     target = f"--gpu-architecture={'sm' if kind == 'cubin' else 'compute'}_{arch}"
     opts = [target, "--std=c++17", *options]
+    folder = kernel_cache.directory() if kernel_cache.cacheable(text, tuple(options)) else None
+    if folder is None:
+        return _compile(text, name, opts, kind, arch)
+    major_minor = ".".join(str(v) for v in version() or ())
+    entry_name = kernel_cache.key("nvrtc", major_minor, kind, str(arch), *opts, name, text)
+    entry = kernel_cache.load(entry_name, folder)
+    if entry is not None and entry.kind == kind and entry.arch == arch:
+        return NvrtcOutput(binary=entry.binary, kind=kind, log=entry.log, arch=arch)
+    out = _compile(text, name, opts, kind, arch)
+    kernel_cache.save(entry_name, kernel_cache.Entry(out.binary, kind, arch, out.log), folder)
+    return out
+
+
+def _compile(text: str, name: str, opts: list[str], kind: str, arch: int) -> NvrtcOutput:
+    """NVRTC's build of ``text`` with ``opts`` (its target among them)."""
     (prog,) = _ok(_nvrtc.nvrtcCreateProgram(text.encode(), name.encode(), 0, [], []), "create")
     try:
         result = _nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])

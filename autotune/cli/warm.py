@@ -26,7 +26,7 @@ from ..tune.validation import recorded_speedup
 from .formatting import parameters_text
 from .recorded import RecordedPlan, recorded_plan
 from .warm_lookahead import KeyPipeline, KeyStart, lookahead_default
-from .warm_prebuild import Prebuilder, prebuilding
+from .warm_prebuild import Prebuilder, helpers_for, prebuilding
 from .warm_prebuild import wanted as prebuild_wanted
 from .warm_report import Progress, WarmOutcome, report, say_estimates
 from .warm_sharing import KeyClaims, claim_boards, device_class, shares, start_manager
@@ -100,7 +100,7 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
             (plan[p][0], plan[p][1], _key_settings(settings, plans[order[p]], None, policy))
             for p in sorted(order)]
         try:
-            with prebuilding(spec.selector, ahead, bool(ahead)) as prebuilder:
+            with prebuilding(spec.selector, ahead, bool(ahead), helpers_for(context)) as prebuilder:
                 handled = _tune_keys(plan, order, plans, starts, following, pipeline, progress,
                                      outcomes, unwritten, device, force, dry_run, store,
                                      prebuilder)

@@ -1,30 +1,33 @@
-"""``warm``'s compiling ahead on CPU devices: a low-priority process builds the next key's
-first candidates while this key is tuned, so that the device compiler's disk cache already
-holds them when its turn comes.
+"""``warm``'s compiling ahead: helper processes build the next keys' first candidates while
+this key is tuned, so that the device compiler's disk cache already holds them when their turn
+comes.
 
-On a CPU device the kernels being timed use every core, so nothing is built beside them in
-``warm``'s own process (:mod:`.warm_lookahead` is for GPUs). But most of a CPU key's time is
-not timing: its candidates' builds, and the first launch of each, where PoCL compiles the
-kernel for its work-group size, run on one core while the other waits. PoCL keeps both in its
-disk cache (``POCL_CACHE_DIR``), shared by every process of the machine: on the 2-core Intel
-Xeon of docs/performance.md a build took 158 ms and its first launch 76 ms with an empty
-cache, 36 ms and 18 ms once another process had built and launched the same kernel, and
-``warm reduce`` took 19 s instead of 66 s with its kernels in the cache.
+Most of a key's time at a small budget is not timing. On a CPU device it is its candidates'
+builds and the first launch of each, where PoCL compiles the kernel for its work-group size,
+on one core while the other waits. PoCL keeps both in its disk cache (``POCL_CACHE_DIR``),
+shared by every process of the machine: on the 2-core Intel Xeon of docs/performance.md a build
+took 158 ms and its first launch 76 ms with an empty cache, 36 ms and 18 ms once another process
+had built and launched the same kernel, and ``warm reduce`` took 19 s instead of 66 s with its
+kernels in the cache. On a CUDA GPU it is NVRTC's builds (0.05 s for a BLAS pass, 0.3-1 s for a
+Wilson dslash on an H200's host: 35 s of the 77 s that a fresh H200's keys took at the floor of
+``--max-minutes 1``), which :mod:`autotune.accel.kernel_cache` keeps on disk.
 
-So ``warm`` on an OpenCL CPU device (by default; ``--no-prebuild`` turns it off: :func:`wanted`)
-starts one helper process at the lowest CPU priority (``nice`` 19) with the keys to tune, in
-order, and their search settings. The helper is stopped (``SIGSTOP``) whenever ``warm`` times
-a batch and continued (``SIGCONT``) after it (:func:`autotune.accel.timing_listener`): low
-priority alone did not keep its work out of the timings on two cores. It leads a process group
-of its own, and the signals go to the group: PoCL links each kernel it builds with ``ld``, a
-child process, which a signal to the helper alone left running beside the timings. ``warm`` tells
-it each key it starts; the helper works on the keys after it, never on one ``warm`` has
-reached (it drops a key it is on once ``warm`` gets there), each under
-:func:`prebuild_strategy`: the search's warm-start seeds and ``test=`` (what the plans measure
-first), up to the key's budget, each built and launched once, unchecked and untimed, into a
-throwaway database. The helper writes nothing to the user's database, its output is
-discarded, and it stops at its next candidate when ``warm`` ends (or is killed after
-:data:`STOP_SECONDS`); a helper that fails costs nothing but its cache entries.
+So ``warm`` (by default on an OpenCL CPU device, and on a CUDA device where the kernel cache is
+on; ``--no-prebuild`` turns it off: :func:`wanted`) starts helper processes at the lowest CPU
+priority (``nice`` 19) with the keys to tune, in order, and their search settings: one on a
+CPU device (its two cores are warm's), :func:`helpers_for` on a GPU's host, each taking every
+n-th key. The helpers are stopped (``SIGSTOP``) whenever ``warm`` times a batch and continued
+(``SIGCONT``) after it (:func:`autotune.accel.timing_listener`): low priority alone did not
+keep their work out of the timings on two cores. Each leads a process group of its own, and the
+signals go to the group: PoCL links each kernel it builds with ``ld``, a child process, which a
+signal to the helper alone left running beside the timings. ``warm`` tells them each key it
+starts; a helper works on the keys after it, never on one ``warm`` has reached (it drops a key
+it is on once ``warm`` gets there), each under :func:`prebuild_strategy`: the search's
+warm-start seeds and ``test=`` (what the plans measure first), up to the key's budget, each
+built (and, on a CPU device, launched) once, unchecked and untimed, into a throwaway database.
+The helpers write nothing to the user's database, their output is discarded, and they stop at
+their next candidate when ``warm`` ends (or are killed after :data:`STOP_SECONDS`); a helper
+that fails costs nothing but its cache entries.
 """
 
 from __future__ import annotations
@@ -39,12 +42,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 #: Keys to tune, at least, for ``warm --prebuild`` to start the helper (its start costs about a
 #: second of one core: a few keys do not pay for it).
 MIN_KEYS = 16
+#: Most helper processes on a GPU's host (each its own device context and copy of a key's data).
+MAX_HELPERS = 4
 #: Configurations a search's prebuild takes where its budget is not known.
 DEFAULT_EVALS = 8
 #: Seconds the helper is given to stop at its next candidate when ``warm`` ends, before it is
@@ -60,31 +66,52 @@ class _Stop(Exception):
 
 
 def wanted(context: Any, keys: int, choice: bool | None) -> bool:
-    """Whether ``warm`` prebuilds: on an OpenCL device, for at least :data:`MIN_KEYS` keys,
-    where asked (``--prebuild``) or by default on a CPU device (``--no-prebuild`` turns it
-    off). On the 2-core Xeon of docs/performance.md, with the choice's doubt rounds, it took
-    ``warm`` from about 5.5 to about 4 minutes with 71-74 of 82 keys within 2% of the best
-    known, against 74-75 without it."""
+    """Whether ``warm`` prebuilds, for at least :data:`MIN_KEYS` keys: where the device's
+    compiler keeps a disk cache (OpenCL, whose drivers do; CUDA with NVRTC and the kernel cache
+    on), where asked (``--prebuild``) or by default on an OpenCL CPU device and a CUDA device
+    (``--no-prebuild`` turns it off). On the 2-core Xeon of docs/performance.md, with the
+    choice's doubt rounds, it took ``warm`` from about 5.5 to about 4 minutes with 71-74 of 82
+    keys within 2% of the best known, against 74-75 without it."""
+    from ..accel import kernel_cache
+
+    cuda = (context.backend == "cuda" and getattr(context, "compiler", "") == "nvrtc"
+            and kernel_cache.directory() is not None)
     if choice is None:
-        choice = not context.device.is_gpu
-    return choice and context.backend == "opencl" and keys >= MIN_KEYS
+        choice = cuda or not context.device.is_gpu
+    return bool(choice) and (context.backend == "opencl" or cuda) and keys >= MIN_KEYS
+
+
+def helpers_for(context: Any) -> int:
+    """How many helper processes prebuild: one on a CPU device (the cores are the timed
+    kernels'); on a GPU one for each four of the host's cores, at most :data:`MAX_HELPERS`."""
+    if not context.device.is_gpu:
+        return 1
+    return max(1, min(MAX_HELPERS, (os.cpu_count() or 1) // 4))
 
 
 class Prebuilder:
-    """The helper process, seen from ``warm``: :meth:`reached` tells it the key ``warm``
-    starts, :meth:`timing` holds it while a batch is timed. Does nothing where no helper
+    """The helper processes, seen from ``warm``: :meth:`reached` tells them the key ``warm``
+    starts, :meth:`timing` holds them while a batch is timed. Does nothing where no helper
     runs."""
 
-    def __init__(self, process: subprocess.Popen | None):
-        self.process = process
+    def __init__(self, processes: subprocess.Popen | list[subprocess.Popen] | None):
+        if processes is None:
+            processes = []
+        self.processes: list[subprocess.Popen] = (
+            [processes] if isinstance(processes, subprocess.Popen) else list(processes))
         self._timing = 0  # warm's batches being timed now (threads may time at once)
         self._lock = threading.Lock()
 
+    @property
+    def process(self) -> subprocess.Popen | None:
+        """The first helper still running (None: none is)."""
+        return self.processes[0] if self.processes else None
+
     def timing(self, started: bool) -> None:
-        """``warm``'s timing listener: the helper is stopped while any batch is timed and
-        continued once none is. (Keeping it stopped for a tenth of a second after each batch,
-        in case the next one follows, made warm slower and its choices no better.)"""
-        if self.process is None or not CAN_HOLD:
+        """``warm``'s timing listener: the helpers are stopped while any batch is timed and
+        continued once none is. (Keeping them stopped for a tenth of a second after each
+        batch, in case the next one follows, made warm slower and its choices no better.)"""
+        if not self.processes or not CAN_HOLD:
             return
         with self._lock:
             if started:
@@ -97,27 +124,28 @@ class Prebuilder:
                     self._signal(signal.SIGCONT)
 
     def release(self) -> None:
-        """Continue the helper whatever is being timed (before it is told to stop)."""
-        if self.process is not None and CAN_HOLD:
+        """Continue the helpers whatever is being timed (before they are told to stop)."""
+        if self.processes and CAN_HOLD:
             with self._lock:
                 self._timing = 0
                 self._signal(signal.SIGCONT)
 
     def _signal(self, number: int) -> None:
-        try:
-            _signal_group(self.process, number)  # type: ignore[arg-type]
-        except (OSError, AttributeError):  # it has ended: warm goes on without it
-            self.process = None
+        for process in list(self.processes):
+            try:
+                _signal_group(process, number)
+            except (OSError, AttributeError):  # it has ended: warm goes on without it
+                self.processes.remove(process)
 
     def reached(self, index: int) -> None:
         """``warm`` starts its ``index``-th key to tune (0-based, in the jobs' order)."""
-        if self.process is None or self.process.stdin is None:
-            return
-        try:
-            self.process.stdin.write(f"{index}\n".encode())
-            self.process.stdin.flush()
-        except (OSError, ValueError):  # it has ended: warm goes on without it
-            self.process = None
+        for process in list(self.processes):
+            try:
+                assert process.stdin is not None
+                process.stdin.write(f"{index}\n".encode())
+                process.stdin.flush()
+            except (OSError, ValueError, AssertionError):  # it has ended: warm goes on
+                self.processes.remove(process)
 
 
 def _signal_group(process: subprocess.Popen, number: int) -> None:
@@ -151,37 +179,41 @@ def _kill(process: subprocess.Popen) -> None:
 
 @contextlib.contextmanager
 def prebuilding(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]],
-                enabled: bool) -> Iterator[Prebuilder]:
-    """Within the block, a helper process prebuilds ``jobs`` ((registered template, key
-    arguments, search settings), in tuning order) on the device ``selector``, ahead of the key
-    the :class:`Prebuilder` says ``warm`` has reached, held while this process times a batch;
-    stopped at the end of the block. No helper where not ``enabled``, or where it cannot
-    start."""
+                enabled: bool, helpers: int = 1) -> Iterator[Prebuilder]:
+    """Within the block, ``helpers`` processes prebuild ``jobs`` ((registered template, key
+    arguments, search settings), in tuning order; helper ``i`` takes every ``helpers``-th key
+    from the ``i``-th) on the device ``selector``, ahead of the key the :class:`Prebuilder`
+    says ``warm`` has reached, held while this process times a batch; stopped at the end of
+    the block. No helper where not ``enabled``, or where none can start."""
     from ..accel import timing_listener
 
-    process = _start(selector, jobs) if enabled and jobs else None
-    helper = Prebuilder(process)
+    processes = [p for p in (_start(selector, jobs, i, helpers) for i in range(max(1, helpers)))
+                 if p is not None] if enabled and jobs else []
+    helper = Prebuilder(processes)
     try:
-        with timing_listener(helper.timing) if process is not None else contextlib.nullcontext():
+        with timing_listener(helper.timing) if processes else contextlib.nullcontext():
             yield helper
     finally:
-        if process is not None:
+        if processes:
             helper.release()
-            # every key reached: it stops at its next candidate, or is killed soon after
+            # every key reached: they stop at their next candidate, or are killed soon after
             helper.reached(len(jobs))
-            with contextlib.suppress(OSError):
-                process.stdin.close()  # type: ignore[union-attr]
-            try:
-                process.wait(timeout=STOP_SECONDS)
-            except subprocess.TimeoutExpired:
-                _kill(process)
+            for process in processes:
+                with contextlib.suppress(OSError):
+                    process.stdin.close()  # type: ignore[union-attr]
+            deadline = time.monotonic() + STOP_SECONDS
+            for process in processes:
+                try:
+                    process.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    _kill(process)
 
 
-def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
-           ) -> subprocess.Popen | None:
+def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]],
+           part: int = 0, parts: int = 1) -> subprocess.Popen | None:
     log = logging.getLogger("autotune")
     try:
-        request = pickle.dumps((selector, jobs), protocol=pickle.HIGHEST_PROTOCOL)
+        request = pickle.dumps((selector, jobs, part, parts), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as exc:  # noqa: BLE001 - a template that cannot travel: no prebuild
         log.info("warm: no compiling ahead (%s)", exc)
         return None
@@ -204,7 +236,8 @@ def _start(selector: str, jobs: list[tuple[Any, dict[str, Any], dict[str, Any]]]
 
 
 def prebuild_strategy(ctx: Any) -> None:
-    """A search strategy that builds and launches once what a search would measure first: the
+    """A search strategy that builds (and launches once, where the device compiles at the
+    first launch: :attr:`_Progress.launch`) what a search would measure first: the
     warm-start seeds and ``test=`` (or, without seeds, the first configuration and its
     neighbours), up to the budget; then measures the first of them, so that the search has a
     result (a template's next search starts from it). Stops once ``warm`` reaches the key."""
@@ -219,18 +252,22 @@ def prebuild_strategy(ctx: Any) -> None:
         keys += [k for k in [start, *ctx.neighbours(start)] if k not in keys]
     for key in keys[:max(budget, len(ctx.seeds) + 1)]:
         _check_turn()
-        _launch_once(ctx.evaluator.generate, ctx.config(key))
+        _launch_once(ctx.evaluator.generate, ctx.config(key), _Progress.launch)
     _check_turn()
     ctx.evaluate([ctx.config(start)])
 
 
-def _launch_once(generate: Any, config: dict[str, Any]) -> None:
-    """Build ``config``'s candidate and launch it once, unchecked and untimed."""
+def _launch_once(generate: Any, config: dict[str, Any], launch: bool = True) -> None:
+    """Build ``config``'s candidate and (``launch``) launch it once, unchecked and untimed."""
     from ..tune.measurement import Measurement
 
     try:
         measure = generate(**config)
         if measure is None:
+            return
+        if not launch:
+            if isinstance(measure, Measurement):
+                measure.finish()
             return
         if isinstance(measure, Measurement):
             try:
@@ -252,6 +289,9 @@ class _Progress:
 
     reached = -1
     current = -1
+    #: whether a candidate is launched once after its build: on CPU devices, where PoCL
+    #: compiles a kernel for its work-group size at its first launch (a GPU's build is whole)
+    launch = True
 
 
 def _check_turn() -> None:
@@ -282,13 +322,14 @@ def _end_with_parent() -> None:
 
 
 def serve() -> None:
-    """The helper: read the jobs, then prebuild each key ``warm`` has not reached yet."""
+    """The helper: read the jobs and its part of them, then prebuild each key of its part
+    that ``warm`` has not reached yet."""
     with contextlib.suppress(OSError, AttributeError):  # (no nice on Windows)
         os.nice(19)
     _end_with_parent()
     stream = sys.stdin.buffer
     (size,) = _HEADER.unpack(stream.read(_HEADER.size))
-    selector, jobs = pickle.loads(stream.read(size))
+    selector, jobs, part, parts = pickle.loads(stream.read(size))
     threading.Thread(target=_follow, args=(stream,), daemon=True).start()
     from .. import accel
     from ..tune import use_database
@@ -296,10 +337,11 @@ def serve() -> None:
 
     logging.disable(logging.CRITICAL)
     context = accel.create_some_context(selector)
+    _Progress.launch = not context.device.is_gpu
     with tempfile.TemporaryDirectory() as folder, use_database(os.path.join(folder, "p.db")):
         for index, (template, config, settings) in enumerate(jobs):
             _Progress.current = index
-            if index <= _Progress.reached:
+            if index <= _Progress.reached or index % parts != part:
                 continue
             # (no time limit and no resuming: a setting left None keeps the default)
             chosen = {**{k: v for k, v in settings.items() if k not in ("max_seconds", "resume")},

@@ -98,8 +98,10 @@ def kernel_arguments(dims: tuple[int, int, int, int], precision: str, reconstruc
     return arguments
 
 
-#: lattices above this volume are tuned on fields that repeat a tile (:func:`_tuning_fields`)
-TILED_ABOVE = 32 ** 4
+#: lattices above this volume are tuned on fields that repeat a tile (:func:`_tuning_fields`):
+#: ``warm``'s 24^3 x 64 and 32^4 keys too (their full Haar fields took 3.5-4.3 s of a fresh
+#: H200's ``warm --max-minutes 1``, 5 s at 32^4 on a 2-core AMD EPYC; a tile, a tenth of that)
+TILED_ABOVE = 16 ** 4
 #: the largest tile extent (each extent the largest even divisor of the lattice's not above it)
 TILE = 16
 
@@ -114,7 +116,8 @@ def _tuning_fields(dims: tuple[int, int, int, int]):
     Above :data:`TILED_ABOVE` sites the fields repeat a tile of at most :data:`TILE` sites each
     way (Haar links and a Gaussian spinor drawn on the tile): a kernel's speed does not depend
     on the values, the reference at the sampled sites is still computed on the whole lattice
-    (its time boundary included), and a 48^3 x 96 problem is made in seconds, not minutes.
+    (its time boundary included), and a 32^4 problem is made in a second, a 48^3 x 96 one in
+    seconds, not minutes.
     """
     lattice = Lattice(dims)
     rng = np.random.default_rng(2)

@@ -51,10 +51,14 @@ def test_prebuild_where_the_compiler_keeps_a_disk_cache_for_many_keys(context, m
     assert warm_prebuild.wanted(context, 1000, False) is False
     monkeypatch.setenv(kernel_cache.ENV, "off")  # NVRTC's builds are then not kept
     assert warm_prebuild.wanted(context, 1000, None) is (context.backend == "opencl" and default)
-    # one helper beside a CPU device's timed kernels; on a GPU's host, one for four cores
+    # one helper beside a CPU device's timed kernels; on a GPU, one for four host cores and
+    # for each 12 GiB of the device's memory
     helpers = warm_prebuild.helpers_for(context)
-    assert helpers == 1 if not context.device.is_gpu else \
-        1 <= helpers <= warm_prebuild.MAX_HELPERS
+    if not context.device.is_gpu:
+        assert helpers == 1
+    else:
+        assert 1 <= helpers <= min(warm_prebuild.MAX_HELPERS, max(1, (os.cpu_count() or 1) // 4),
+                                   max(1, context.device.global_memory // (12 << 30)))
 
 
 def test_the_strategy_builds_and_launches_the_seeds_and_test_once_and_times_one(context):

@@ -51,6 +51,8 @@ from typing import Any
 MIN_KEYS = 16
 #: Most helper processes on a GPU's host (each its own device context and copy of a key's data).
 MAX_HELPERS = 4
+#: Device memory for each helper on a GPU: four on an 80 GB GPU, one on a 16 GB one
+MEMORY_PER_HELPER = 12 << 30
 #: Configurations a search's prebuild takes where its budget is not known.
 DEFAULT_EVALS = 8
 #: Seconds the helper is given to stop at its next candidate when ``warm`` ends, before it is
@@ -83,10 +85,13 @@ def wanted(context: Any, keys: int, choice: bool | None) -> bool:
 
 def helpers_for(context: Any) -> int:
     """How many helper processes prebuild: one on a CPU device (the cores are the timed
-    kernels'); on a GPU one for each four of the host's cores, at most :data:`MAX_HELPERS`."""
+    kernels'); on a GPU one for each four of the host's cores and each :data:`MEMORY_PER_HELPER`
+    of the device's memory (a helper holds a key's data, as ``warm`` does: up to a quarter of
+    the memory of a small GPU for a BLAS key), at least one and at most :data:`MAX_HELPERS`."""
     if not context.device.is_gpu:
         return 1
-    return max(1, min(MAX_HELPERS, (os.cpu_count() or 1) // 4))
+    memory = getattr(context.device, "global_memory", 0) or 0
+    return max(1, min(MAX_HELPERS, (os.cpu_count() or 1) // 4, memory // MEMORY_PER_HELPER))
 
 
 class Prebuilder:

@@ -59,6 +59,8 @@ def test_prebuild_where_the_compiler_keeps_a_disk_cache_for_many_keys(context, m
     else:
         assert 1 <= helpers <= min(warm_prebuild.MAX_HELPERS, max(1, (os.cpu_count() or 1) // 4),
                                    max(1, context.device.global_memory // (12 << 30)))
+        # workers warming at once share the host's cores
+        assert warm_prebuild.helpers_for(context, workers=os.cpu_count() or 1) == 1
 
 
 def test_the_strategy_builds_and_launches_the_seeds_and_test_once_and_times_one(context):

@@ -111,10 +111,10 @@ def _add_warm(sub: Any) -> None:
                            "key before it is tuned, its device work waiting until that key is "
                            "done (default: on for GPUs, off for CPU devices)")
     warm.add_argument("--prebuild", action=argparse.BooleanOptionalAction, default=None,
-                      help="a low-priority process builds the keys' first candidates ahead "
-                           "into the OpenCL compiler's disk cache, stopped while a batch is "
-                           "timed: faster on CPU devices (default: on for OpenCL CPU devices "
-                           "with 16 keys or more, off elsewhere)")
+                      help="low-priority processes build the keys' first candidates ahead "
+                           "into the compiler's disk cache (PoCL's; NVRTC's kernel cache on "
+                           "CUDA), stopped while a batch is timed (default: on for OpenCL CPU "
+                           "devices and CUDA devices with 16 keys or more, off elsewhere)")
     warm.add_argument("--resume", action="store_true",
                       help="go on from the trials a search interrupted earlier stored (this "
                            "device, same sources, after the key's stored result), measuring "

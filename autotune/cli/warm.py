@@ -62,9 +62,9 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     templates' warm configurations. ``policy``: each key's search (:mod:`autotune.cli.warm_plan`:
     its plan wins over ``settings``' strategy and max_evals), the warm-start databases and the
     time limit of the run. ``lookahead``: start each next key while the key before it is tuned
-    (:mod:`.warm_lookahead`; None: on GPUs only). ``prebuild``: a low-priority process builds
+    (:mod:`.warm_lookahead`; None: on GPUs only). ``prebuild``: low-priority helper processes build
     the keys' first candidates ahead into the compiler's disk cache (:mod:`.warm_prebuild`;
-    OpenCL devices, many keys, only where True: off by default). ``claims`` (instead of
+    many keys; None: on OpenCL CPU devices and CUDA devices with the kernel cache on). ``claims`` (instead of
     ``share``, for workers tuning at once): this worker goes through every key and warms those
     it takes before the other workers of its class (:class:`.warm_sharing.KeyClaims`).
     """
@@ -100,7 +100,11 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
             (plan[p][0], plan[p][1], _key_settings(settings, plans[order[p]], None, policy))
             for p in sorted(order)]
         try:
-            with prebuilding(spec.selector, ahead, bool(ahead), helpers_for(context)) as prebuilder:
+            # (the host's cores and the device's memory shared by the workers warming at once)
+            workers = (claims.workers if claims is not None
+                       else comm.size if comm is not None else share[1])
+            with prebuilding(spec.selector, ahead, bool(ahead),
+                             helpers_for(context, workers)) as prebuilder:
                 handled = _tune_keys(plan, order, plans, starts, following, pipeline, progress,
                                      outcomes, unwritten, device, force, dry_run, store,
                                      prebuilder)

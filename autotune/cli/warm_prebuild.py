@@ -83,15 +83,18 @@ def wanted(context: Any, keys: int, choice: bool | None) -> bool:
     return bool(choice) and (context.backend == "opencl" or cuda) and keys >= MIN_KEYS
 
 
-def helpers_for(context: Any) -> int:
+def helpers_for(context: Any, workers: int = 1) -> int:
     """How many helper processes prebuild: one on a CPU device (the cores are the timed
-    kernels'); on a GPU one for each four of the host's cores and each :data:`MEMORY_PER_HELPER`
-    of the device's memory (a helper holds a key's data, as ``warm`` does: up to a quarter of
-    the memory of a small GPU for a BLAS key), at least one and at most :data:`MAX_HELPERS`."""
+    kernels'); on a GPU one for each four of the host's cores (shared by the ``workers`` that
+    warm at once: ``--jobs``, MPI ranks, the devices of a class) and each
+    :data:`MEMORY_PER_HELPER` of the device's memory (a helper holds a key's data, as ``warm``
+    does: up to a quarter of the memory of a small GPU for a BLAS key), at least one and at
+    most :data:`MAX_HELPERS`."""
     if not context.device.is_gpu:
         return 1
     memory = getattr(context.device, "global_memory", 0) or 0
-    return max(1, min(MAX_HELPERS, (os.cpu_count() or 1) // 4, memory // MEMORY_PER_HELPER))
+    cores = (os.cpu_count() or 1) // max(1, workers)
+    return max(1, min(MAX_HELPERS, cores // 4, memory // MEMORY_PER_HELPER))
 
 
 class Prebuilder:

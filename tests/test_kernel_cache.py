@@ -73,6 +73,22 @@ def test_another_process_finds_the_build(folder):
         "a hit marks the entry as used now"
 
 
+def test_processes_compiling_at_once_leave_one_whole_entry(folder):
+    """MPI ranks and warm's helpers build the same kernels at the same moment: each gets the
+    binary, and the folder ends with one valid entry and no temporary files."""
+    text = SOURCE % "12.0f"
+    code = ("import sys; from autotune.accel import nvrtc; "
+            "sys.stdout.write(nvrtc.compile_source(sys.argv[1], 'k.cu', (9, 0)).binary.hex())")
+    runs = [subprocess.Popen([sys.executable, "-c", code, text], stdout=subprocess.PIPE,
+                             text=True) for _ in range(4)]
+    made = {run.communicate(timeout=120)[0] for run in runs}
+    assert all(run.returncode == 0 for run in runs)
+    assert made == {uncached(text).binary.hex()}
+    (entry,) = entries(folder)
+    assert kernel_cache.load(entry.stem, folder) is not None
+    assert [p.name for p in folder.iterdir()] == [entry.name]
+
+
 def test_options_and_architecture_are_part_of_the_key(folder):
     text = SOURCE % "4.0f"
     plain = nvrtc.compile_source(text, "k.cu", ARCH)

@@ -7,8 +7,10 @@ what they compile in a folder for the next process; so does this module, for NVR
 (:func:`autotune.accel.nvrtc.compile_source`), and ``warm``'s helper processes fill it ahead of
 the keys ``warm`` tunes (:mod:`autotune.cli.warm_prebuild`).
 
-An entry is named by a SHA-256 of everything the binary depends on (NVRTC's version, the
-target architecture, the options, the source's name and text) and holds a small JSON header
+An entry is named by a hash of everything the binary depends on (NVRTC's version, the target
+architecture, the options, the source's name and text: :func:`.build_locks.key`, which also
+names the host-wide lock that one process compiles under while the others wait for its entry)
+and holds a small JSON header
 and the binary. The file is data: it is read only if its header is well formed and its
 binary's length and SHA-256 match the header; anything else is a miss (the file is removed and
 the kernel compiled again). Writes go to a temporary file renamed into place, so a reader never
@@ -78,17 +80,6 @@ def cacheable(text: str, options: tuple[str, ...]) -> bool:
         return False
     return not any(o.startswith(("-I", "--include-path", "--pre-include", "-include"))
                    for o in options)
-
-
-def key(*parts: str) -> str:
-    """The entry's name for a build described by ``parts`` (each one length-prefixed, so that
-    no two lists of parts give the same bytes)."""
-    digest = hashlib.sha256()
-    for part in parts:
-        data = part.encode()
-        digest.update(len(data).to_bytes(_LENGTH_BYTES, "little"))
-        digest.update(data)
-    return digest.hexdigest()
 
 
 def load(name: str, folder: Path) -> Entry | None:

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
-from . import kernel_cache
+from . import build_locks, kernel_cache
 
 try:  # cuda-python >= 12.6 moved the bindings here
     from cuda.bindings import nvrtc as _nvrtc
@@ -93,13 +94,27 @@ def compile_source(text: str, name: str, compute_capability: tuple[int, int],
     if folder is None:
         return _compile(text, name, opts, kind, arch)
     major_minor = ".".join(str(v) for v in version() or ())
-    entry_name = kernel_cache.key("nvrtc", major_minor, kind, str(arch), *opts, name, text)
-    entry = kernel_cache.load(entry_name, folder)
-    if entry is not None and entry.kind == kind and entry.arch == arch:
-        return NvrtcOutput(binary=entry.binary, kind=kind, log=entry.log, arch=arch)
-    out = _compile(text, name, opts, kind, arch)
-    kernel_cache.save(entry_name, kernel_cache.Entry(out.binary, kind, arch, out.log), folder)
+    entry_name = build_locks.key("nvrtc", major_minor, kind, str(arch), *opts, name, text)
+    cached = _cached(entry_name, folder, kind, arch)
+    if cached is not None:
+        return cached
+    # one process of the host compiles it; the others (MPI ranks, warm's helpers) wait and
+    # then read its entry
+    with build_locks.shared_build(entry_name):
+        cached = _cached(entry_name, folder, kind, arch)
+        if cached is not None:
+            return cached
+        out = _compile(text, name, opts, kind, arch)
+        kernel_cache.save(entry_name, kernel_cache.Entry(out.binary, kind, arch, out.log), folder)
     return out
+
+
+def _cached(entry_name: str, folder: Path, kind: str, arch: int) -> NvrtcOutput | None:
+    """The kernel cache's build named ``entry_name``, if it has a valid one for ``arch``."""
+    entry = kernel_cache.load(entry_name, folder)
+    if entry is None or entry.kind != kind or entry.arch != arch:
+        return None
+    return NvrtcOutput(binary=entry.binary, kind=kind, log=entry.log, arch=arch)
 
 
 def _compile(text: str, name: str, opts: list[str], kind: str, arch: int) -> NvrtcOutput:

@@ -10,6 +10,8 @@ import pytest
 from operations.lqcd import DslashTemplate, MultiDslash, haar_field, half, reference
 from operations.lqcd.lattice import Lattice
 
+from device_breadth import only_on_gpus
+
 DIMS = (4, 6, 2, 8)
 NRHS = 3
 TOL = {"half": 5e-3, "single": 2e-5, "double": 1e-12}
@@ -52,6 +54,9 @@ def _get(queue, template, field):
 
 
 CASES = [(p, r) for p in ("half", "single", "double") for r in (18, 12, 8)]
+#: on a CPU device, each precision and each compression once (device_breadth); the one-field
+#: dslash of every pair is proven there by test_lqcd and test_half
+CPU_CASES = [("half", 8), ("single", 18), ("double", 12)]
 
 
 @pytest.mark.parametrize("precision,reconstruct", CASES, ids=[f"{p}-{r}" for p, r in CASES])
@@ -59,7 +64,9 @@ def test_each_right_hand_side_is_the_one_field_dslash(context, command_queue, pr
                                                       reconstruct):
     """D and x + a D^dag on three right-hand sides in one launch, both parities: each within
     the precision's bound of the numpy reference, and as the one-field dslash of the same
-    parameters computes it."""
+    parameters computes it. GPUs run every (precision, compression); CPU devices
+    :data:`CPU_CASES`."""
+    only_on_gpus(context, (precision, reconstruct), CPU_CASES)
     if precision == "double" and not context.device.double_precision:
         pytest.skip(f"{context.device.name} has no double precision")
     lat, u, psi, x = problem

@@ -12,6 +12,8 @@ from hypothesis.extra.numpy import arrays
 from operations.lqcd import DslashTemplate, gauge, haar_field, half, reference
 from operations.lqcd.lattice import Lattice
 
+from device_breadth import variants
+
 DIMS = (4, 6, 2, 8)  # unequal extents: X, Y, Z, T
 HALF_TOL = 5e-3
 
@@ -96,8 +98,9 @@ HALF_READS = {"conversions": {}, "bits-fast": {"half_bits": True, "fast_math": T
                          ids=[f"{r}-{t}-{reads}" for r, t, reads in HALF_DSLASH_CASES])
 def test_the_half_dslash_matches_the_numpy_reference(context, command_queue, problem,
                                                      reconstruct, t_boundary, reads):
-    """Both parities, D and D^dagger, with and without x + a D psi, against reference.hop on
-    the exact fields: within 5e-3, the bound 16-bit storage of input, links and output allows;
+    """Both parities, D and D^dagger, with and without x + a D psi (on a CPU device, the four
+    of the eight that meet every pair: ``device_breadth``), against reference.hop on the exact
+    fields: within 5e-3, the bound 16-bit storage of input, links and output allows;
     16-bit values read by conversion instructions and by bit arithmetic (``half_bits``), the
     8-parameter form with exact and with fast square roots and division."""
     options = HALF_READS[reads]
@@ -109,22 +112,21 @@ def test_the_half_dslash_matches_the_numpy_reference(context, command_queue, pro
     links = template.gauge_to_device(command_queue, u)
     dslash = template.instantiate(command_queue)
     a = -0.37
-    for dagger in (False, True):
+    for dagger, parity, xpay in variants(context):
         full = reference.hop(u, psi, t_boundary, dagger=dagger)
-        for parity in (0, 1):
-            inp = half.to_device(context, command_queue,
-                                 lat.spinor_to_device(psi, 1 - parity, np.complex128))
-            out = half.HalfSpinor.allocate(context, lat.half_volume)
-            want = lat.spinor_to_device(full, parity, np.complex128)
-            dslash(out, inp, links, parity, dagger=dagger)
-            got = half.from_device(command_queue, out)
-            assert _rel(got, want) <= HALF_TOL, (parity, dagger, _rel(got, want))
+        inp = half.to_device(context, command_queue,
+                             lat.spinor_to_device(psi, 1 - parity, np.complex128))
+        out = half.HalfSpinor.allocate(context, lat.half_volume)
+        if xpay:
             x_half = half.to_device(context, command_queue,
                                     lat.spinor_to_device(x, parity, np.complex128))
             dslash(out, inp, links, parity, dagger=dagger, x=x_half, a=a)
-            want_xpay = lat.spinor_to_device(x + a * full, parity, np.complex128)
-            got = half.from_device(command_queue, out)
-            assert _rel(got, want_xpay) <= HALF_TOL, (parity, dagger, "xpay")
+            want = lat.spinor_to_device(x + a * full, parity, np.complex128)
+        else:
+            dslash(out, inp, links, parity, dagger=dagger)
+            want = lat.spinor_to_device(full, parity, np.complex128)
+        got = half.from_device(command_queue, out)
+        assert _rel(got, want) <= HALF_TOL, (parity, dagger, xpay, _rel(got, want))
 
 
 # project16 against reading every component first: each compression once, each way of
@@ -140,7 +142,8 @@ def test_projecting_the_16_bit_words_first_gives_the_same_dslash(context, comman
                                                                  reconstruct, mode, shape):
     """``project16`` (dslash.mako): a 16-bit neighbour's spin projection added in integers,
     then 12 conversions a hop instead of 24 ("cvt" by conversion instructions, "bits" by bit
-    arithmetic). Both parities, D and D^dagger, with and without x + a D psi: against the
+    arithmetic). Both parities, D and D^dagger, with and without x + a D psi (a CPU device
+    runs the four of the eight that meet every pair: ``device_breadth``): against the
     numpy reference within the 16-bit bound, and within two steps of the 16-bit output of the
     same kernel that converts every component first (the sums are exact either way; the
     compiler may contract the arithmetic after them differently)."""
@@ -150,26 +153,21 @@ def test_projecting_the_16_bit_words_first_gives_the_same_dslash(context, comman
                                {**shape, "project16": mode})
     links = plain.gauge_to_device(command_queue, u)
     a = 0.43
-    for dagger in (False, True):
+    for dagger, parity, xpay in variants(context):
         full = reference.hop(u, psi, -1, dagger=dagger)
-        for parity in (0, 1):
-            inp = half.to_device(context, command_queue,
-                                 lat.spinor_to_device(psi, 1 - parity, np.complex128))
-            x_half = half.to_device(context, command_queue,
-                                    lat.spinor_to_device(x, parity, np.complex128))
-            got = {}
-            for name, template in (("plain", plain), ("projected", projected)):
-                for xpay in (False, True):
-                    out = half.HalfSpinor.allocate(context, lat.half_volume)
-                    extra = {"x": x_half, "a": a} if xpay else {}
-                    template.instantiate(command_queue)(out, inp, links, parity, dagger=dagger,
-                                                        **extra)
-                    got[name, xpay] = half.from_device(command_queue, out)
-            for xpay in (False, True):
-                want = lat.spinor_to_device(x + a * full if xpay else full, parity, np.complex128)
-                assert _rel(got["projected", xpay], want) <= HALF_TOL, (parity, dagger, xpay)
-                assert _rel(got["projected", xpay], got["plain", xpay]) <= 2 / 32767, \
-                    (parity, dagger, xpay)
+        inp = half.to_device(context, command_queue,
+                             lat.spinor_to_device(psi, 1 - parity, np.complex128))
+        extra = {"x": half.to_device(context, command_queue,
+                                     lat.spinor_to_device(x, parity, np.complex128)),
+                 "a": a} if xpay else {}
+        got = {}
+        for name, template in (("plain", plain), ("projected", projected)):
+            out = half.HalfSpinor.allocate(context, lat.half_volume)
+            template.instantiate(command_queue)(out, inp, links, parity, dagger=dagger, **extra)
+            got[name] = half.from_device(command_queue, out)
+        want = lat.spinor_to_device(x + a * full if xpay else full, parity, np.complex128)
+        assert _rel(got["projected"], want) <= HALF_TOL, (parity, dagger, xpay)
+        assert _rel(got["projected"], got["plain"]) <= 2 / 32767, (parity, dagger, xpay)
 
 
 def test_each_spinor_argument_may_be_half_or_single(context, command_queue, problem):

@@ -12,6 +12,8 @@ from autotune.tune.store import ResultStore
 from operations.lqcd import (GAMMA, GAMMA5, DslashTemplate, WilsonOperator, haar_field, pack,
                              plaquette, reference, unitarity_violation, unpack, weak_field)
 
+from device_breadth import only_on_gpus, variants
+
 DIMS = (4, 4, 6, 8)  # unequal extents: X, Y, Z, T
 SHAPE = (8, 6, 4, 4)
 KAPPA = 0.124
@@ -559,12 +561,12 @@ SHAPES = {"all": {"wgs": 256, "sites": 2, "dir_split": 4, "stage": True, "link_l
 SHAPE_CASES = ([("all", p, r) for p in ("half", "single", "double") for r in (18, 12, 8)]
                + [("pairs", p, 12) for p in ("half", "single", "double")]
                + [("rounds", "half", 8), ("rounds", "single", 18)])
-#: (dagger, parity, xpay) of the kernels each shape runs on a CPU device: half of the eight,
-#: in which any two of the three take each of their four pairs of values once (D and D^dagger
-#: each on both parities, each with and without x + a D psi; the parity, which moves the
-#: staged block's x neighbours, with and without xpay, which is written after the split
-#: directions' sums are added). Dagger only flips the projectors' signs.
-CPU_VARIANTS = [(False, 0, False), (False, 1, True), (True, 0, True), (True, 1, False)]
+#: the cases a CPU device runs (device_breadth): the "all" shape in each precision and each
+#: compression once, every shape with every precision it has above, every shape with each of
+#: its compressions; GPUs run every case
+CPU_SHAPE_CASES = [("all", "half", 18), ("all", "single", 8), ("all", "double", 12),
+                   ("pairs", "half", 12), ("pairs", "single", 12), ("pairs", "double", 12),
+                   ("rounds", "half", 8), ("rounds", "single", 18)]
 
 
 @pytest.mark.parametrize("shape,precision,reconstruct", SHAPE_CASES,
@@ -579,11 +581,12 @@ def test_every_kernel_shape_matches_the_reference(context, command_queue, shape,
 
     Each variant (parity, dagger, xpay) is a kernel of its own, and on a CPU device (PoCL)
     each costs seconds to compile: there the case runs the half of the eight that still
-    meets every pair of values of any two of the three (:data:`CPU_VARIANTS`); GPUs run all
-    eight."""
+    meets every pair of values of any two of the three, and only the cases of
+    :data:`CPU_SHAPE_CASES` run (``device_breadth``); GPUs run every case and all eight."""
     from operations.lqcd import half
     from operations.lqcd.lattice import Lattice
 
+    only_on_gpus(context, (shape, precision, reconstruct), CPU_SHAPE_CASES)
     if precision == "double" and not context.device.double_precision:
         pytest.skip("no double precision")
     params = SHAPES[shape]
@@ -608,9 +611,7 @@ def test_every_kernel_shape_matches_the_reference(context, command_queue, shape,
         return (half.to_device(context, command_queue, values) if precision == "half"
                 else context.to_device(command_queue, values))
 
-    variants = (list(itertools.product((False, True), (0, 1), (False, True)))
-                if context.device.is_gpu else CPU_VARIANTS)
-    for dagger, parity, xpay in variants:
+    for dagger, parity, xpay in variants(context):
         full = reference.hop(u, psi, -1, dagger=dagger)
         inp, xin = put(psi, 1 - parity), put(x, parity)
         out = (half.HalfSpinor.allocate(context, lat.half_volume) if precision == "half"

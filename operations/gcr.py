@@ -15,7 +15,6 @@ from autotune import accel
 from .krylov import (LinearOperator, SolveInfo, SolverBreakdown, VectorOps, check_stopping,
                      check_system, finish, flat, initial_residual, mixed_start, solver_entry,
                      vector_ops, zero_solution)
-from .multiblas import MAX_VECTORS
 
 
 def _check_gcr(nkrylov: Any, preconditioner: Any) -> None:
@@ -42,10 +41,12 @@ class _GcrBasis:
         ops.prepare(blas=("caxpy_norm", "cdot_norm"))
         # Every width the passes will use, built now: built when first reached, they would
         # compile in the middle of the solve.
-        for m in range(1, min(nkrylov - 1, MAX_VECTORS) + 1):
+        def widths(most: int) -> set[int]:
+            return {len(b) for k in range(1, most + 1) for b in ops.multi_blocks(k)}
+        for m in sorted(widths(nkrylov - 1)):
             ops.multi("cdots", m)
             ops.multi("csubs_dot_norm", m)
-        for m in range(1, min(nkrylov, MAX_VECTORS) + 1):
+        for m in sorted(widths(nkrylov)):
             ops.multi("caxpy_sums", m)
         self.ps = [ops.work() for _ in range(nkrylov)]
         self.aps = [ops.work() for _ in range(nkrylov)]
@@ -68,8 +69,7 @@ class _GcrBasis:
         self.A.apply(ap, p)
         if k == 0:
             ap_r, norm = ops.blas("cdot_norm", ap, r)
-        for first in range(0, k, MAX_VECTORS):
-            block = range(first, min(k, first + MAX_VECTORS))
+        for block in ops.multi_blocks(k):
             m = len(block)
             dots = ops.global_sum(ops.multi("cdots", m)(ap, *(self.aps[i] for i in block)))
             dots = dots if isinstance(dots, tuple) else (dots,)
@@ -99,8 +99,7 @@ class _GcrBasis:
         gamma = self.alpha[:k].copy()
         for j in range(k - 1, -1, -1):  # back substitution
             gamma[j] -= self.beta[j, j + 1:k] @ gamma[j + 1:k]
-        for first in range(0, k, MAX_VECTORS):
-            block = range(first, min(k, first + MAX_VECTORS))
+        for block in self.ops.multi_blocks(k):
             self.ops.multi("caxpy_sums", len(block))(
                 x, *(self.ps[i] for i in block),
                 **{f"a{j}": complex(gamma[i]) for j, i in enumerate(block)})
@@ -115,11 +114,12 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
 
     Step k takes p = K r (``preconditioner(out, inp)`` enqueues ``out = K inp``; the identity
     without one, and K may change from step to step: a few iterations of an inner solver),
-    makes A p orthogonal to the earlier A p (block Gram-Schmidt: for each block of up to
-    :data:`~operations.multiblas.MAX_VECTORS` earlier directions, every <A p_i, A p> in one pass
-    over memory, and A p updated with its <A p, r> and |A p|^2 in another,
-    :mod:`~operations.multiblas`; one block, that is classical Gram-Schmidt, up to 17 steps
-    between restarts), and minimises |r| along it: r -= alpha A p. The solution is updated from
+    makes A p orthogonal to the earlier A p (block Gram-Schmidt: for each block of earlier
+    directions, every <A p_i, A p> in one pass over memory, and A p updated with its <A p, r>
+    and |A p|^2 in another, :mod:`~operations.multiblas`; on GPUs a block holds up to
+    :data:`~operations.multiblas.MAX_VECTORS` directions, so up to 17 steps between restarts are
+    classical Gram-Schmidt; on CPU devices blocks of power-of-two widths keep the programs to
+    compile few: :func:`~operations.multiblas.blocks`), and minimises |r| along it: r -= alpha A p. The solution is updated from
     the basis at each restart and at the end (x += sum gamma_i p_i, QUDA's way: the directions
     themselves are never orthogonalised). ``iterations`` counts steps.
     """

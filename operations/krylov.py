@@ -20,7 +20,7 @@ import numpy as np
 from autotune import accel, parallel, tune
 
 from .blas import BlasTemplate
-from .multiblas import MultiBlasTemplate, parameters_from
+from .multiblas import MultiBlasTemplate, blocks, parameters_from
 from .precision import ConvertTemplate
 from .reduce import ReduceTemplate
 
@@ -126,6 +126,11 @@ class VectorOps:
                 self.context, self.dtype, name, parameters_from(tuned, sums)).instantiate(
                     self.queue, self.size)
         return inst
+
+    def multi_blocks(self, k: int) -> list[range]:
+        """The blocks in which :meth:`multi` passes combine k vectors on this device
+        (:func:`~operations.multiblas.blocks`: every width on GPUs, powers of two elsewhere)."""
+        return blocks(k, self.context.device.is_gpu)
 
     def agreed(self, autotune: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
         """With ``comm``: ``autotune()`` inside ``tune.collective(comm)``: one rank tunes (or

@@ -29,6 +29,29 @@ from .fused import TEST_PARAMETERS, FusedOp, FusedTemplate, Output
 MAX_VECTORS = 16
 #: the most bytes of work-group scratch a reduction pass may take
 SCRATCH_BYTES = 16384
+#: the widths a pass takes where few programs matter more than few passes (:func:`blocks`)
+POWER_WIDTHS = tuple(1 << i for i in range(MAX_VECTORS.bit_length() - 1, -1, -1))
+
+
+def blocks(k: int, every_width: bool) -> list[range]:
+    """The consecutive blocks in which k vectors are combined, one pass each.
+
+    ``every_width`` (GPUs): as few passes as :data:`MAX_VECTORS` allows, one program per width
+    (a GCR basis of 16 builds 46: NVRTC takes about a second each, once, and the kernel cache
+    keeps them). Otherwise (CPU devices, where PoCL generates each kernel's code for about 0.6 s
+    at its first launch), widths of :data:`POWER_WIDTHS` only, largest first: 15 programs for
+    the same basis, at the price of reading the combined vector once more per extra block (for
+    13 vectors, blocks of 8, 4 and 1)."""
+    if k < 0:
+        raise ValueError(f"k must be at least 0, got {k}")
+    out, first = [], 0
+    while first < k:
+        left = k - first
+        width = min(left, MAX_VECTORS) if every_width else next(
+            w for w in POWER_WIDTHS if w <= left)
+        out.append(range(first, first + width))
+        first += width
+    return out
 
 
 def _ref_cdots(v, s):

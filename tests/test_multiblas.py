@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from operations.multiblas import MAX_VECTORS, SCRATCH_BYTES, MultiBlasTemplate, parameters_from
+from operations.multiblas import (MAX_VECTORS, POWER_WIDTHS, SCRATCH_BYTES, MultiBlasTemplate,
+                                  blocks, parameters_from)
 
 
 def _vectors(rng, count, n, dtype):
@@ -57,3 +58,26 @@ def test_launch_parameters_keep_the_reduction_scratch_small():
         assert p["wgs"] * 2 * k * 8 <= SCRATCH_BYTES or p["wgs"] == 32
         assert p["shuffle"] == (p["wgs"] >= 64)
     assert parameters_from(None, 2)["wgs"] == 64  # the fused passes' test= values
+
+
+def test_blocks_cover_the_vectors_in_order_with_the_widths_the_device_builds():
+    """Every k from 0 to 3 MAX_VECTORS + 5: consecutive blocks covering 0 ... k - 1 exactly.
+    Every width (GPUs): as few blocks as MAX_VECTORS allows. Powers of two (CPU devices): the
+    binary digits of k, largest first, so a basis of 16 needs 5 widths of each pass, not 16."""
+    for k in range(3 * MAX_VECTORS + 6):
+        for every in (True, False):
+            got = blocks(k, every)
+            assert [i for b in got for i in b] == list(range(k)), (k, every, got)
+            assert all(b.step == 1 and len(b) >= 1 for b in got)
+            if every:
+                assert len(got) == -(-k // MAX_VECTORS) and all(len(b) <= MAX_VECTORS for b in got)
+            else:
+                widths = [len(b) for b in got]
+                assert all(w in POWER_WIDTHS for w in widths), (k, widths)
+                assert widths == sorted(widths, reverse=True)
+                assert len(widths) == (k // MAX_VECTORS) + bin(k % MAX_VECTORS).count("1")
+    assert [len(b) for b in blocks(13, False)] == [8, 4, 1]
+    assert [len(b) for b in blocks(13, True)] == [13]
+    assert {len(b) for k in range(1, MAX_VECTORS + 1) for b in blocks(k, False)} == set(POWER_WIDTHS)
+    with pytest.raises(ValueError, match="k must be at least 0"):
+        blocks(-1, True)

@@ -119,9 +119,9 @@ def gcr(A: LinearOperator, b: accel.DeviceArray, tol: float = 1e-10, maxiter: in
     and |A p|^2 in another, :mod:`~operations.multiblas`; on GPUs a block holds up to
     :data:`~operations.multiblas.MAX_VECTORS` directions, so up to 17 steps between restarts are
     classical Gram-Schmidt; on CPU devices blocks of power-of-two widths keep the programs to
-    compile few: :func:`~operations.multiblas.blocks`), and minimises |r| along it: r -= alpha A p. The solution is updated from
-    the basis at each restart and at the end (x += sum gamma_i p_i, QUDA's way: the directions
-    themselves are never orthogonalised). ``iterations`` counts steps.
+    compile few: :func:`~operations.multiblas.blocks`), and minimises |r| along it:
+    r -= alpha A p. The solution is updated from the basis at each restart and at the end
+    (x += sum gamma_i p_i, QUDA's way: the directions themselves are never orthogonalised). ``iterations`` counts steps.
     """
     tol, maxiter = check_stopping(tol, maxiter)
     _check_gcr(nkrylov, preconditioner)

@@ -121,8 +121,8 @@ class Problem:
         # the same blocks (each rank's part), with one MR step length for all of them
         extra = ({"preconditioner": "schwarz", "block": self.local, "inner_iterations": 6,
                   "inner_precision": "half"} if "schwarz" in rest else {})
-        if method == "gcr":  # a basis of 8 (the default 16 compiles twice the multi-vector
-            extra["nkrylov"] = 8  # passes, one a basis length, for nothing more across ranks)
+        if method == "gcr":  # a basis of 8: fewer multi-vector passes for every rank to
+            extra["nkrylov"] = 8  # compile than the default 16, and nothing less across ranks
         if "half" in rest:  # the sloppy operator in 16 bits (across ranks: 16-bit faces)
             extra["sloppy"] = "half"
         if method == "cg":  # both sides run the same recurrence: across ranks its default
@@ -302,7 +302,7 @@ def tuned_per_rank(args: argparse.Namespace) -> None:
                                          args.t_boundary)
         _, gcr = many.solve(psi, "gcr", 1e-10, True, "mixed", preconditioner="schwarz",
                             block=many.partition.local, inner_iterations=4, inner_precision="half",
-                            nkrylov=8)  # (as in solve_options: half the multi-vector passes)
+                            nkrylov=8)  # (as in solve_options)
         _, bicg = many.solve(psi, "bicgstab", 1e-10, True, "mixed")
     comm.Barrier()
     functions = sorted({r.key.function for r in ResultStore.open(db).records()}) if db.exists() else []

@@ -3,10 +3,11 @@ PoCL, to generate a kernel for a work-group size) does it while the others that 
 wait, then find it in the compiler's disk cache.
 
 An OpenCL driver keeps what it compiled in a cache on disk that every process of the user
-reads (PoCL: ``~/.cache/pocl``), and so does :mod:`.kernel_cache` for NVRTC's builds. Processes that compile the same source at the same moment (the
-ranks of an MPI job, a test suite's workers, a tuning run beside an application) each compile
-it in full, since none finds it cached yet: four ranks on two cores compile four times over,
-and PoCL sometimes fails one of the simultaneous builds outright (:data:`.opencl.BUILD_RETRIES`).
+reads (PoCL: ``~/.cache/pocl``), and so does :mod:`.kernel_cache` for NVRTC's builds.
+Processes that compile the same source at the same moment (the ranks of an MPI job, a test
+suite's workers, a tuning run beside an application) each compile it in full, since none
+finds it cached yet: four ranks on two cores compile four times over, and PoCL sometimes fails
+one of the simultaneous builds outright (:data:`.opencl.BUILD_RETRIES`).
 :func:`shared_build` serialises the processes that compile the same thing: a lock file, chosen
 by a hash of what is compiled, held with ``flock`` for the compile's duration. Different
 sources hash to different locks (one of :data:`STRIPES`), so unrelated builds rarely wait for

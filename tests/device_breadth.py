@@ -28,6 +28,12 @@ def variants(context) -> list[tuple[bool, int, bool]]:
     return ALL_VARIANTS if context.device.is_gpu else PAIRWISE_VARIANTS
 
 
+def on_device(context, every: list, cpu_subset: list) -> list:
+    """``every`` on GPUs; on CPU devices the members of ``cpu_subset`` (the covering subset a
+    test names), in ``every``'s order."""
+    return list(every) if context.device.is_gpu else [c for c in every if c in cpu_subset]
+
+
 def only_on_gpus(context, case, cpu_cases) -> None:
     """Skip ``case`` on a CPU device unless it is one of ``cpu_cases`` (the grid's covering
     subset); GPUs run every case."""

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from device_breadth import on_device
 from processes import mpiexec
 
 HERE = Path(__file__).parent
@@ -81,6 +82,13 @@ def _run_cases(context, cases: list[dict]) -> list[list[dict]]:
 EVERY_SOLVE = ["cg_eo", "cg_eo_classic", "cg_eo_pipelined", "cg", "bicgstab_eo", "cg_eo_mixed",
                "cg_eo_mixed_classic", "cg_eo_mixed_pipelined", "bicgstab_eo_mixed",
                "gcr_eo_schwarz", "gcr_eo_mixed_schwarz"]
+#: EVERY_SOLVE's covering subset on CPU devices (tests/device_breadth.py): each recurrence of CG
+#: once, each solver once in mixed precision, Schwarz once. Left out there: the mixed classic and
+#: pipelined CG (their recurrences run in double, mixed CG in its default one), BiCGstab and
+#: GCR-Schwarz in double (BiCGstab in double is the x cut's, GCR-Schwarz in double the
+#: four-rank launch's).
+CPU_SOLVES = ["cg_eo", "cg_eo_classic", "cg_eo_pipelined", "cg", "cg_eo_mixed",
+              "bicgstab_eo_mixed", "gcr_eo_mixed_schwarz", "cg_eo_mixed_half"]
 #: The cases of one launch share its rank count: one launch of two ranks, one of four (each
 #: mpiexec starts its ranks and builds their kernels anew).
 LAUNCHES = {
@@ -119,6 +127,9 @@ def test_the_distributed_operator_equals_the_single_process_one(context, launch)
     many iterations, every solve to the same solution and true residual."""
     cases = [case for case in LAUNCHES[launch]
              if case["precision"] != "double" or context.device.double_precision]
+    # (GPUs solve with every method; CPU devices with the covering subset)
+    cases = [dict(case, solves=on_device(context, case["solves"], CPU_SOLVES))
+             if case["id"] == "t-cut-2-antiperiodic" else case for case in cases]
     if not cases:
         pytest.skip(f"{context.device.name} has no double precision")
     runs = _run_cases(context, [{k: v for k, v in case.items() if k != "id"} for case in cases])

@@ -38,6 +38,9 @@ except ImportError:  # pragma: no cover - depends on the installation
 _init_lock = threading.Lock()
 _initialised: bool | None = None
 _pushed: list[Any] = []  # primary contexts made current on the main thread, popped at exit
+#: device index -> pycuda's wrapper of the device's primary context, one a process (see
+#: :func:`_primary_context`)
+_primaries: dict[int, Any] = {}
 
 
 @atexit.register
@@ -49,6 +52,24 @@ def _pop_pushed_contexts() -> None:
             drv.Context.pop()
         except Exception:  # already gone: nothing left to clean up
             break
+
+
+def _primary_context(device: Any, index: int) -> Any:
+    """The primary context of ``device`` (index ``index``), as one pycuda wrapper for every
+    :class:`CudaContext` of the process.
+
+    pycuda binds memory, streams, events and modules to the wrapper current where they are made,
+    and frees them without switching only where that same wrapper is current. Two wrappers of
+    one context (each ``retain_primary_context()`` makes one) compare equal, so
+    :meth:`CudaContext.thread_scope` would not switch between them, yet pycuda would: an object
+    made under one and dropped under the other in a thread that did not make the first was
+    leaked with "... in out-of-thread context could not be cleaned up" (two ``warm`` runs in
+    one process, the second's look-ahead thread collecting the first's garbage)."""
+    with _init_lock:
+        primary = _primaries.get(index)
+        if primary is None:
+            primary = _primaries[index] = device.retain_primary_context()
+        return primary
 
 
 def available() -> bool:
@@ -475,8 +496,8 @@ class CudaContext(Context):
         super().__init__(_identity(dev))
         self.device_index = device_index
         # The primary context is the one CuPy and PyTorch use, so their arrays work here.
-        self.cu_context = dev.retain_primary_context()
-        if drv.Context.get_current() != self.cu_context:
+        self.cu_context = _primary_context(dev, device_index)
+        if drv.Context.get_current() is not self.cu_context:  # (the wrapper: _primary_context)
             self.cu_context.push()
             if threading.current_thread() is threading.main_thread():
                 _pushed.append(self.cu_context)
@@ -486,6 +507,16 @@ class CudaContext(Context):
         #: held around driver calls that may wait for all of the device's work (see cuda_gate.Gate)
         self.device_wide = threading.Lock()
         self._queues: weakref.WeakSet[CudaQueue] = weakref.WeakSet()
+
+    def __del__(self) -> None:
+        # the timing gate's function holds its module, which pycuda frees only in this context
+        held = self.__dict__.pop("_gate_function", None)
+        if held is not None and drv is not None:
+            try:
+                with self.thread_scope():
+                    del held
+            except Exception:  # pragma: no cover - at exit, the context may be gone already
+                pass
 
     @contextlib.contextmanager
     def _waiting_for_the_device(self) -> Iterator[None]:
@@ -509,8 +540,12 @@ class CudaContext(Context):
 
     @contextlib.contextmanager
     def thread_scope(self) -> Iterator[None]:
+        """This context current in the calling thread for the block. It is pushed unless its
+        own pycuda wrapper is current already: another wrapper of the same context (a user's
+        ``pycuda.autoprimaryctx``) compares equal, but pycuda frees what is made under one
+        only where that one is current (:func:`_primary_context`)."""
         current = drv.Context.get_current()
-        if current == self.cu_context:
+        if current is self.cu_context:
             yield
             return
         self.cu_context.push()

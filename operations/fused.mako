@@ -12,6 +12,7 @@
 ##   wgs, ipt, vec     work-group size; chunks per work-item per step; elements per chunk (one
 ##                     vector load of vec elements, at most 16 bytes)
 ##   shuffle           warp-shuffle final stage of the work-group reduction (CUDA)
+##   serial_group      (CPU devices) the work-group's reduction by work-item 0 alone, in order
 ##   single_pass       (CUDA, with reductions) the last work-group to finish combines every
 ##                     group's partial result (a ticket counter after a memory fence), so a
 ##                     reduction is one launch; otherwise a second kernel, fused_finish, does
@@ -89,6 +90,23 @@ typedef ulong u64;
     scratch[${c}][lid] = acc[${c}];
     % endfor
     BARRIER();
+% if serial_group:
+    /* A CPU device runs a work-group's items in turn on one core: work-item 0 adds the others'
+       entries in order. One barrier where the tree takes log2(wgs) more, each a region of the
+       work-group loop that PoCL generates code for at the first launch. */
+    if (lid == 0)
+    {
+    % for c in range(k):
+        ${acc} v${c} = scratch[${c}][0];
+        for (unsigned int i = 1; i < ${wgs}u; i++)
+        {
+            const ${acc} other = scratch[${c}][i];
+            v${c} = COMBINE(v${c}, other);
+        }
+        ${out}[${c}] = v${c};
+    % endfor
+    }
+% else:
 <% stop = 64 if shuffle else 1 %>\
 ## With the shuffle stage the tree stops at 64 live entries; one warp folds them.
 % for half in [h for h in (512, 256, 128, 64, 32, 16, 8, 4, 2, 1) if h < wgs and h >= stop]:
@@ -126,6 +144,7 @@ typedef ulong u64;
     % for c in range(k):
     ${out}[${c}] = scratch[${c}][0];
     % endfor
+% endif
 % endif
 </%def>
 

@@ -114,6 +114,37 @@ def restrictions(context: accel.Context, dtype: np.dtype) -> list:
     ]
 
 
+def program_variables(backend: str, is_gpu: bool, dtype: np.dtype, op: FusedOp,
+                      tuning: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The variables ``fused.mako`` renders a pass of ``op`` with, on a device of ``backend``
+    (a GPU or not) with ``tuning``; and, where the reductions take a second kernel, those of
+    the program ``fused_finish`` is taken from (else None). That one is rendered with test='s
+    ``ipt`` and ``vec``, which ``fused_finish`` does not depend on, so that every candidate of a
+    work-group size shares one: a device that compiles a kernel at its first launch (PoCL:
+    0.35-0.54 s for fused_finish on a 2-core AMD EPYC with an empty cache) then compiles it
+    once for them, not once a candidate. (``.ci/restamp-rows`` renders these for a stored
+    row's key to compare two revisions' kernels.)"""
+    real, elem = accel.c_type(accel.real_dtype(dtype)), accel.c_type(dtype)
+    is_complex = dtype.kind == "c"
+    reductions = op.reductions(is_complex)
+    # OpenCL 1.2 does not promise that one work-group sees another's writes within a launch,
+    # so only CUDA reduces in one launch (fused.mako).
+    single_pass = backend == "cuda" and len(reductions) > 0
+    render = {
+        "real": real, "elem": elem, "is_complex": is_complex,
+        "acc": "double" if op.combine == "sum" else real,
+        "combine": op.combine, "vectors": list(op.vectors), "written": list(op.written),
+        "scalars": list(op.scalars), "body": op.body, "reductions": reductions,
+        "wgs": tuning["wgs"], "ipt": tuning["ipt"], "vec": tuning["vec"],
+        "shuffle": tuning["shuffle"], "single_pass": single_pass,
+        # (a CPU device runs a work-group's items in turn: one adds them, fused.mako)
+        "serial_group": not is_gpu,
+    }
+    if not reductions or single_pass:
+        return render, None
+    return render, {**render, "ipt": TEST_PARAMETERS["ipt"], "vec": TEST_PARAMETERS["vec"]}
+
+
 class FusedTemplate:
     """Base of the tuned fused-pass templates; subclasses set ``ops`` and ``autotune_version``."""
 
@@ -158,37 +189,17 @@ class FusedTemplate:
         self.tuning = chosen.parameters
         if self.online:
             return
-        real, elem = accel.c_type(accel.real_dtype(self.dtype)), accel.c_type(self.dtype)
-        is_complex = self.dtype.kind == "c"
-        self.is_complex = is_complex
-        reductions = self.op.reductions(is_complex)
-        self.components = len(reductions)
-        # OpenCL 1.2 does not promise that one work-group sees another's writes within a
-        # launch, so only CUDA reduces in one launch (fused.mako).
-        self.single_pass = context.backend == "cuda" and self.components > 0
+        self.is_complex = self.dtype.kind == "c"
+        self.components = len(self.op.reductions(self.is_complex))
+        render, finish = program_variables(context.backend, context.device.is_gpu, self.dtype,
+                                           self.op, self.tuning)
         # Sums accumulate in double; min/max stay in the data's own precision.
-        self.acc_dtype = np.dtype(np.float64 if self.op.combine == "sum" or real == "double"
-                                  else np.float32)
-        render = {
-            "real": real, "elem": elem, "is_complex": is_complex,
-            "acc": "double" if self.op.combine == "sum" else real,
-            "combine": self.op.combine, "vectors": list(self.op.vectors),
-            "written": list(self.op.written),
-            "scalars": list(self.op.scalars),
-            "body": self.op.body, "reductions": reductions,
-            "wgs": self.tuning["wgs"], "ipt": self.tuning["ipt"], "vec": self.tuning["vec"],
-            "shuffle": self.tuning["shuffle"], "single_pass": self.single_pass,
-        }
+        self.acc_dtype = np.dtype(np.float64 if render["acc"] == "double" else np.float32)
+        self.single_pass = render["single_pass"]
         self.program = context.build(TEMPLATE, render)
-        #: where the reductions take a second kernel, the program it is taken from: rendered
-        #: with test='s ``ipt`` and ``vec``, which fused_finish does not depend on, so that
-        #: every candidate of a work-group size shares one. A device that compiles a kernel at
-        #: its first launch (PoCL: 0.35-0.54 s for fused_finish on a 2-core AMD EPYC with an
-        #: empty cache) then compiles it once for them, not once a candidate.
-        self.finish_program = None
-        if self.components and not self.single_pass:
-            self.finish_program = context.build(TEMPLATE, {
-                **render, "ipt": TEST_PARAMETERS["ipt"], "vec": TEST_PARAMETERS["vec"]})
+        #: where the reductions take a second kernel, the program it is taken from (see
+        #: :func:`program_variables`)
+        self.finish_program = None if finish is None else context.build(TEMPLATE, finish)
 
     def instantiate(self, queue: accel.CommandQueue, n: int) -> FusedPass | OnlineFusedPass:
         """The pass for vectors of length ``n`` on ``queue`` (tuned online, for a template made

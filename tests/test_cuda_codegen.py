@@ -38,17 +38,11 @@ def test_every_fused_op_compiles_for_sm90(module):
                                                  enumerate(fused.DTYPES)):
         if not op.supports(dtype):
             continue
-        real, elem = accel.c_type(accel.real_dtype(dtype)), accel.c_type(dtype)
-        is_complex = dtype.kind == "c"
         wgs, ipt, wide, shuffle = shapes[(o + d) % len(shapes)]
         vec = 16 // np.dtype(dtype).itemsize if wide else 1
-        source = accel.render(fused.TEMPLATE, "cuda", {
-            "real": real, "elem": elem, "is_complex": is_complex,
-            "acc": "double" if op.combine == "sum" else real, "combine": op.combine,
-            "vectors": list(op.vectors), "written": list(op.written),
-            "scalars": list(op.scalars), "body": op.body,
-            "reductions": op.reductions(is_complex), "wgs": wgs, "ipt": ipt,
-            "vec": vec, "shuffle": shuffle, "single_pass": bool(op.outputs)})
+        render, _ = fused.program_variables("cuda", True, np.dtype(dtype), op, {
+            "wgs": wgs, "ipt": ipt, "vec": vec, "shuffle": shuffle})
+        source = accel.render(fused.TEMPLATE, "cuda", render)
         try:
             nvrtc.compile_source(source.text, "fused.cu", (9, 0))
         except nvrtc.NvrtcError as exc:

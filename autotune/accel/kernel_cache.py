@@ -10,9 +10,10 @@ the keys ``warm`` tunes (:mod:`autotune.cli.warm_prebuild`).
 An entry is named by a hash of everything the binary depends on (NVRTC's version, the target
 architecture, the options, the source's name and text: :func:`.build_locks.key`, which also
 names the host-wide lock that one process compiles under while the others wait for its entry)
-and holds a small JSON header and the binary. The file is data: it is read only if its header is well formed and its
-binary's length and SHA-256 match the header; anything else is a miss (the file is removed and
-the kernel compiled again). Writes go to a temporary file renamed into place, so a reader never
+and holds a small JSON header and the binary. The file is data: it is read only if its
+header is well formed and its binary's length and SHA-256 match the header; anything else is
+a miss (the file is removed and the kernel compiled again). Writes go to a temporary file
+renamed into place, so a reader never
 sees half an entry, and a write that fails (a full disk, a read-only folder) costs only the
 entry: the kernel is still compiled and used, and one warning says so.
 

@@ -65,8 +65,9 @@ def warm_device(spec: accel.DeviceSpec, templates: list[RegisteredTemplate], *, 
     (:mod:`.warm_lookahead`; None: on GPUs only). ``prebuild``: low-priority helper processes
     build the keys' first candidates ahead into the compiler's disk cache
     (:mod:`.warm_prebuild`; many keys; None: on OpenCL CPU devices and CUDA devices with the
-    kernel cache on). ``claims`` (instead of ``share``, for workers tuning at once): this worker goes through every key and warms those
-    it takes before the other workers of its class (:class:`.warm_sharing.KeyClaims`).
+    kernel cache on). ``claims`` (instead of ``share``, for workers tuning at once): this
+    worker goes through every key and warms those it takes before the other workers of its
+    class (:class:`.warm_sharing.KeyClaims`).
     """
     policy = policy if policy is not None else WarmPolicy()
     if policy.started is None:
